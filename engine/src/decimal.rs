@@ -1,0 +1,184 @@
+//! Exact JSON-number (de)serialisation of `Decimal` amounts (R-1.1, R-1.4).
+//!
+//! With serde_json's `arbitrary_precision` feature a JSON number keeps the text it was written
+//! with, so an amount goes from the request bytes to `rust_decimal` without ever passing through
+//! `f64`: `0.1` stays `0.1`, `1e2` becomes `100`, `123456789012345678.91` keeps every digit.
+//! Serialisation writes the decimal's own text as a JSON number, so its scale is kept
+//! (`120.00` stays `120.00`).
+
+use std::str::FromStr;
+
+use rust_decimal::Decimal;
+use schemars::{Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Deserializer, Serialize, Serializer, de::Error as _};
+
+/// Most significant digits an amount may carry (R-1.1).
+pub const MAX_SIGNIFICANT_DIGITS: usize = 28;
+
+/// Why the text of a JSON number is not an acceptable amount.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecimalTextError {
+    /// More than [`MAX_SIGNIFICANT_DIGITS`] significant digits, or out of `Decimal`'s range.
+    #[error("number has more than 28 significant digits or is out of range")]
+    TooPrecise,
+    /// Not the text of a number at all.
+    #[error("not a number")]
+    NotANumber,
+}
+
+/// Counts the significant digits of a number's mantissa: leading zeros do not count, trailing
+/// ones do (they carry the scale the provider wrote).
+fn significant_digits(text: &str) -> usize {
+    let mantissa = text.split(['e', 'E']).next().unwrap_or("");
+    mantissa
+        .chars()
+        .filter(char::is_ascii_digit)
+        .skip_while(|c| *c == '0')
+        .count()
+}
+
+/// Largest scale `Decimal` holds exactly; beyond it `rust_decimal` would round silently.
+const MAX_SCALE: u32 = 28;
+
+/// The scale the text asks for: fraction digits minus the exponent.
+fn scale_of(text: &str) -> i64 {
+    let mut parts = text.split(['e', 'E']);
+    let mantissa = parts.next().unwrap_or("");
+    let exponent: i64 = parts.next().and_then(|e| e.parse().ok()).unwrap_or(0);
+    let fraction_digits = mantissa.split_once('.').map_or(0, |(_, f)| f.len());
+    i64::try_from(fraction_digits)
+        .unwrap_or(i64::MAX)
+        .saturating_sub(exponent)
+}
+
+/// Parses the text of a JSON number into a `Decimal` exactly, or says why it cannot (R-1.1).
+///
+/// ```
+/// use engine::decimal::parse_json_number;
+/// assert_eq!(parse_json_number("0.1").unwrap().to_string(), "0.1");
+/// assert_eq!(parse_json_number("1e2").unwrap().to_string(), "100");
+/// assert!(parse_json_number("1.2345678901234567890123456789").is_err());
+/// ```
+pub fn parse_json_number(text: &str) -> Result<Decimal, DecimalTextError> {
+    if !text.chars().any(|c| c.is_ascii_digit()) {
+        return Err(DecimalTextError::NotANumber);
+    }
+    if significant_digits(text) > MAX_SIGNIFICANT_DIGITS || scale_of(text) > i64::from(MAX_SCALE) {
+        return Err(DecimalTextError::TooPrecise);
+    }
+    let parsed = if text.contains(['e', 'E']) {
+        Decimal::from_scientific(text)
+    } else {
+        Decimal::from_str(text)
+    };
+    parsed.map_err(|_| DecimalTextError::TooPrecise)
+}
+
+/// Turns a decimal into a JSON number with exactly its text (scale kept).
+pub fn to_json_number(value: &Decimal) -> serde_json::Number {
+    // A Decimal's `Display` is always a valid JSON number (no exponent, no leading '+'), so this
+    // parse cannot fail; the fallback keeps the function total without a panic path.
+    serde_json::Number::from_str(&value.to_string()).unwrap_or_else(|_| serde_json::Number::from(0))
+}
+
+/// Serialises a decimal as a JSON number with its scale.
+pub fn serialize<S: Serializer>(value: &Decimal, serializer: S) -> Result<S::Ok, S::Error> {
+    to_json_number(value).serialize(serializer)
+}
+
+/// Deserialises a JSON number into a decimal exactly as written.
+pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Decimal, D::Error> {
+    let number = serde_json::Number::deserialize(deserializer)?;
+    parse_json_number(&number.to_string()).map_err(D::Error::custom)
+}
+
+/// JSON Schema of an amount: a JSON number.
+pub fn schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "number" })
+}
+
+/// The same, for optional amounts (`null` allowed).
+pub fn option_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": ["number", "null"] })
+}
+
+/// (De)serialisation of `Option<Decimal>` amounts.
+pub mod option {
+    use super::*;
+
+    /// Serialises `Some` as a JSON number with its scale, `None` as `null`.
+    pub fn serialize<S: Serializer>(
+        value: &Option<Decimal>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        value.as_ref().map(to_json_number).serialize(serializer)
+    }
+
+    /// Deserialises `null` as `None`, a number exactly as written.
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Decimal>, D::Error> {
+        Option::<serde_json::Number>::deserialize(deserializer)?
+            .map(|n| parse_json_number(&n.to_string()).map_err(D::Error::custom))
+            .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Serialize, Deserialize)]
+    struct Holder {
+        #[serde(with = "super")]
+        amount: Decimal,
+    }
+
+    fn round_trip(json: &str) -> String {
+        let holder: Holder = serde_json::from_str(json).expect("parses");
+        serde_json::to_string(&holder).expect("serialises")
+    }
+
+    #[test]
+    fn amounts_round_trip_exactly_r_1_1() {
+        assert_eq!(round_trip(r#"{"amount":0.1}"#), r#"{"amount":0.1}"#);
+        assert_eq!(round_trip(r#"{"amount":1e2}"#), r#"{"amount":100}"#);
+        assert_eq!(round_trip(r#"{"amount":1E-2}"#), r#"{"amount":0.01}"#);
+        assert_eq!(
+            round_trip(r#"{"amount":123456789012345678.91}"#),
+            r#"{"amount":123456789012345678.91}"#
+        );
+        assert_eq!(round_trip(r#"{"amount":120.00}"#), r#"{"amount":120.00}"#);
+        assert_eq!(round_trip(r#"{"amount":-0.5}"#), r#"{"amount":-0.5}"#);
+    }
+
+    #[test]
+    fn through_a_value_too() {
+        let value: serde_json::Value =
+            serde_json::from_str(r#"{"amount":0.30000000000000004441}"#).unwrap();
+        let holder: Holder = serde_json::from_value(value).unwrap();
+        assert_eq!(holder.amount.to_string(), "0.30000000000000004441");
+    }
+
+    #[test]
+    fn more_than_28_significant_digits_is_refused_r_1_1() {
+        assert_eq!(
+            parse_json_number("1234567890123456789012345678")
+                .unwrap()
+                .to_string(),
+            "1234567890123456789012345678"
+        );
+        assert_eq!(
+            parse_json_number("12345678901234567890123456789"),
+            Err(DecimalTextError::TooPrecise)
+        );
+        assert_eq!(
+            parse_json_number("0.00000000000000000000000000001"),
+            Err(DecimalTextError::TooPrecise)
+        );
+        assert!(
+            serde_json::from_str::<Holder>(r#"{"amount":1.2345678901234567890123456789}"#).is_err()
+        );
+        assert_eq!(parse_json_number("1e40"), Err(DecimalTextError::TooPrecise));
+    }
+}

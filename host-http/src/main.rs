@@ -1,0 +1,2 @@
+//! checkout-server binary.
+fn main() {}
