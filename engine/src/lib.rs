@@ -7,3 +7,5 @@
 
 pub mod api;
 pub mod decimal;
+pub mod money;
+pub mod validate;
