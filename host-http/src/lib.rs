@@ -1,1 +1,3 @@
 //! Library of the checkout-server host.
+
+pub mod gateway;
