@@ -92,8 +92,8 @@ pub struct RetryPolicy {
 }
 
 impl Default for RetryPolicy {
-    /// Three calls, 200 ms then 400 ms apart: with the default 2 s connect and 10 s read
-    /// timeouts a client waits at most about half a minute before its refund is left pending.
+    /// Three calls, 200 ms then 400 ms apart: with the default 2 s connect and 5 s read
+    /// timeouts a client waits at most about 22 s before its refund is left pending.
     fn default() -> Self {
         RetryPolicy {
             attempts: 3,

@@ -40,7 +40,7 @@ impl HttpGatewayConfig {
     /// Default connect timeout.
     pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 2_000;
     /// Default read timeout.
-    pub const DEFAULT_READ_TIMEOUT_MS: u64 = 10_000;
+    pub const DEFAULT_READ_TIMEOUT_MS: u64 = 5_000;
 
     /// A configuration for `url` with the default timeouts.
     pub fn new(url: impl Into<String>) -> Self {
