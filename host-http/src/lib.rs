@@ -1,1 +1,4 @@
 //! Library of the checkout-server host.
+
+pub mod gateway;
+pub mod multipart;
