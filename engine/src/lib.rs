@@ -7,5 +7,11 @@
 
 pub mod api;
 pub mod decimal;
+pub mod error;
 pub mod money;
+pub mod policy;
+pub mod quote;
+pub mod time;
 pub mod validate;
+
+pub use error::EngineError;
