@@ -14,7 +14,8 @@ use crate::time::{CalendarStep, parse_date};
 
 /// The effective policy of an item (R-5.1): its own `cancellationPolicy`; else the provider's
 /// policy for the item's category; else the provider's general default; else none (a
-/// cancellation then refunds the item in full). The host resolves it once at creation and stores
+/// cancellation then refunds the item in full). A provider policy with reference START_PERIOD
+/// is skipped for an item without a period, as it cannot apply to it. The host resolves it once at creation and stores
 /// it with the item (R-3.5).
 ///
 /// ```
@@ -37,13 +38,19 @@ use crate::time::{CalendarStep, parse_date};
 /// assert_eq!(engine::policy::effective_policy(&hotel, &provider), provider.default_policy);
 /// ```
 pub fn effective_policy(item: &Item, provider: &ProviderSettings) -> Option<CancellationPolicy> {
-    item.cancellation_policy
-        .as_ref()
-        .or_else(|| {
-            item.category
-                .and_then(|category| provider.category_policies.get(&category))
-        })
-        .or(provider.default_policy.as_ref())
+    // A provider's START_PERIOD policy is not applicable to an item without a period (spec:
+    // "no applicable configuration"; R-5.2), so the search falls through to the next one
+    // instead of creating an item whose penalties cannot be computed.
+    let applicable = |policy: &&CancellationPolicy| {
+        policy.reference != PolicyReference::StartPeriod || item.period.is_some()
+    };
+    if let Some(own) = &item.cancellation_policy {
+        return Some(own.clone());
+    }
+    item.category
+        .and_then(|category| provider.category_policies.get(&category))
+        .filter(applicable)
+        .or(provider.default_policy.as_ref().filter(applicable))
         .cloned()
 }
 
