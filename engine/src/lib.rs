@@ -8,6 +8,7 @@
 pub mod api;
 pub mod decimal;
 pub mod error;
+pub mod lines;
 pub mod money;
 pub mod penalty;
 pub mod policy;
