@@ -14,6 +14,8 @@ pub mod penalty;
 pub mod policy;
 pub mod preview;
 pub mod quote;
+#[cfg(feature = "strategies")]
+pub mod strategies;
 pub mod time;
 pub mod validate;
 
