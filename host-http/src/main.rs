@@ -5,6 +5,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod offline;
+
 /// Version line: the package version and the embedded time-zone database.
 const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
@@ -22,8 +24,17 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-enum Command {}
+enum Command {
+    /// Quote checkouts: JSON Lines `{"checkout": …}` on stdin, one quote per line on stdout.
+    Quote,
+    /// Preview refunds: JSON Lines `{"checkout", "provider", "paidAt", "at", "itemsOrder",
+    /// "amount"}` on stdin, one refund preview per line on stdout.
+    Preview,
+}
 
 fn main() -> ExitCode {
-    match Cli::parse().command {}
+    match Cli::parse().command {
+        Command::Quote => offline::run(engine::lines::quote_line),
+        Command::Preview => offline::run(engine::lines::preview_line),
+    }
 }

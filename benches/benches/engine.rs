@@ -1,0 +1,99 @@
+//! Criterion benchmarks of the rules engine: quotes, penalty evaluation, schedules, refund
+//! previews and validation of a creation payload (figures in `docs/PERFORMANCE.md`).
+
+use std::hint::black_box;
+
+use benches::{at, cancel_all, checkout, context, paid_at, typical_payload};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use engine::money::Currency;
+use engine::penalty::{Anchors, ItemSchedule};
+use engine::policy::Policy;
+use engine::preview::preview_refund;
+
+fn quote(c: &mut Criterion) {
+    let mut group = c.benchmark_group("quote");
+    for items in [1_usize, 10, 100, 1_000] {
+        let checkout = checkout(items);
+        group.throughput(Throughput::Elements(items as u64));
+        group.bench_with_input(
+            BenchmarkId::from_parameter(items),
+            &checkout,
+            |b, checkout| b.iter(|| engine::quote::quote(black_box(checkout))),
+        );
+    }
+    group.finish();
+}
+
+fn penalty(c: &mut Criterion) {
+    let prepared = context(1).prepare().unwrap_or_else(|e| panic!("{e}"));
+    let schedule = prepared.items()[0].schedule().clone();
+    let at = at();
+    c.bench_function("penalty/evaluate_one_item", |b| {
+        b.iter(|| black_box(&schedule).at(black_box(at)))
+    });
+    let item = &prepared.items()[0];
+    c.bench_function("penalty/preview_line_one_item", |b| {
+        b.iter(|| black_box(item).line(black_box(at)))
+    });
+
+    let ctx = context(1);
+    let currency = Currency::parse("EUR").unwrap_or_else(|e| panic!("{e}"));
+    let state = &ctx.items[0];
+    let policy = state
+        .policy
+        .as_ref()
+        .map(|p| Policy::parse(p, currency))
+        .transpose()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let start = engine::time::parse_date_time(
+        &state
+            .period
+            .as_ref()
+            .map(|p| p.start.clone())
+            .unwrap_or_default(),
+        chrono_tz::Europe::Berlin,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let anchors = Anchors {
+        item_zone: chrono_tz::Europe::Berlin,
+        provider_zone: chrono_tz::Europe::Berlin,
+        start: Some(start),
+        paid_at: Some(paid_at()),
+    };
+    let total = currency.round(state.total);
+    c.bench_function("penalty/schedule_one_item", |b| {
+        b.iter(|| {
+            ItemSchedule::build(black_box(total), policy.as_ref(), black_box(&anchors))
+                .map(|schedule| schedule.changes())
+        })
+    });
+}
+
+fn preview(c: &mut Criterion) {
+    let ctx = context(10);
+    let prepared = ctx.prepare().unwrap_or_else(|e| panic!("{e}"));
+    let req = cancel_all(10);
+    let at = at();
+    c.bench_function("preview/10_items_prepared", |b| {
+        b.iter(|| prepared.preview(black_box(&req), black_box(at)))
+    });
+    c.bench_function("preview/10_items_from_stored_rows", |b| {
+        b.iter(|| preview_refund(black_box(&ctx), black_box(&req), black_box(at)))
+    });
+}
+
+fn validation(c: &mut Criterion) {
+    let payload = typical_payload();
+    let mut group = c.benchmark_group("validate");
+    group.throughput(Throughput::Bytes(payload.len() as u64));
+    group.bench_function("checkout_typical_payload", |b| {
+        b.iter(|| engine::validate::checkout(black_box(&payload), "Europe/Berlin"))
+    });
+    group.bench_function("serde_json_value_same_bytes", |b| {
+        b.iter(|| serde_json::from_slice::<serde_json::Value>(black_box(&payload)))
+    });
+    group.finish();
+}
+
+criterion_group!(engine_benches, quote, penalty, preview, validation);
+criterion_main!(engine_benches);
