@@ -7,5 +7,13 @@
 
 pub mod api;
 pub mod decimal;
+pub mod error;
 pub mod money;
+pub mod penalty;
+pub mod policy;
+pub mod preview;
+pub mod quote;
+pub mod time;
 pub mod validate;
+
+pub use error::EngineError;

@@ -2,6 +2,8 @@
 
 use rust_decimal::{Decimal, RoundingStrategy};
 
+use crate::error::EngineError;
+
 /// Minor-unit decimals of an ISO 4217 alphabetic code (EUR 2, JPY 0, KWD 3), or `None` for an
 /// unknown or lower-case code (R-1.2). Codes without a minor unit (XAU, XDR) count as 0.
 pub fn minor_units(code: &str) -> Option<u32> {
@@ -23,6 +25,135 @@ pub fn round_to_scale(value: Decimal, scale: u32) -> Decimal {
 /// Whether `value` has no more than `scale` decimals once trailing zeros are ignored (R-1.5).
 pub fn fits_scale(value: Decimal, scale: u32) -> bool {
     value.normalize().scale() <= scale
+}
+
+/// A currency the engine can compute in: an upper-case ISO 4217 code and its minor-unit
+/// decimals, checked once (R-1.2) so that later arithmetic never looks the code up again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Currency {
+    code: [u8; 3],
+    scale: u32,
+}
+
+impl Currency {
+    /// Parses an ISO 4217 alphabetic code (R-1.2).
+    ///
+    /// ```
+    /// use engine::money::Currency;
+    /// assert_eq!(Currency::parse("JPY").unwrap().scale(), 0);
+    /// assert!(Currency::parse("eur").is_err());
+    /// ```
+    pub fn parse(code: &str) -> Result<Currency, EngineError> {
+        let scale =
+            minor_units(code).ok_or_else(|| EngineError::UnknownCurrency(code.to_owned()))?;
+        let bytes = code.as_bytes();
+        Ok(Currency {
+            code: [bytes[0], bytes[1], bytes[2]],
+            scale,
+        })
+    }
+
+    /// The code (`EUR`).
+    pub fn code(&self) -> &str {
+        // The bytes were checked to be ASCII upper-case letters in `parse`.
+        std::str::from_utf8(&self.code).unwrap_or("XXX")
+    }
+
+    /// Minor-unit decimals (EUR 2, JPY 0, KWD 3).
+    pub fn scale(&self) -> u32 {
+        self.scale
+    }
+
+    /// Rounds a computed value to this currency's minor unit (R-1.3).
+    pub fn round(&self, value: Decimal) -> Money {
+        Money {
+            amount: round_to_scale(value, self.scale),
+            currency: *self,
+        }
+    }
+
+    /// Takes an amount that must already be exact in minor units (a provided total, a fixed
+    /// penalty, a requested refund) and writes it at the currency's scale (R-1.4, R-1.5).
+    pub fn exact(&self, value: Decimal, field: &str) -> Result<Money, EngineError> {
+        if !fits_scale(value, self.scale) {
+            return Err(EngineError::TooManyDecimals {
+                field: field.to_owned(),
+                scale: self.scale,
+            });
+        }
+        let mut amount = value.normalize();
+        amount.rescale(self.scale);
+        Ok(Money {
+            amount,
+            currency: *self,
+        })
+    }
+
+    /// Zero in this currency, at its scale.
+    pub fn zero(&self) -> Money {
+        self.round(Decimal::ZERO)
+    }
+}
+
+/// An amount in a currency, always at the currency's scale. Arithmetic is checked: an overflow
+/// or a currency mismatch is an error value, never a panic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Money {
+    amount: Decimal,
+    currency: Currency,
+}
+
+impl Money {
+    /// The amount, at the currency's scale.
+    pub fn amount(&self) -> Decimal {
+        self.amount
+    }
+
+    /// The currency.
+    pub fn currency(&self) -> Currency {
+        self.currency
+    }
+
+    fn same_currency(&self, other: &Money) -> Result<(), EngineError> {
+        if self.currency == other.currency {
+            Ok(())
+        } else {
+            Err(EngineError::CurrencyMismatch {
+                expected: self.currency.code().to_owned(),
+                found: other.currency.code().to_owned(),
+            })
+        }
+    }
+
+    /// `self + other`, same currency, no overflow.
+    pub fn checked_add(self, other: Money) -> Result<Money, EngineError> {
+        self.same_currency(&other)?;
+        let amount = self
+            .amount
+            .checked_add(other.amount)
+            .ok_or(EngineError::Overflow("money addition"))?;
+        Ok(self.currency.round(amount))
+    }
+
+    /// `self − other`, same currency, no overflow.
+    pub fn checked_sub(self, other: Money) -> Result<Money, EngineError> {
+        self.same_currency(&other)?;
+        let amount = self
+            .amount
+            .checked_sub(other.amount)
+            .ok_or(EngineError::Overflow("money subtraction"))?;
+        Ok(self.currency.round(amount))
+    }
+
+    /// The smaller of two amounts of one currency.
+    pub fn checked_min(self, other: Money) -> Result<Money, EngineError> {
+        self.same_currency(&other)?;
+        Ok(if other.amount < self.amount {
+            other
+        } else {
+            self
+        })
+    }
 }
 
 #[cfg(test)]
@@ -54,5 +185,34 @@ mod tests {
         assert!(fits_scale(dec!(1.10), 1));
         assert!(fits_scale(dec!(1.00), 0));
         assert!(!fits_scale(dec!(1.001), 2));
+    }
+
+    #[test]
+    fn money_arithmetic_is_checked() {
+        let eur = Currency::parse("EUR").unwrap();
+        let jpy = Currency::parse("JPY").unwrap();
+        let a = eur.exact(dec!(10.5), "a").unwrap();
+        assert_eq!(a.amount().to_string(), "10.50");
+        assert_eq!(
+            a.checked_add(eur.round(dec!(0.004)))
+                .unwrap()
+                .amount()
+                .to_string(),
+            "10.50"
+        );
+        assert!(matches!(
+            a.checked_add(jpy.zero()),
+            Err(EngineError::CurrencyMismatch { .. })
+        ));
+        let max = jpy.round(Decimal::MAX);
+        assert_eq!(
+            max.checked_add(max),
+            Err(EngineError::Overflow("money addition"))
+        );
+        assert!(eur.exact(dec!(1.001), "x").is_err());
+        assert_eq!(
+            eur.exact(dec!(1.000), "x").unwrap().amount().to_string(),
+            "1.00"
+        );
     }
 }

@@ -1,0 +1,187 @@
+//! Time: zones, local wall-clock readings and calendar steps (R-6).
+//!
+//! Every function here is pure: instants come in as arguments, the clock is never read (R-6.6).
+//! The one rule that turns a local wall-clock reading into an instant is [`resolve_local`]
+//! (R-6.2); period starts, calendar steps and DatePenalty midnights all go through it.
+
+use chrono::{
+    DateTime, Duration, FixedOffset, LocalResult, Months, NaiveDate, NaiveDateTime, NaiveTime,
+    Offset, SecondsFormat, TimeZone, Utc,
+};
+use chrono_tz::Tz;
+
+use crate::error::EngineError;
+
+/// Parses an IANA zone name of the compiled-in database (R-6.1, R-6.7).
+///
+/// ```
+/// let berlin = engine::time::parse_zone("Europe/Berlin").unwrap();
+/// assert_eq!(berlin, chrono_tz::Europe::Berlin);
+/// assert!(engine::time::parse_zone("Mars/Olympus").is_err());
+/// ```
+pub fn parse_zone(name: &str) -> Result<Tz, EngineError> {
+    name.parse::<Tz>()
+        .map_err(|_| EngineError::UnknownTimeZone(name.to_owned()))
+}
+
+/// Longest daylight-saving gap searched backwards for the offset in force before it; real gaps
+/// are at most a day (Pacific/Apia skipped 2011-12-30 entirely).
+const GAP_SEARCH_STEPS: i64 = 4 * 49;
+const GAP_SEARCH_STEP_MINUTES: i64 = 15;
+
+/// Reads a local wall-clock date-time in `zone` as an instant (R-6.2): inside a gap it takes the
+/// offset in force just before the gap (02:30 in a 02:00→03:00 gap becomes 03:30 after it); in a
+/// fold (clocks set back) it takes the earlier instant.
+///
+/// ```
+/// use chrono::NaiveDate;
+/// let local = NaiveDate::from_ymd_opt(2026, 3, 29).unwrap().and_hms_opt(2, 30, 0).unwrap();
+/// let instant = engine::time::resolve_local(chrono_tz::Europe::Berlin, local).unwrap();
+/// assert_eq!(instant.to_rfc3339(), "2026-03-29T01:30:00+00:00"); // 03:30 CEST
+/// ```
+pub fn resolve_local(zone: Tz, local: NaiveDateTime) -> Result<DateTime<Utc>, EngineError> {
+    match zone.from_local_datetime(&local) {
+        LocalResult::Single(instant) => Ok(instant.with_timezone(&Utc)),
+        LocalResult::Ambiguous(earlier, _) => Ok(earlier.with_timezone(&Utc)),
+        LocalResult::None => {
+            let before = offset_before_gap(zone, local)?;
+            let utc = local
+                .checked_sub_signed(Duration::seconds(i64::from(before.local_minus_utc())))
+                .ok_or(EngineError::TimeOutOfRange)?;
+            Ok(Utc.from_utc_datetime(&utc))
+        }
+    }
+}
+
+/// The offset in force just before the gap that swallows `local`: walk back in small steps to
+/// the last valid wall-clock reading before the gap and take its offset.
+fn offset_before_gap(zone: Tz, local: NaiveDateTime) -> Result<FixedOffset, EngineError> {
+    for step in 1..=GAP_SEARCH_STEPS {
+        let earlier = local
+            .checked_sub_signed(Duration::minutes(step * GAP_SEARCH_STEP_MINUTES))
+            .ok_or(EngineError::TimeOutOfRange)?;
+        match zone.from_local_datetime(&earlier) {
+            LocalResult::Single(instant) => return Ok(instant.offset().fix()),
+            // A fold right before a gap: the later reading is the one nearest the gap.
+            LocalResult::Ambiguous(_, later) => return Ok(later.offset().fix()),
+            LocalResult::None => {}
+        }
+    }
+    Err(EngineError::TimeOutOfRange)
+}
+
+/// The wall-clock reading of an instant in a zone.
+pub fn wall_clock(zone: Tz, instant: DateTime<Utc>) -> NaiveDateTime {
+    instant.with_timezone(&zone).naive_local()
+}
+
+/// Parses `period.start` (or any date-time of R-6.1): RFC 3339 with an offset fixes the instant
+/// by itself; a local date-time without offset (`2026-12-01T15:00:00`, seconds optional) is read
+/// in `zone` by [`resolve_local`].
+///
+/// ```
+/// use chrono_tz::America::New_York;
+/// let fixed = engine::time::parse_date_time("2026-12-01T15:00:00+01:00", New_York).unwrap();
+/// assert_eq!(fixed.to_rfc3339(), "2026-12-01T14:00:00+00:00");
+/// // 01:30 on 1 November 2026 happens twice in New York; the earlier (EDT) instant is taken.
+/// let folded = engine::time::parse_date_time("2026-11-01T01:30:00", New_York).unwrap();
+/// assert_eq!(folded.to_rfc3339(), "2026-11-01T05:30:00+00:00");
+/// ```
+pub fn parse_date_time(text: &str, zone: Tz) -> Result<DateTime<Utc>, EngineError> {
+    if let Ok(instant) = DateTime::parse_from_rfc3339(text) {
+        return Ok(instant.with_timezone(&Utc));
+    }
+    let local = NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f")
+        .or_else(|_| NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M"))
+        .or_else(|_| {
+            NaiveDate::parse_from_str(text, "%Y-%m-%d").map(|d| d.and_time(NaiveTime::MIN))
+        })
+        .map_err(|_| EngineError::InvalidDateTime(text.to_owned()))?;
+    resolve_local(zone, local)
+}
+
+/// Parses an RFC 3339 instant with an offset (`paidAt`, `at`).
+pub fn parse_instant(text: &str) -> Result<DateTime<Utc>, EngineError> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|instant| instant.with_timezone(&Utc))
+        .map_err(|_| EngineError::InvalidDateTime(text.to_owned()))
+}
+
+/// Parses a `YYYY-MM-DD` date (`until`).
+pub fn parse_date(text: &str) -> Result<NaiveDate, EngineError> {
+    NaiveDate::parse_from_str(text, "%Y-%m-%d")
+        .map_err(|_| EngineError::InvalidDate(text.to_owned()))
+}
+
+/// A whole number of calendar days or months on a wall-clock date-time (R-5.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CalendarStep {
+    /// Calendar days: the same wall-clock time `n` days later or earlier.
+    Days(u32),
+    /// Calendar months, clamped to the month's last day (31 March − 1 month = 28/29 February).
+    Months(u32),
+}
+
+/// Moves a wall-clock date-time forward (`forward`) or back by a calendar step; `None` when the
+/// result leaves chrono's range.
+pub fn step_local(
+    local: NaiveDateTime,
+    step: CalendarStep,
+    forward: bool,
+) -> Option<NaiveDateTime> {
+    match (step, forward) {
+        (CalendarStep::Days(n), true) => local.checked_add_signed(Duration::days(i64::from(n))),
+        (CalendarStep::Days(n), false) => local.checked_sub_signed(Duration::days(i64::from(n))),
+        (CalendarStep::Months(n), true) => local.checked_add_months(Months::new(n)),
+        (CalendarStep::Months(n), false) => local.checked_sub_months(Months::new(n)),
+    }
+}
+
+/// Writes an instant as RFC 3339 in UTC with `Z`, fractional seconds only when present
+/// (`2026-03-29T01:30:00Z`).
+pub fn format_utc(instant: DateTime<Utc>) -> String {
+    instant.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn local(y: i32, m: u32, d: u32, h: u32, min: u32) -> NaiveDateTime {
+        NaiveDate::from_ymd_opt(y, m, d)
+            .and_then(|date| date.and_hms_opt(h, min, 0))
+            .expect("valid test date")
+    }
+
+    #[test]
+    fn gap_takes_offset_before_it_r_6_2() {
+        let berlin = resolve_local(chrono_tz::Europe::Berlin, local(2026, 3, 29, 2, 30)).unwrap();
+        assert_eq!(format_utc(berlin), "2026-03-29T01:30:00Z");
+        // Lord Howe moves 30 minutes: 02:00 → 02:30 on 2026-10-04; 02:15 is read with +10:30.
+        let howe =
+            resolve_local(chrono_tz::Australia::Lord_Howe, local(2026, 10, 4, 2, 15)).unwrap();
+        assert_eq!(format_utc(howe), "2026-10-03T15:45:00Z");
+    }
+
+    #[test]
+    fn fold_takes_earlier_instant_r_6_2() {
+        let ny = resolve_local(chrono_tz::America::New_York, local(2026, 11, 1, 1, 30)).unwrap();
+        assert_eq!(format_utc(ny), "2026-11-01T05:30:00Z");
+    }
+
+    #[test]
+    fn months_clamp_to_month_end_r_5_5() {
+        let back = step_local(local(2026, 3, 31, 10, 0), CalendarStep::Months(1), false).unwrap();
+        assert_eq!(back, local(2026, 2, 28, 10, 0));
+        let leap = step_local(local(2028, 3, 31, 10, 0), CalendarStep::Months(1), false).unwrap();
+        assert_eq!(leap, local(2028, 2, 29, 10, 0));
+    }
+
+    #[test]
+    fn unknown_zone_and_bad_texts_are_errors() {
+        assert!(parse_zone("Europe/Nowhere").is_err());
+        assert!(parse_date_time("yesterday", Tz::UTC).is_err());
+        assert!(parse_date("2026-02-30").is_err());
+        assert!(parse_instant("2026-02-01T10:00:00").is_err());
+    }
+}
