@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use host_http::cli;
 
 /// Version line: the package version and the embedded time-zone database.
 const VERSION: &str = concat!(
@@ -22,8 +23,17 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-enum Command {}
+enum Command {
+    /// Run the HTTP service.
+    Serve(cli::ServeArgs),
+    /// Manage providers and their credentials on a database file.
+    #[command(subcommand)]
+    Provider(cli::ProviderCommand),
+}
 
 fn main() -> ExitCode {
-    match Cli::parse().command {}
+    match Cli::parse().command {
+        Command::Serve(args) => cli::serve(args),
+        Command::Provider(command) => cli::provider(command),
+    }
 }

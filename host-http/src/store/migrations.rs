@@ -170,7 +170,12 @@ mod tests {
     #[test]
     fn versions_are_numbered_from_one_without_gaps() {
         for (index, migration) in MIGRATIONS.iter().enumerate() {
-            assert_eq!(migration.version as usize, index + 1, "{}", migration.description);
+            assert_eq!(
+                migration.version as usize,
+                index + 1,
+                "{}",
+                migration.description
+            );
         }
     }
 

@@ -297,12 +297,16 @@ pub enum PayOutcome {
 pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// The active (not revoked) credential with this widget ID. Read on every request, so that
     /// credentials changed on the same database take effect at once.
-    fn credential(&self, widget_id: String)
-    -> BoxFuture<'_, Result<Option<CredentialRow>, StoreError>>;
+    fn credential(
+        &self,
+        widget_id: String,
+    ) -> BoxFuture<'_, Result<Option<CredentialRow>, StoreError>>;
 
     /// A provider by id.
-    fn provider(&self, provider_id: String)
-    -> BoxFuture<'_, Result<Option<ProviderRow>, StoreError>>;
+    fn provider(
+        &self,
+        provider_id: String,
+    ) -> BoxFuture<'_, Result<Option<ProviderRow>, StoreError>>;
 
     /// A stored idempotency key, unless it has expired (older than `not_before`).
     fn idempotency(
@@ -336,9 +340,14 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         response: Option<IdempotentResponse>,
     ) -> BoxFuture<'_, Result<String, StoreError>>;
 
+    /// The provider owning a transaction, for the ownership check of.
+    fn transaction_owner(&self, id: String) -> BoxFuture<'_, Result<Option<String>, StoreError>>;
+
     /// A transaction with its items and cancellations.
-    fn transaction(&self, id: String)
-    -> BoxFuture<'_, Result<Option<TransactionRecord>, StoreError>>;
+    fn transaction(
+        &self,
+        id: String,
+    ) -> BoxFuture<'_, Result<Option<TransactionRecord>, StoreError>>;
 
     /// Replaces the given descriptive fields.
     fn update_transaction(

@@ -31,9 +31,9 @@ use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
 
 use super::{
-    Claim, CredentialRow, IdempotencyKey, IdempotencyRecord, IdempotencyState,
-    IdempotentResponse, ItemRecord, NewTransaction, Owned, PayOutcome, PaymentDetails,
-    ProviderRow, Store, StoreError, TransactionRecord, format_instant, migrations,
+    Claim, CredentialRow, IdempotencyKey, IdempotencyRecord, IdempotencyState, IdempotentResponse,
+    ItemRecord, NewTransaction, Owned, PayOutcome, PaymentDetails, ProviderRow, Store, StoreError,
+    TransactionRecord, format_instant, migrations,
 };
 
 /// How long a connection waits for a lock held by another process (the provider CLI) before
@@ -354,19 +354,21 @@ pub fn read_provider(conn: &Connection, id: &str) -> Result<Option<ProviderRow>,
             ))
         })
         .optional()?;
-    row.map(|(id, name, time_zone, default_policy, categories, created_at)| {
-        Ok(ProviderRow {
-            id,
-            name,
-            time_zone,
-            default_policy: opt_json("providers.default_policy", default_policy)?,
-            category_policies: from_json::<BTreeMap<Category, CancellationPolicy>>(
-                "providers.category_policies",
-                &categories,
-            )?,
-            created_at,
-        })
-    })
+    row.map(
+        |(id, name, time_zone, default_policy, categories, created_at)| {
+            Ok(ProviderRow {
+                id,
+                name,
+                time_zone,
+                default_policy: opt_json("providers.default_policy", default_policy)?,
+                category_policies: from_json::<BTreeMap<Category, CancellationPolicy>>(
+                    "providers.category_policies",
+                    &categories,
+                )?,
+                created_at,
+            })
+        },
+    )
     .transpose()
 }
 
@@ -732,7 +734,13 @@ fn pay(
         "UPDATE transactions SET status = 'PAID', paid_amount = ?2, paid_at = ?3, payment = ?4, \
          updated_at = ?5 WHERE id = ?1",
     )?
-    .execute(params![id, paid.to_string(), paid_at, to_json(details)?, now])?;
+    .execute(params![
+        id,
+        paid.to_string(),
+        paid_at,
+        to_json(details)?,
+        now
+    ])?;
     Ok(Owned::Done(PayOutcome::Paid(paid)))
 }
 
@@ -824,6 +832,16 @@ impl Store for SqliteStore {
             self.writer
                 .execute(move |conn| insert_transaction(conn, &transaction, response.as_ref())),
         )
+    }
+
+    fn transaction_owner(&self, id: String) -> BoxFuture<'_, Result<Option<String>, StoreError>> {
+        let result = self.read(|conn| {
+            Ok(conn
+                .prepare_cached("SELECT provider_id FROM transactions WHERE id = ?1")?
+                .query_row([&id], |r| r.get(0))
+                .optional()?)
+        });
+        Box::pin(std::future::ready(result))
     }
 
     fn transaction(
