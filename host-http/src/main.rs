@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use host_http::cli;
 
 mod offline;
 
@@ -30,11 +31,18 @@ enum Command {
     /// Preview refunds: JSON Lines `{"checkout", "provider", "paidAt", "at", "itemsOrder",
     /// "amount"}` on stdin, one refund preview per line on stdout.
     Preview,
+    /// Run the HTTP service.
+    Serve(cli::ServeArgs),
+    /// Manage providers and their credentials on a database file.
+    #[command(subcommand)]
+    Provider(cli::ProviderCommand),
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Quote => offline::run(engine::lines::quote_line),
         Command::Preview => offline::run(engine::lines::preview_line),
+        Command::Serve(args) => cli::serve(args),
+        Command::Provider(command) => cli::provider(command),
     }
 }

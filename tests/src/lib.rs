@@ -5,6 +5,8 @@
 //! adding a file. `UPDATE_EXPECT=1` rewrites `expected` with the actual output so that a
 //! deliberate change is reviewed as a diff of the fixtures.
 
+pub mod http;
+
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 

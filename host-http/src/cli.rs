@@ -1,0 +1,289 @@
+//! The `serve` and `provider` commands: their arguments (each `serve` flag also an environment
+//! variable) and what they run. `main.rs` only dispatches here.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use chrono::Utc;
+use clap::builder::BoolishValueParser;
+use clap::{ArgAction, Args, Subcommand};
+use serde::Serialize;
+
+use crate::auth::Scopes;
+use crate::providers::{self, AdminError, IssuedCredential, NewProvider, PolicyChange};
+use crate::{App, Config};
+
+/// `checkout-server serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "CHECKOUT_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// SQLite database file, created on first start.
+    #[arg(long, env = "CHECKOUT_DB", default_value = "./checkout.db")]
+    pub db: PathBuf,
+    /// Enable the sandbox routes (POST /sandbox/transactions/{id}/pay).
+    #[arg(long, env = "CHECKOUT_SANDBOX", action = ArgAction::SetTrue,
+          value_parser = BoolishValueParser::new())]
+    pub sandbox: bool,
+    /// Create or reuse the provider "demo", print a fresh credential and a curl command;
+    /// implies --sandbox.
+    #[arg(long, env = "CHECKOUT_DEMO", action = ArgAction::SetTrue,
+          value_parser = BoolishValueParser::new())]
+    pub demo: bool,
+}
+
+/// `--db` of the provider commands.
+#[derive(Debug, Clone, Args)]
+pub struct DbArg {
+    /// SQLite database file (created if missing).
+    #[arg(long, env = "CHECKOUT_DB", default_value = "./checkout.db")]
+    pub db: PathBuf,
+}
+
+/// `checkout-server provider …`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum ProviderCommand {
+    /// Create a provider with its first credential; prints {"providerId","widgetId","backendSecret"}.
+    Create {
+        #[command(flatten)]
+        db: DbArg,
+        /// Display name.
+        #[arg(long)]
+        name: String,
+        /// IANA time zone of the provider (R-6.1).
+        #[arg(long, default_value = "UTC")]
+        time_zone: String,
+        /// JSON file with the default cancellation policy (R-5.1).
+        #[arg(long)]
+        default_policy: Option<PathBuf>,
+        /// CATEGORY=FILE: default policy for one item category; repeatable.
+        #[arg(long)]
+        category_policy: Vec<String>,
+        /// Comma-separated scopes of the credential (R-7.3).
+        #[arg(
+            long,
+            default_value = "transactions:read,transactions:write,refunds:write"
+        )]
+        scopes: String,
+    },
+    /// List providers and their credentials (never secrets).
+    List {
+        #[command(flatten)]
+        db: DbArg,
+    },
+    /// Change a provider's policies or time zone; existing transactions keep theirs (R-3.5).
+    SetPolicy {
+        #[command(flatten)]
+        db: DbArg,
+        /// Provider identifier.
+        #[arg(long)]
+        provider: String,
+        /// JSON file with the new default policy.
+        #[arg(long, conflicts_with = "clear_default_policy")]
+        default_policy: Option<PathBuf>,
+        /// Remove the default policy.
+        #[arg(long)]
+        clear_default_policy: bool,
+        /// CATEGORY=FILE; repeatable.
+        #[arg(long)]
+        category_policy: Vec<String>,
+        /// CATEGORY whose policy to remove; repeatable.
+        #[arg(long)]
+        clear_category_policy: Vec<String>,
+        /// New IANA time zone.
+        #[arg(long)]
+        time_zone: Option<String>,
+    },
+    /// Add a further active credential, for rotation without downtime (R-7.1).
+    AddCredential {
+        #[command(flatten)]
+        db: DbArg,
+        /// Provider identifier.
+        #[arg(long)]
+        provider: String,
+        /// Comma-separated scopes (R-7.3).
+        #[arg(
+            long,
+            default_value = "transactions:read,transactions:write,refunds:write"
+        )]
+        scopes: String,
+    },
+    /// Revoke a credential; refused from its next request on.
+    RevokeCredential {
+        #[command(flatten)]
+        db: DbArg,
+        /// Widget ID of the credential.
+        #[arg(long)]
+        widget_id: String,
+    },
+}
+
+/// Installs the log subscriber: `RUST_LOG` filters (default `info`), lines on stderr.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+/// Runs `serve` until SIGINT/SIGTERM.
+pub fn serve(args: ServeArgs) -> ExitCode {
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => return fail(&error),
+    };
+    runtime.block_on(async move {
+        let demo = if args.demo {
+            match providers::demo_credential(&args.db, Utc::now()) {
+                Ok(issued) => Some(issued),
+                Err(error) => return fail(&error),
+            }
+        } else {
+            None
+        };
+        let mut config = Config::new(args.listen, args.db.clone());
+        config.sandbox = args.sandbox || args.demo;
+        let app = match App::build(config).await {
+            Ok(app) => app,
+            Err(error) => return fail(&error),
+        };
+        if let Some(issued) = demo {
+            print_demo(&issued, app.local_addr());
+        }
+        match app.run().await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => fail(&error),
+        }
+    })
+}
+
+fn print_demo(issued: &IssuedCredential, addr: SocketAddr) {
+    println!("Demo provider ready (sandbox mode). The secret is shown only now.");
+    println!("  providerId:    {}", issued.provider_id);
+    println!("  widgetId:      {}", issued.widget_id);
+    println!("  backendSecret: {}", issued.backend_secret);
+    println!();
+    println!("Create a transaction:");
+    println!(
+        "  curl -s -u '{}:{}' -H 'Content-Type: application/json' \
+         -d '{{\"title\":\"Demo trip\",\"currency\":\"EUR\",\"items\":[{{\"name\":\"Flight\",\
+         \"category\":\"FLIGHT\",\"price\":100,\"taxes\":[{{\"value\":19}}]}}]}}' \
+         http://{addr}/initialize",
+        issued.widget_id, issued.backend_secret
+    );
+}
+
+fn fail(error: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("error: {error}");
+    ExitCode::FAILURE
+}
+
+fn print_json<T: Serialize>(value: &T) -> ExitCode {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => {
+            println!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => fail(&error),
+    }
+}
+
+fn category_policies(
+    arguments: &[String],
+) -> Result<BTreeMap<engine::api::Category, engine::api::CancellationPolicy>, AdminError> {
+    arguments
+        .iter()
+        .map(|a| providers::read_category_policy(a))
+        .collect()
+}
+
+fn optional_policy(
+    file: Option<&Path>,
+) -> Result<Option<engine::api::CancellationPolicy>, AdminError> {
+    file.map(providers::read_policy_file).transpose()
+}
+
+/// Runs a `provider` command; prints JSON on success.
+pub fn provider(command: ProviderCommand) -> ExitCode {
+    let now = Utc::now();
+    let outcome: Result<ExitCode, AdminError> = (|| match command {
+        ProviderCommand::Create {
+            db,
+            name,
+            time_zone,
+            default_policy,
+            category_policy,
+            scopes,
+        } => {
+            let provider = NewProvider {
+                name,
+                time_zone,
+                default_policy: optional_policy(default_policy.as_deref())?,
+                category_policies: category_policies(&category_policy)?,
+                scopes: Scopes::parse(&scopes)?,
+            };
+            Ok(print_json(&providers::create_provider(
+                &db.db, &provider, now,
+            )?))
+        }
+        ProviderCommand::List { db } => Ok(print_json(&providers::list_providers(&db.db)?)),
+        ProviderCommand::SetPolicy {
+            db,
+            provider,
+            default_policy,
+            clear_default_policy,
+            category_policy,
+            clear_category_policy,
+            time_zone,
+        } => {
+            let default_policy = if clear_default_policy {
+                Some(None)
+            } else {
+                optional_policy(default_policy.as_deref())?.map(Some)
+            };
+            let clear_categories = clear_category_policy
+                .iter()
+                .map(|c| {
+                    engine::api::Category::parse(c).ok_or_else(|| AdminError::Category(c.clone()))
+                })
+                .collect::<Result<_, _>>()?;
+            let change = PolicyChange {
+                default_policy,
+                set_categories: category_policies(&category_policy)?,
+                clear_categories,
+                time_zone,
+            };
+            providers::set_policy(&db.db, &provider, &change)?;
+            Ok(print_json(
+                &serde_json::json!({"providerId": provider, "updated": true}),
+            ))
+        }
+        ProviderCommand::AddCredential {
+            db,
+            provider,
+            scopes,
+        } => Ok(print_json(&providers::add_credential(
+            &db.db,
+            &provider,
+            Scopes::parse(&scopes)?,
+            now,
+        )?)),
+        ProviderCommand::RevokeCredential { db, widget_id } => {
+            providers::revoke_credential(&db.db, &widget_id, now)?;
+            Ok(print_json(
+                &serde_json::json!({"widgetId": widget_id, "revoked": true}),
+            ))
+        }
+    })();
+    outcome.unwrap_or_else(|error| fail(&error))
+}

@@ -1,0 +1,145 @@
+//! The route table: which method and path pattern is which operation, with the 404 and 405
+//! answers of. New routes (the cancellation routes) are one more match arm here and one
+//! more arm in `handlers::dispatch`.
+
+use hyper::Method;
+
+use crate::error::ApiError;
+
+/// A matched route, with its path parameter (not yet checked to be a UUID).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// `GET /status` (spec endpoint 1).
+    Health,
+    /// `GET /status/{transactionId}`.
+    Status(String),
+    /// `POST /initialize` (spec endpoint 3).
+    Initialize,
+    /// `POST /transactions`, the same operation.
+    Transactions,
+    /// `PUT /{transactionId}`.
+    Update(String),
+    /// `POST /quote`: the engine's quote of a body, nothing stored.
+    Quote,
+    /// `GET /openapi.json`: the committed OpenAPI document.
+    OpenApi,
+    /// `POST /sandbox/transactions/{transactionId}/pay`, sandbox mode only.
+    SandboxPay(String),
+    /// `GET /healthz`: liveness probe without authentication or storage.
+    Liveness,
+}
+
+impl Route {
+    /// The path template, as logged and as idempotency keys record it.
+    pub fn template(&self) -> &'static str {
+        match self {
+            Route::Health => "/status",
+            Route::Status(_) => "/status/{transactionId}",
+            Route::Initialize => "/initialize",
+            Route::Transactions => "/transactions",
+            Route::Update(_) => "/{transactionId}",
+            Route::Quote => "/quote",
+            Route::OpenApi => "/openapi.json",
+            Route::SandboxPay(_) => "/sandbox/transactions/{transactionId}/pay",
+            Route::Liveness => "/healthz",
+        }
+    }
+}
+
+/// Matches a request line to a route: unknown path → 404, known path with another method →
+/// 405 naming the allowed methods.
+pub fn route(method: &Method, path: &str, sandbox: bool) -> Result<Route, ApiError> {
+    let segments: Vec<&str> = path.strip_prefix('/').unwrap_or(path).split('/').collect();
+    let (allow, matched) = match segments.as_slice() {
+        ["status"] => ("GET", (method == Method::GET).then_some(Route::Health)),
+        ["status", id] => (
+            "GET",
+            (method == Method::GET).then(|| Route::Status((*id).to_owned())),
+        ),
+        ["initialize"] => (
+            "POST",
+            (method == Method::POST).then_some(Route::Initialize),
+        ),
+        ["transactions"] => (
+            "POST",
+            (method == Method::POST).then_some(Route::Transactions),
+        ),
+        ["quote"] => ("POST", (method == Method::POST).then_some(Route::Quote)),
+        ["openapi.json"] => ("GET", (method == Method::GET).then_some(Route::OpenApi)),
+        ["healthz"] => ("GET", (method == Method::GET).then_some(Route::Liveness)),
+        ["sandbox", "transactions", id, "pay"] if sandbox => (
+            "POST",
+            (method == Method::POST).then(|| Route::SandboxPay((*id).to_owned())),
+        ),
+        [id] if !id.is_empty() => (
+            "PUT",
+            (method == Method::PUT).then(|| Route::Update((*id).to_owned())),
+        ),
+        _ => {
+            return Err(ApiError::RouteNotFound {
+                method: method.to_string(),
+                path: path.to_owned(),
+            });
+        }
+    };
+    matched.ok_or(ApiError::MethodNotAllowed { allow })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_routes_match() {
+        let id = "0190b6b0-7c3a-7d2e-9f00-000000000000";
+        assert_eq!(
+            route(&Method::GET, "/status", false).unwrap(),
+            Route::Health
+        );
+        assert_eq!(
+            route(&Method::GET, &format!("/status/{id}"), false).unwrap(),
+            Route::Status(id.to_owned())
+        );
+        assert_eq!(
+            route(&Method::POST, "/transactions", false).unwrap(),
+            Route::Transactions
+        );
+        assert_eq!(
+            route(&Method::PUT, &format!("/{id}"), false).unwrap(),
+            Route::Update(id.to_owned())
+        );
+        assert_eq!(
+            route(
+                &Method::POST,
+                &format!("/sandbox/transactions/{id}/pay"),
+                true
+            )
+            .unwrap(),
+            Route::SandboxPay(id.to_owned())
+        );
+    }
+
+    #[test]
+    fn unknown_paths_are_404_and_wrong_methods_405_r_8_3() {
+        assert!(matches!(
+            route(&Method::GET, "/nope/deeper", false),
+            Err(ApiError::RouteNotFound { .. })
+        ));
+        assert!(matches!(
+            route(&Method::GET, "/", false),
+            Err(ApiError::RouteNotFound { .. })
+        ));
+        assert!(matches!(
+            route(&Method::POST, "/sandbox/transactions/x/pay", false),
+            Err(ApiError::RouteNotFound { .. })
+        ));
+        assert!(matches!(
+            route(&Method::DELETE, "/initialize", false),
+            Err(ApiError::MethodNotAllowed { allow: "POST" })
+        ));
+        assert!(matches!(
+            route(&Method::POST, "/status", false),
+            Err(ApiError::MethodNotAllowed { allow: "GET" })
+        ));
+    }
+}

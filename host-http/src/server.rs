@@ -1,0 +1,229 @@
+//! The hyper server loop: accepts connections, wraps every request with its request id, log
+//! line and panic guard, and shuts down gracefully.
+
+use std::convert::Infallible;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use futures_util::FutureExt as _;
+use hyper::body::Incoming;
+use hyper::header::HeaderValue;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+
+use crate::Config;
+use crate::error::ApiError;
+use crate::handlers::{self, AppState, HttpResponse};
+use crate::routes;
+
+/// How often expired idempotency keys are pruned.
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+/// Age beyond which idempotency keys are deleted: a margin over the 24 hours they are honoured.
+const PRUNE_AFTER: chrono::Duration = chrono::Duration::hours(25);
+
+/// Request ids: a random per-process prefix and a counter, unique and cheap.
+#[derive(Debug)]
+struct RequestIds {
+    prefix: u32,
+    counter: AtomicU64,
+}
+
+impl RequestIds {
+    fn next(&self) -> String {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        format!("{:08x}-{n:010}", self.prefix)
+    }
+}
+
+/// Completes on SIGINT (Ctrl-C) or SIGTERM.
+pub async fn shutdown_signal() {
+    let interrupt = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {},
+        () = terminate => {},
+    }
+}
+
+/// Accepts connections until `shutdown`, then drains them (bounded) and closes the store.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    config: &Config,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let ids = Arc::new(RequestIds {
+        prefix: rand::random(),
+        counter: AtomicU64::new(1),
+    });
+    let mut builder = http1::Builder::new();
+    // The timer must be set, or hyper silently ignores the header read timeout.
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(config.header_read_timeout)
+        .keep_alive(true);
+    let graceful = GracefulShutdown::new();
+    let pruner = tokio::spawn(prune_idempotency_keys(Arc::clone(&state)));
+    tracing::info!(addr = %listener.local_addr()?, sandbox = state.sandbox, "listening");
+
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(connection) => connection,
+                Err(error) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        // Small JSON responses on keep-alive connections: Nagle would only add latency.
+        let _ = stream.set_nodelay(true);
+        let state = Arc::clone(&state);
+        let ids = Arc::clone(&ids);
+        let service = service_fn(move |request| {
+            let state = Arc::clone(&state);
+            let id = ids.next();
+            async move { Ok::<_, Infallible>(handle(state, request, id).await) }
+        });
+        let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%peer, %error, "connection ended with an error");
+            }
+        });
+    }
+
+    drop(listener);
+    tracing::info!(
+        connections = graceful.count(),
+        "shutting down: draining in-flight requests"
+    );
+    if tokio::time::timeout(config.shutdown_grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("shutdown grace period over; closing remaining connections");
+    }
+    pruner.abort();
+    state.store.close().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn prune_idempotency_keys(state: Arc<AppState>) {
+    let mut every = tokio::time::interval(PRUNE_EVERY);
+    loop {
+        every.tick().await;
+        match state
+            .store
+            .prune_idempotency(Utc::now() - PRUNE_AFTER)
+            .await
+        {
+            Ok(0) => {}
+            Ok(pruned) => tracing::info!(pruned, "pruned expired idempotency keys"),
+            Err(error) => tracing::warn!(%error, "pruning idempotency keys failed"),
+        }
+    }
+}
+
+/// Runs a handler so that a panic anywhere in it becomes a 500 error value (and so a 500
+/// body) instead of a dropped connection.
+pub async fn guarded(
+    handler: impl Future<Output = Result<HttpResponse, ApiError>>,
+) -> Result<HttpResponse, ApiError> {
+    AssertUnwindSafe(handler)
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|panic| {
+            let cause = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(ApiError::Internal(format!("handler panicked: {cause}")))
+        })
+}
+
+/// One request: route, run the handler with a panic guard, log one line, set `X-Request-Id`.
+async fn handle(state: Arc<AppState>, request: Request<Incoming>, id: String) -> HttpResponse {
+    let started = Instant::now();
+    let now = Utc::now();
+    let method = request.method().clone();
+    let (template, result) = match routes::route(&method, request.uri().path(), state.sandbox) {
+        Ok(route) => {
+            let template = route.template();
+            let result = guarded(handlers::dispatch(state, route, request, now)).await;
+            (template, result)
+        }
+        Err(error) => ("-", Err(error)),
+    };
+    let mut response = match result {
+        Ok(response) => response,
+        Err(error) => {
+            if error.status() == StatusCode::INTERNAL_SERVER_ERROR {
+                tracing::error!(request_id = %id, route = template, %error, "internal error");
+            }
+            handlers::error_response(&error)
+        }
+    };
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert("x-request-id", value);
+    }
+    let elapsed = started.elapsed();
+    tracing::info!(
+        request_id = %id,
+        method = %method,
+        route = template,
+        status = response.status().as_u16(),
+        latency_ms = %format_args!("{}.{:03}", elapsed.as_millis(), elapsed.as_micros() % 1000),
+        "request"
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_handler_becomes_a_500_body() {
+        let result = guarded(async {
+            let values: Vec<u8> = Vec::new();
+            // An out-of-bounds index stands for any bug in a handler.
+            let _ = values[usize::from(values.is_empty())];
+            Ok(handlers::json_text(StatusCode::OK, String::new()))
+        })
+        .await;
+        let error = result.unwrap_err();
+        assert_eq!(error.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let response = handlers::error_response(&error);
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = serde_json::to_value(error.body()).unwrap();
+        assert_eq!(body["message"], "internal server error");
+    }
+}

@@ -1,0 +1,225 @@
+//! The database schema as a static, versioned list of migrations, applied in order on open and
+//! tracked in `PRAGMA user_version`.
+//!
+//! A migration is never edited once released: a change of the schema is a new entry at the end.
+//! Amounts are `TEXT` decimals (never `REAL`, R-1.1); JSON columns hold the wire types as
+//! serialised by `engine::api`; instants are RFC 3339 UTC text, which sorts chronologically.
+
+use rusqlite::Connection;
+
+/// One step of the schema: the `user_version` it produces and the SQL that gets there.
+#[derive(Debug, Clone, Copy)]
+pub struct Migration {
+    /// `user_version` after this migration; the list is numbered 1, 2, 3, … without gaps.
+    pub version: u32,
+    /// What the migration is for, for logs and reviews.
+    pub description: &'static str,
+    /// SQL run inside one write transaction.
+    pub sql: &'static str,
+}
+
+/// Every migration, oldest first.
+pub static MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    description: "providers, credentials, transactions, items, cancellations, idempotency keys",
+    sql: r#"
+CREATE TABLE providers (
+    id                 TEXT PRIMARY KEY,
+    name               TEXT NOT NULL,
+    time_zone          TEXT NOT NULL DEFAULT 'UTC',
+    default_policy     TEXT,                       -- CancellationPolicy JSON or NULL (R-5.1)
+    category_policies  TEXT NOT NULL DEFAULT '{}', -- {CATEGORY: CancellationPolicy} JSON
+    next_receipt_no    INTEGER NOT NULL DEFAULT 1, -- receipt numbers per provider (R-10.2)
+    created_at         TEXT NOT NULL
+);
+CREATE INDEX providers_name ON providers(name);
+
+CREATE TABLE credentials (
+    widget_id    TEXT PRIMARY KEY,
+    provider_id  TEXT NOT NULL REFERENCES providers(id),
+    secret_hash  BLOB NOT NULL,                    -- SHA-256 of the backend secret (R-7.1)
+    scopes       TEXT NOT NULL,                    -- comma-separated (R-7.3)
+    created_at   TEXT NOT NULL,
+    revoked_at   TEXT
+) WITHOUT ROWID;
+CREATE INDEX credentials_provider ON credentials(provider_id);
+
+CREATE TABLE transactions (
+    id               TEXT PRIMARY KEY,             -- UUID v7, lower-case (R-3.1)
+    provider_id      TEXT NOT NULL REFERENCES providers(id),
+    reference        TEXT NOT NULL UNIQUE,         -- CHK-XXXXXXXX (R-3.2)
+    status           TEXT NOT NULL,                -- PENDING, PAID, PARTIALLY_CANCELLED, CANCELLED
+    title            TEXT NOT NULL,
+    currency         TEXT NOT NULL,
+    ref_ids          TEXT NOT NULL DEFAULT '{}',
+    note             TEXT,
+    attachments      TEXT NOT NULL DEFAULT '[]',
+    email            TEXT,
+    payload          TEXT NOT NULL,                -- creation body exactly as received
+    total            TEXT NOT NULL,
+    paid_amount      TEXT,
+    refunded_amount  TEXT NOT NULL DEFAULT '0',
+    paid_at          TEXT,
+    payment          TEXT,                         -- {payment, customer, beneficiary, billing, card, reporting}
+    created_at       TEXT NOT NULL,
+    updated_at       TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX transactions_provider ON transactions(provider_id, created_at);
+
+CREATE TABLE items (
+    transaction_id  TEXT NOT NULL REFERENCES transactions(id),
+    order_no        INTEGER NOT NULL CHECK (order_no >= 1),  -- from 1 (R-4.1)
+    name            TEXT,
+    category        TEXT,
+    total           TEXT NOT NULL,
+    policy          TEXT,                          -- effective policy resolved at creation (R-3.5)
+    period          TEXT,                          -- Period JSON as given
+    status          TEXT NOT NULL DEFAULT 'ACTIVE',-- ACTIVE, CANCELLING, CANCELLED (R-10.2)
+    refunded        TEXT NOT NULL DEFAULT '0',
+    PRIMARY KEY (transaction_id, order_no)
+) WITHOUT ROWID;
+
+CREATE TABLE cancellations (
+    id              TEXT PRIMARY KEY,
+    transaction_id  TEXT NOT NULL REFERENCES transactions(id),
+    provider_id     TEXT NOT NULL REFERENCES providers(id),
+    receipt_number  TEXT,                          -- CR-000042, unique per provider once SUCCESS
+    items           TEXT NOT NULL,                 -- JSON list of order numbers
+    breakdown       TEXT,                          -- JSON per-item penalty/refund lines
+    refund          TEXT NOT NULL,
+    outcome         TEXT NOT NULL,                 -- PENDING, SUCCESS, FAILED (R-4.8)
+    error_message   TEXT,
+    invoice_title   TEXT,
+    invoice_number  TEXT,
+    invoice_file    BLOB,
+    gateway_key     TEXT NOT NULL UNIQUE,          -- stable refund idempotency key (R-4.8)
+    created_at      TEXT NOT NULL,
+    updated_at      TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX cancellations_transaction ON cancellations(transaction_id, created_at);
+CREATE UNIQUE INDEX cancellations_receipt ON cancellations(provider_id, receipt_number)
+    WHERE receipt_number IS NOT NULL;
+
+CREATE TABLE idempotency_keys (
+    provider_id    TEXT NOT NULL REFERENCES providers(id),
+    key            TEXT NOT NULL,
+    route          TEXT NOT NULL,
+    body_hash      BLOB NOT NULL,                  -- SHA-256 of the request body (R-9.1)
+    state          TEXT NOT NULL,                  -- running, done
+    status_code    INTEGER,
+    response_body  TEXT,
+    created_at     TEXT NOT NULL,
+    PRIMARY KEY (provider_id, key)
+) WITHOUT ROWID;
+CREATE INDEX idempotency_keys_created ON idempotency_keys(created_at);
+"#,
+}];
+
+/// Why the schema could not be brought up to date.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrationError {
+    /// The file was written by a newer build with migrations this build does not know.
+    #[error("database schema version {found} is newer than this build's {known}")]
+    TooNew {
+        /// `user_version` of the file.
+        found: u32,
+        /// Latest version this build knows.
+        known: u32,
+    },
+    /// SQLite refused a statement.
+    #[error("migration failed: {0}")]
+    Sql(#[from] rusqlite::Error),
+}
+
+/// Latest schema version this build knows.
+pub fn latest_version() -> u32 {
+    MIGRATIONS.last().map_or(0, |m| m.version)
+}
+
+/// Applies every migration newer than the file's `user_version`, each in its own IMMEDIATE
+/// transaction, so that two processes opening a fresh file at once do not both migrate it.
+pub fn migrate(conn: &mut Connection) -> Result<u32, MigrationError> {
+    for migration in MIGRATIONS {
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let current: u32 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if current > latest_version() {
+            return Err(MigrationError::TooNew {
+                found: current,
+                known: latest_version(),
+            });
+        }
+        if current >= migration.version {
+            continue;
+        }
+        tx.execute_batch(migration.sql)?;
+        tx.pragma_update(None, "user_version", migration.version)?;
+        tx.commit()?;
+        tracing::info!(
+            version = migration.version,
+            description = migration.description,
+            "database migrated"
+        );
+    }
+    Ok(latest_version())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_numbered_from_one_without_gaps() {
+        for (index, migration) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(
+                migration.version as usize,
+                index + 1,
+                "{}",
+                migration.description
+            );
+        }
+    }
+
+    #[test]
+    fn migrations_apply_to_an_empty_database_and_are_idempotent() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "foreign_keys", true).unwrap();
+        assert_eq!(migrate(&mut conn).unwrap(), latest_version());
+        assert_eq!(migrate(&mut conn).unwrap(), latest_version());
+        let version: u32 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, latest_version());
+        let fk_problems: i64 = conn
+            .query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(fk_problems, 0);
+    }
+
+    #[test]
+    fn amounts_are_never_stored_as_real() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        let real_columns: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master m, pragma_table_info(m.name) c \
+                 WHERE m.type = 'table' AND upper(c.type) IN ('REAL', 'FLOAT', 'DOUBLE')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(real_columns, 0);
+    }
+
+    #[test]
+    fn a_newer_file_is_refused() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "user_version", latest_version() + 1)
+            .unwrap();
+        assert!(matches!(
+            migrate(&mut conn),
+            Err(MigrationError::TooNew { .. })
+        ));
+    }
+}

@@ -1,0 +1,382 @@
+//! The seam between the HTTP host and its storage: the [`Store`] trait, the records it reads
+//! and writes, and its errors. SQLite ([`sqlite::SqliteStore`]) is the embedded default; a
+//! PostgreSQL store for multi-instance deployments implements the same trait.
+//!
+//! Every method that names a transaction on behalf of a provider answers [`Owned::NotFound`]
+//! or [`Owned::OtherProvider`] itself, inside its own write transaction, so that the ownership
+//! check and the change are one atomic step.
+
+pub mod migrations;
+pub mod sqlite;
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use engine::api::{
+    Attachment, BeneficiaryInfo, BillingInfo, CancellationPolicy, CancellationRecord, Category,
+    CheckoutEmail, CustomerInfo, FreeForm, ItemStatus, PaymentInfo, Period, ProviderSettings,
+    RefIds, TransactionStatus, UpdateTransaction,
+};
+use futures_util::future::BoxFuture;
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+
+/// A failure of the store; shown to clients only as a generic 500 (the cause is logged).
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite refused a statement.
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// The schema could not be brought up to date.
+    #[error(transparent)]
+    Migration(#[from] migrations::MigrationError),
+    /// A stored value could not be read back (corrupt JSON or decimal text).
+    #[error("corrupt stored value in {column}: {detail}")]
+    Corrupt {
+        /// Table and column.
+        column: &'static str,
+        /// What was wrong.
+        detail: String,
+    },
+    /// The batch this write belonged to failed to commit; nothing of it was stored.
+    #[error("the write batch failed to commit")]
+    CommitFailed,
+    /// The store is shut down.
+    #[error("the store is closed")]
+    Closed,
+    /// File system trouble opening the database.
+    #[error("database file: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A credential as stored: only the hash of its secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CredentialRow {
+    /// Public widget ID (the Basic user name).
+    pub widget_id: String,
+    /// Provider the credential belongs to.
+    pub provider_id: String,
+    /// SHA-256 of the backend secret.
+    pub secret_hash: [u8; 32],
+    /// Comma-separated scopes.
+    pub scopes: String,
+}
+
+/// A provider and its configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderRow {
+    /// Provider identifier (returned by `GET /status`).
+    pub id: String,
+    /// Display name.
+    pub name: String,
+    /// IANA time zone.
+    pub time_zone: String,
+    /// General default policy.
+    pub default_policy: Option<CancellationPolicy>,
+    /// Default policy per item category.
+    pub category_policies: BTreeMap<Category, CancellationPolicy>,
+    /// Creation instant (RFC 3339).
+    pub created_at: String,
+}
+
+impl ProviderRow {
+    /// The configuration the engine needs.
+    pub fn settings(&self) -> ProviderSettings {
+        ProviderSettings {
+            time_zone: self.time_zone.clone(),
+            default_policy: self.default_policy.clone(),
+            category_policies: self.category_policies.clone(),
+        }
+    }
+}
+
+/// One item of a new transaction, with what the host computed at creation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewItem {
+    /// Name.
+    pub name: Option<String>,
+    /// Category.
+    pub category: Option<Category>,
+    /// Total from the engine's quote.
+    pub total: Decimal,
+    /// Effective policy resolved at creation.
+    pub policy: Option<CancellationPolicy>,
+    /// Period as given.
+    pub period: Option<Period>,
+}
+
+/// A validated transaction to store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewTransaction {
+    /// UUID v7, lower-case.
+    pub id: String,
+    /// Owner.
+    pub provider_id: String,
+    /// Title.
+    pub title: String,
+    /// Currency code.
+    pub currency: String,
+    /// External identifiers.
+    pub ref_ids: RefIds,
+    /// Internal note.
+    pub note: Option<String>,
+    /// Attachments.
+    pub attachments: Vec<Attachment>,
+    /// E-mail with merged recipients.
+    pub email: Option<CheckoutEmail>,
+    /// The creation body exactly as received.
+    pub payload: String,
+    /// Sum of the item totals.
+    pub total: Decimal,
+    /// Items in the order given; order numbers are their positions from 1.
+    pub items: Vec<NewItem>,
+    /// Arrival instant of the request.
+    pub created_at: DateTime<Utc>,
+}
+
+/// The payment parts recorded by the sandbox pay route, stored as one JSON object.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub struct PaymentDetails {
+    pub payment: Option<PaymentInfo>,
+    pub customer: Option<CustomerInfo>,
+    pub beneficiary: Option<BeneficiaryInfo>,
+    pub billing: Option<BillingInfo>,
+    pub card: Option<FreeForm>,
+    pub reporting: Option<FreeForm>,
+}
+
+/// One stored item.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ItemRecord {
+    /// Order number from 1.
+    pub order_no: u32,
+    /// Name.
+    pub name: Option<String>,
+    /// Category.
+    pub category: Option<Category>,
+    /// Item total.
+    pub total: Decimal,
+    /// Effective policy resolved at creation.
+    pub policy: Option<CancellationPolicy>,
+    /// Period as given.
+    pub period: Option<Period>,
+    /// ACTIVE, CANCELLING or CANCELLED.
+    pub status: ItemStatus,
+    /// Amount refunded for the item.
+    pub refunded: Decimal,
+}
+
+/// One stored transaction with its items and cancellations.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TransactionRecord {
+    /// UUID.
+    pub id: String,
+    /// Owner.
+    pub provider_id: String,
+    /// `CHK-XXXXXXXX`.
+    pub reference: String,
+    /// Status.
+    pub status: TransactionStatus,
+    /// Title.
+    pub title: String,
+    /// Currency code.
+    pub currency: String,
+    /// External identifiers.
+    pub ref_ids: RefIds,
+    /// Internal note.
+    pub note: Option<String>,
+    /// Attachments.
+    pub attachments: Vec<Attachment>,
+    /// E-mail.
+    pub email: Option<CheckoutEmail>,
+    /// The creation body exactly as received.
+    pub payload: String,
+    /// Sum of the item totals as created.
+    pub total: Decimal,
+    /// Amount paid, once paid.
+    pub paid_amount: Option<Decimal>,
+    /// Sum of succeeded refunds.
+    pub refunded_amount: Decimal,
+    /// Payment instant (RFC 3339), once paid.
+    pub paid_at: Option<String>,
+    /// Payment parts, once paid.
+    pub payment: Option<PaymentDetails>,
+    /// Items, by order number.
+    pub items: Vec<ItemRecord>,
+    /// Cancellations, oldest first.
+    pub cancellations: Vec<CancellationRecord>,
+    /// Creation instant (RFC 3339).
+    pub created_at: String,
+    /// Last change (RFC 3339).
+    pub updated_at: String,
+}
+
+/// The identity of one idempotent request: keys are scoped per provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey {
+    /// Provider the key belongs to.
+    pub provider_id: String,
+    /// The `Idempotency-Key` header.
+    pub key: String,
+    /// Route template of the request.
+    pub route: String,
+    /// SHA-256 of the request body.
+    pub body_hash: [u8; 32],
+}
+
+/// State of a stored idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdempotencyState {
+    /// The first request with the key has not finished (409 for a repeat).
+    Running,
+    /// The first request finished with this response (replayed for a repeat).
+    Done {
+        /// HTTP status.
+        status_code: u16,
+        /// Response body.
+        body: String,
+    },
+}
+
+/// A stored idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyRecord {
+    /// Route template of the first request.
+    pub route: String,
+    /// SHA-256 of the first request's body.
+    pub body_hash: [u8; 32],
+    /// Running or done.
+    pub state: IdempotencyState,
+}
+
+/// Outcome of claiming an idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The key was free (or expired) and is now held as running by this request.
+    Claimed,
+    /// The key is held by an earlier request.
+    Existing(IdempotencyRecord),
+}
+
+/// The response stored with an idempotency key when its request finishes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotentResponse {
+    /// The claimed key.
+    pub key: IdempotencyKey,
+    /// HTTP status.
+    pub status_code: u16,
+    /// Response body.
+    pub body: String,
+}
+
+/// Result of an operation on a transaction named by a provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owned<T> {
+    /// The transaction exists and belongs to the provider.
+    Done(T),
+    /// No such transaction (404 `contract not found`).
+    NotFound,
+    /// It belongs to another provider (401 `unauthorized access to the contract`).
+    OtherProvider,
+}
+
+/// Result of recording a payment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PayOutcome {
+    /// PENDING → PAID with this amount.
+    Paid(Decimal),
+    /// The transaction cannot be paid; the message says why (400).
+    NotPayable(String),
+}
+
+/// Storage of providers, credentials, transactions and idempotency keys.
+///
+/// Methods take owned arguments and return boxed futures so that the trait stays object-safe
+/// (`Arc<dyn Store>`) and a network-backed store can await inside them.
+pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+    /// The active (not revoked) credential with this widget ID. Read on every request, so that
+    /// credentials changed on the same database take effect at once.
+    fn credential(
+        &self,
+        widget_id: String,
+    ) -> BoxFuture<'_, Result<Option<CredentialRow>, StoreError>>;
+
+    /// A provider by id.
+    fn provider(
+        &self,
+        provider_id: String,
+    ) -> BoxFuture<'_, Result<Option<ProviderRow>, StoreError>>;
+
+    /// A stored idempotency key, unless it has expired (older than `not_before`).
+    fn idempotency(
+        &self,
+        provider_id: String,
+        key: String,
+        not_before: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<Option<IdempotencyRecord>, StoreError>>;
+
+    /// Claims a key as running, unless an unexpired record holds it.
+    fn claim_idempotency(
+        &self,
+        key: IdempotencyKey,
+        now: DateTime<Utc>,
+        not_before: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<Claim, StoreError>>;
+
+    /// Releases a running claim whose request did not complete (a validation failure is not
+    /// kept, R-9.1).
+    fn release_idempotency(
+        &self,
+        provider_id: String,
+        key: String,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Stores a new transaction with a fresh unique reference, and, in the same commit, the
+    /// response of its idempotency key. Returns the reference.
+    fn create_transaction(
+        &self,
+        transaction: NewTransaction,
+        response: Option<IdempotentResponse>,
+    ) -> BoxFuture<'_, Result<String, StoreError>>;
+
+    /// The provider owning a transaction, for the ownership check of.
+    fn transaction_owner(&self, id: String) -> BoxFuture<'_, Result<Option<String>, StoreError>>;
+
+    /// A transaction with its items and cancellations.
+    fn transaction(
+        &self,
+        id: String,
+    ) -> BoxFuture<'_, Result<Option<TransactionRecord>, StoreError>>;
+
+    /// Replaces the given descriptive fields.
+    fn update_transaction(
+        &self,
+        id: String,
+        provider_id: String,
+        update: UpdateTransaction,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<Owned<()>, StoreError>>;
+
+    /// Records a payment: PENDING with at least one active item → PAID, the amount paid being
+    /// the sum of the active items' totals.
+    fn record_payment(
+        &self,
+        id: String,
+        provider_id: String,
+        details: PaymentDetails,
+        paid_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<Owned<PayOutcome>, StoreError>>;
+
+    /// Deletes idempotency keys created before `before`; returns how many.
+    fn prune_idempotency(&self, before: DateTime<Utc>) -> BoxFuture<'_, Result<usize, StoreError>>;
+
+    /// Finishes queued writes and closes the database.
+    fn close(&self) -> BoxFuture<'_, ()>;
+}
+
+/// How instants are written in the database and in responses: RFC 3339, UTC, microseconds.
+pub fn format_instant(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Micros, true)
+}

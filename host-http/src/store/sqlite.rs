@@ -1,0 +1,904 @@
+//! The embedded SQLite store: one writer connection on a dedicated thread that commits
+//! concurrent writes together (group commit), and a small pool of reader connections.
+//!
+//! Why this shape: SQLite allows one writer at a time. Many connections competing for the write
+//! lock would meet `SQLITE_BUSY` and spin in `busy_timeout`; a single writer thread never
+//! competes with itself. Under `synchronous=FULL` every commit costs an fsync of the WAL, so the
+//! writer drains every queued job into one `BEGIN IMMEDIATE … COMMIT`: one fsync makes a whole
+//! batch durable, and each caller gets its reply only after that commit (a 201 survives a power
+//! loss). Each job runs inside its own SAVEPOINT, so one failing job does not undo its
+//! neighbours. In WAL mode readers see the last committed snapshot and never wait for the
+//! writer.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use engine::api::{
+    Attachment, CancellationPolicy, CancellationRecord, Category, CheckoutEmail, ItemStatus,
+    Period, RefIds, TransactionStatus, UpdateTransaction,
+};
+use futures_util::future::BoxFuture;
+use rand::Rng;
+use rusqlite::{Connection, OptionalExtension, params};
+use rust_decimal::Decimal;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::oneshot;
+
+use super::{
+    Claim, CredentialRow, IdempotencyKey, IdempotencyRecord, IdempotencyState, IdempotentResponse,
+    ItemRecord, NewTransaction, Owned, PayOutcome, PaymentDetails, ProviderRow, Store, StoreError,
+    TransactionRecord, format_instant, migrations,
+};
+
+/// How long a connection waits for a lock held by another process (the provider CLI) before
+/// giving up. Inside this process the single writer never waits for itself.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most jobs committed together; bounds the latency one batch adds to its first job.
+const MAX_BATCH: usize = 1024;
+/// Reader connections kept open between requests.
+const MAX_IDLE_READERS: usize = 8;
+/// Routes whose idempotency claims are finished in the same commit as their effect, so that a
+/// `running` claim of theirs found at startup belongs to a request that never completed.
+pub const ATOMIC_IDEMPOTENT_ROUTES: &[&str] = &["/initialize", "/transactions"];
+
+/// Sets the per-connection PRAGMAs every connection to the file needs.
+pub fn configure(conn: &Connection) -> Result<(), rusqlite::Error> {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    // WAL lets readers work beside the writer; FULL fsyncs the WAL on every commit, so a
+    // committed transaction survives a power loss.
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", true)?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(())
+}
+
+/// Opens (creating if needed) a database file, configured and migrated. Used by the server's
+/// writer and by the offline provider commands.
+pub fn open_migrated(path: &Path) -> Result<Connection, StoreError> {
+    let mut conn = Connection::open(path)?;
+    configure(&conn)?;
+    migrations::migrate(&mut conn)?;
+    Ok(conn)
+}
+
+/// A unit of work for the writer thread: runs inside the batch's transaction and returns what
+/// to do once the batch's fate is known (`true` = committed).
+type Job = Box<dyn FnOnce(&Connection) -> Box<dyn FnOnce(bool) + Send> + Send>;
+
+enum Message {
+    Job(Job),
+    Shutdown,
+}
+
+/// The single writer: a thread that owns the write connection.
+#[derive(Debug)]
+struct Writer {
+    sender: Mutex<Option<mpsc::Sender<Message>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Writer {
+    fn spawn(conn: Connection) -> Result<Writer, StoreError> {
+        let (sender, receiver) = mpsc::channel::<Message>();
+        let thread = std::thread::Builder::new()
+            .name("sqlite-writer".to_owned())
+            .spawn(move || writer_loop(conn, receiver))?;
+        Ok(Writer {
+            sender: Mutex::new(Some(sender)),
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Queues `work` and resolves after the batch holding it has committed.
+    fn execute<R, F>(&self, work: F) -> impl Future<Output = Result<R, StoreError>> + use<R, F>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel::<Result<R, StoreError>>();
+        let job: Job = Box::new(move |conn: &Connection| {
+            let result = in_savepoint(conn, work);
+            Box::new(move |committed: bool| {
+                let outcome = if committed {
+                    result
+                } else {
+                    result.and(Err(StoreError::CommitFailed))
+                };
+                // The caller may have gone away (client disconnected); nothing to do then.
+                let _ = reply.send(outcome);
+            })
+        });
+        let sent = self
+            .sender
+            .lock()
+            .ok()
+            .and_then(|guard| guard.as_ref().map(|s| s.send(Message::Job(job)).is_ok()))
+            .unwrap_or(false);
+        async move {
+            if !sent {
+                return Err(StoreError::Closed);
+            }
+            answer.await.unwrap_or(Err(StoreError::Closed))
+        }
+    }
+
+    /// Lets queued jobs finish, then stops the thread; the connection closes with it.
+    fn shutdown(&self) {
+        let sender = self.sender.lock().ok().and_then(|mut guard| guard.take());
+        if let Some(sender) = sender {
+            let _ = sender.send(Message::Shutdown);
+        }
+        let thread = self.thread.lock().ok().and_then(|mut guard| guard.take());
+        if let Some(thread) = thread
+            && thread.join().is_err()
+        {
+            tracing::error!("the sqlite writer thread panicked");
+        }
+    }
+}
+
+/// Runs one job inside a SAVEPOINT, rolled back on its own error only.
+fn in_savepoint<R>(
+    conn: &Connection,
+    work: impl FnOnce(&Connection) -> Result<R, StoreError>,
+) -> Result<R, StoreError> {
+    conn.execute_batch("SAVEPOINT job")?;
+    let result = work(conn);
+    match &result {
+        Ok(_) => conn.execute_batch("RELEASE job")?,
+        Err(_) => conn.execute_batch("ROLLBACK TO job; RELEASE job")?,
+    }
+    result
+}
+
+fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Message>) {
+    let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
+    let mut stopping = false;
+    while !stopping {
+        match receiver.recv() {
+            Ok(Message::Job(job)) => batch.push(job),
+            Ok(Message::Shutdown) | Err(_) => break,
+        }
+        // Everything queued while the previous batch was committing joins this one.
+        while batch.len() < MAX_BATCH {
+            match receiver.try_recv() {
+                Ok(Message::Job(job)) => batch.push(job),
+                Ok(Message::Shutdown) => {
+                    stopping = true;
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        commit_batch(&conn, &mut batch);
+    }
+    // Jobs queued behind the shutdown message still get their answer.
+    while let Ok(message) = receiver.try_recv() {
+        if let Message::Job(job) = message {
+            batch.push(job);
+        }
+    }
+    if !batch.is_empty() {
+        commit_batch(&conn, &mut batch);
+    }
+    if let Err((_, error)) = conn.close() {
+        tracing::error!(%error, "closing the database failed");
+    }
+}
+
+fn commit_batch(conn: &Connection, batch: &mut Vec<Job>) {
+    if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
+        tracing::error!(%error, jobs = batch.len(), "could not begin a write batch");
+        // Dropping a job unrun drops its reply channel: its caller gets `StoreError::Closed`.
+        batch.clear();
+        return;
+    }
+    let finishers: Vec<Box<dyn FnOnce(bool) + Send>> =
+        batch.drain(..).map(|job| job(conn)).collect();
+    let committed = match conn.execute_batch("COMMIT") {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::error!(%error, jobs = finishers.len(), "write batch failed to commit");
+            let _ = conn.execute_batch("ROLLBACK");
+            false
+        }
+    };
+    for finish in finishers {
+        finish(committed);
+    }
+}
+
+/// The SQLite implementation of [`Store`].
+#[derive(Debug)]
+pub struct SqliteStore {
+    path: PathBuf,
+    writer: Writer,
+    readers: Mutex<Vec<Connection>>,
+}
+
+impl SqliteStore {
+    /// Opens (creating and migrating if needed) the database at `path` and starts its writer.
+    pub fn open(path: &Path) -> Result<Arc<SqliteStore>, StoreError> {
+        let conn = open_migrated(path)?;
+        // A `running` claim of a route that finishes its claim in the same commit as its
+        // effect belongs to a request that never completed (the process stopped mid-way);
+        // keeping it would answer 409 to every retry for a day.
+        for route in ATOMIC_IDEMPOTENT_ROUTES {
+            conn.execute(
+                "DELETE FROM idempotency_keys WHERE state = 'running' AND route = ?1",
+                [route],
+            )?;
+        }
+        let writer = Writer::spawn(conn)?;
+        Ok(Arc::new(SqliteStore {
+            path: path.to_owned(),
+            writer,
+            readers: Mutex::new(Vec::new()),
+        }))
+    }
+
+    /// Runs `work` on a reader connection inside one read transaction (a consistent snapshot).
+    ///
+    /// Reads run on the calling thread: they are short, served from SQLite's page cache, and
+    /// never wait for the writer (WAL), so a hop to a blocking pool would cost more than it
+    /// saves.
+    fn read<R>(
+        &self,
+        work: impl FnOnce(&Connection) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        let pooled = self.readers.lock().ok().and_then(|mut pool| pool.pop());
+        let conn = match pooled {
+            Some(conn) => conn,
+            None => {
+                let conn = Connection::open(&self.path)?;
+                configure(&conn)?;
+                conn.pragma_update(None, "query_only", true)?;
+                conn
+            }
+        };
+        conn.execute_batch("BEGIN")?;
+        let result = work(&conn);
+        let ended = conn.execute_batch("COMMIT");
+        if ended.is_ok()
+            && let Ok(mut pool) = self.readers.lock()
+            && pool.len() < MAX_IDLE_READERS
+        {
+            pool.push(conn);
+        }
+        let value = result?;
+        ended?;
+        Ok(value)
+    }
+}
+
+fn to_json<T: Serialize>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Corrupt {
+        column: "json",
+        detail: e.to_string(),
+    })
+}
+
+fn from_json<T: DeserializeOwned>(column: &'static str, text: &str) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
+        column,
+        detail: e.to_string(),
+    })
+}
+
+fn opt_json<T: DeserializeOwned>(
+    column: &'static str,
+    text: Option<String>,
+) -> Result<Option<T>, StoreError> {
+    text.map(|t| from_json(column, &t)).transpose()
+}
+
+fn decimal(column: &'static str, text: &str) -> Result<Decimal, StoreError> {
+    Decimal::from_str(text).map_err(|e| StoreError::Corrupt {
+        column,
+        detail: e.to_string(),
+    })
+}
+
+fn hash32(column: &'static str, bytes: Vec<u8>) -> Result<[u8; 32], StoreError> {
+    bytes.try_into().map_err(|_| StoreError::Corrupt {
+        column,
+        detail: "not 32 bytes".to_owned(),
+    })
+}
+
+fn transaction_status(text: &str) -> Result<TransactionStatus, StoreError> {
+    from_json("transactions.status", &format!("\"{text}\""))
+}
+
+fn item_status(text: &str) -> Result<ItemStatus, StoreError> {
+    from_json("items.status", &format!("\"{text}\""))
+}
+
+/// Crockford's base-32 alphabet: no I, L, O or U, so a reference read aloud is unambiguous.
+const REFERENCE_ALPHABET: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+/// A fresh `CHK-XXXXXXXX` reference (R-3.2); 40 random bits.
+fn random_reference() -> String {
+    let mut rng = rand::rng();
+    let mut reference = String::with_capacity(12);
+    reference.push_str("CHK-");
+    for _ in 0..8 {
+        let index = rng.random_range(0..REFERENCE_ALPHABET.len());
+        reference.push(char::from(REFERENCE_ALPHABET[index]));
+    }
+    reference
+}
+
+/// Reads a provider row; shared with the offline provider commands.
+pub fn read_provider(conn: &Connection, id: &str) -> Result<Option<ProviderRow>, StoreError> {
+    let row = conn
+        .prepare_cached(
+            "SELECT id, name, time_zone, default_policy, category_policies, created_at \
+             FROM providers WHERE id = ?1",
+        )?
+        .query_row([id], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, Option<String>>(3)?,
+                r.get::<_, String>(4)?,
+                r.get::<_, String>(5)?,
+            ))
+        })
+        .optional()?;
+    row.map(
+        |(id, name, time_zone, default_policy, categories, created_at)| {
+            Ok(ProviderRow {
+                id,
+                name,
+                time_zone,
+                default_policy: opt_json("providers.default_policy", default_policy)?,
+                category_policies: from_json::<BTreeMap<Category, CancellationPolicy>>(
+                    "providers.category_policies",
+                    &categories,
+                )?,
+                created_at,
+            })
+        },
+    )
+    .transpose()
+}
+
+fn read_transaction(conn: &Connection, id: &str) -> Result<Option<TransactionRecord>, StoreError> {
+    let row = conn
+        .prepare_cached(
+            "SELECT provider_id, reference, status, title, currency, ref_ids, note, attachments, \
+             email, payload, total, paid_amount, refunded_amount, paid_at, payment, created_at, \
+             updated_at FROM transactions WHERE id = ?1",
+        )?
+        .query_row([id], |r| {
+            Ok((
+                (
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                    r.get::<_, Option<String>>(6)?,
+                    r.get::<_, String>(7)?,
+                    r.get::<_, Option<String>>(8)?,
+                ),
+                (
+                    r.get::<_, String>(9)?,
+                    r.get::<_, String>(10)?,
+                    r.get::<_, Option<String>>(11)?,
+                    r.get::<_, String>(12)?,
+                    r.get::<_, Option<String>>(13)?,
+                    r.get::<_, Option<String>>(14)?,
+                    r.get::<_, String>(15)?,
+                    r.get::<_, String>(16)?,
+                ),
+            ))
+        })
+        .optional()?;
+    let Some((
+        (provider_id, reference, status, title, currency, ref_ids, note, attachments, email),
+        (payload, total, paid_amount, refunded, paid_at, payment, created_at, updated_at),
+    )) = row
+    else {
+        return Ok(None);
+    };
+    let items = read_items(conn, id)?;
+    let cancellations = read_cancellations(conn, id)?;
+    Ok(Some(TransactionRecord {
+        id: id.to_owned(),
+        provider_id,
+        reference,
+        status: transaction_status(&status)?,
+        title,
+        currency,
+        ref_ids: from_json::<RefIds>("transactions.ref_ids", &ref_ids)?,
+        note,
+        attachments: from_json::<Vec<Attachment>>("transactions.attachments", &attachments)?,
+        email: opt_json::<CheckoutEmail>("transactions.email", email)?,
+        payload,
+        total: decimal("transactions.total", &total)?,
+        paid_amount: paid_amount
+            .map(|p| decimal("transactions.paid_amount", &p))
+            .transpose()?,
+        refunded_amount: decimal("transactions.refunded_amount", &refunded)?,
+        paid_at,
+        payment: opt_json::<PaymentDetails>("transactions.payment", payment)?,
+        items,
+        cancellations,
+        created_at,
+        updated_at,
+    }))
+}
+
+fn read_items(conn: &Connection, transaction_id: &str) -> Result<Vec<ItemRecord>, StoreError> {
+    let mut statement = conn.prepare_cached(
+        "SELECT order_no, name, category, total, policy, period, status, refunded \
+         FROM items WHERE transaction_id = ?1 ORDER BY order_no",
+    )?;
+    let rows = statement.query_map([transaction_id], |r| {
+        Ok((
+            r.get::<_, u32>(0)?,
+            r.get::<_, Option<String>>(1)?,
+            r.get::<_, Option<String>>(2)?,
+            r.get::<_, String>(3)?,
+            r.get::<_, Option<String>>(4)?,
+            r.get::<_, Option<String>>(5)?,
+            r.get::<_, String>(6)?,
+            r.get::<_, String>(7)?,
+        ))
+    })?;
+    let mut items = Vec::new();
+    for row in rows {
+        let (order_no, name, category, total, policy, period, status, refunded) = row?;
+        let category = match category {
+            Some(text) => Some(Category::parse(&text).ok_or_else(|| StoreError::Corrupt {
+                column: "items.category",
+                detail: text.clone(),
+            })?),
+            None => None,
+        };
+        items.push(ItemRecord {
+            order_no,
+            name,
+            category,
+            total: decimal("items.total", &total)?,
+            policy: opt_json::<CancellationPolicy>("items.policy", policy)?,
+            period: opt_json::<Period>("items.period", period)?,
+            status: item_status(&status)?,
+            refunded: decimal("items.refunded", &refunded)?,
+        });
+    }
+    Ok(items)
+}
+
+fn read_cancellations(
+    conn: &Connection,
+    transaction_id: &str,
+) -> Result<Vec<CancellationRecord>, StoreError> {
+    let mut statement = conn.prepare_cached(
+        "SELECT receipt_number, items, refund, outcome, created_at FROM cancellations \
+         WHERE transaction_id = ?1 ORDER BY created_at, id",
+    )?;
+    let rows = statement.query_map([transaction_id], |r| {
+        Ok((
+            r.get::<_, Option<String>>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, String>(3)?,
+            r.get::<_, String>(4)?,
+        ))
+    })?;
+    let mut records = Vec::new();
+    for row in rows {
+        let (receipt_number, items, refund, outcome, created_at) = row?;
+        records.push(CancellationRecord {
+            receipt_number,
+            items: from_json("cancellations.items", &items)?,
+            refund: decimal("cancellations.refund", &refund)?,
+            outcome,
+            created_at,
+        });
+    }
+    Ok(records)
+}
+
+fn read_idempotency(
+    conn: &Connection,
+    provider_id: &str,
+    key: &str,
+    not_before: &str,
+) -> Result<Option<IdempotencyRecord>, StoreError> {
+    let row = conn
+        .prepare_cached(
+            "SELECT route, body_hash, state, status_code, response_body FROM idempotency_keys \
+             WHERE provider_id = ?1 AND key = ?2 AND created_at >= ?3",
+        )?
+        .query_row(params![provider_id, key, not_before], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, Vec<u8>>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, Option<u16>>(3)?,
+                r.get::<_, Option<String>>(4)?,
+            ))
+        })
+        .optional()?;
+    row.map(|(route, hash, state, status_code, body)| {
+        let state = match (state.as_str(), status_code, body) {
+            ("done", Some(status_code), Some(body)) => IdempotencyState::Done { status_code, body },
+            ("running", _, _) => IdempotencyState::Running,
+            _ => {
+                return Err(StoreError::Corrupt {
+                    column: "idempotency_keys.state",
+                    detail: state,
+                });
+            }
+        };
+        Ok(IdempotencyRecord {
+            route,
+            body_hash: hash32("idempotency_keys.body_hash", hash)?,
+            state,
+        })
+    })
+    .transpose()
+}
+
+/// Who owns a transaction, for the ownership check of writes (R-7.4).
+fn owner_check(conn: &Connection, id: &str, provider_id: &str) -> Result<Owned<()>, StoreError> {
+    let owner: Option<String> = conn
+        .prepare_cached("SELECT provider_id FROM transactions WHERE id = ?1")?
+        .query_row([id], |r| r.get(0))
+        .optional()?;
+    Ok(match owner {
+        None => Owned::NotFound,
+        Some(owner) if owner == provider_id => Owned::Done(()),
+        Some(_) => Owned::OtherProvider,
+    })
+}
+
+fn insert_transaction(
+    conn: &Connection,
+    transaction: &NewTransaction,
+    response: Option<&IdempotentResponse>,
+) -> Result<String, StoreError> {
+    let mut reference = random_reference();
+    let mut exists = conn.prepare_cached("SELECT 1 FROM transactions WHERE reference = ?1")?;
+    // 40 random bits: a collision is rare; the single writer makes check-then-insert safe.
+    while exists.exists([&reference])? {
+        reference = random_reference();
+    }
+    let now = format_instant(transaction.created_at);
+    conn.prepare_cached(
+        "INSERT INTO transactions (id, provider_id, reference, status, title, currency, ref_ids, \
+         note, attachments, email, payload, total, refunded_amount, created_at, updated_at) \
+         VALUES (?1, ?2, ?3, 'PENDING', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, '0', ?12, ?12)",
+    )?
+    .execute(params![
+        transaction.id,
+        transaction.provider_id,
+        reference,
+        transaction.title,
+        transaction.currency,
+        to_json(&transaction.ref_ids)?,
+        transaction.note,
+        to_json(&transaction.attachments)?,
+        transaction.email.as_ref().map(to_json).transpose()?,
+        transaction.payload,
+        transaction.total.to_string(),
+        now,
+    ])?;
+    let mut insert_item = conn.prepare_cached(
+        "INSERT INTO items (transaction_id, order_no, name, category, total, policy, period, \
+         status, refunded) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'ACTIVE', '0')",
+    )?;
+    for (index, item) in transaction.items.iter().enumerate() {
+        let order_no = u32::try_from(index).unwrap_or(u32::MAX).saturating_add(1);
+        insert_item.execute(params![
+            transaction.id,
+            order_no,
+            item.name,
+            item.category.map(Category::as_str),
+            item.total.to_string(),
+            item.policy.as_ref().map(to_json).transpose()?,
+            item.period.as_ref().map(to_json).transpose()?,
+        ])?;
+    }
+    if let Some(response) = response {
+        finish_idempotency(conn, response)?;
+    }
+    Ok(reference)
+}
+
+/// Stores the response of a claimed key, completing it (R-9.1).
+pub fn finish_idempotency(
+    conn: &Connection,
+    response: &IdempotentResponse,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "UPDATE idempotency_keys SET state = 'done', status_code = ?3, response_body = ?4 \
+         WHERE provider_id = ?1 AND key = ?2",
+    )?
+    .execute(params![
+        response.key.provider_id,
+        response.key.key,
+        response.status_code,
+        response.body,
+    ])?;
+    Ok(())
+}
+
+fn claim(
+    conn: &Connection,
+    key: &IdempotencyKey,
+    now: &str,
+    not_before: &str,
+) -> Result<Claim, StoreError> {
+    if let Some(existing) = read_idempotency(conn, &key.provider_id, &key.key, not_before)? {
+        return Ok(Claim::Existing(existing));
+    }
+    // An expired record under the same key is replaced.
+    conn.prepare_cached(
+        "INSERT OR REPLACE INTO idempotency_keys (provider_id, key, route, body_hash, state, \
+         created_at) VALUES (?1, ?2, ?3, ?4, 'running', ?5)",
+    )?
+    .execute(params![
+        key.provider_id,
+        key.key,
+        key.route,
+        &key.body_hash[..],
+        now
+    ])?;
+    Ok(Claim::Claimed)
+}
+
+fn update(
+    conn: &Connection,
+    id: &str,
+    provider_id: &str,
+    update: &UpdateTransaction,
+    now: &str,
+) -> Result<Owned<()>, StoreError> {
+    let owned = owner_check(conn, id, provider_id)?;
+    if owned != Owned::Done(()) {
+        return Ok(owned);
+    }
+    // R-8.6: each given field replaces the stored one; absent fields stay (COALESCE).
+    conn.prepare_cached(
+        "UPDATE transactions SET ref_ids = COALESCE(?2, ref_ids), title = COALESCE(?3, title), \
+         note = COALESCE(?4, note), attachments = COALESCE(?5, attachments), updated_at = ?6 \
+         WHERE id = ?1",
+    )?
+    .execute(params![
+        id,
+        update.external_ids.as_ref().map(to_json).transpose()?,
+        update.title,
+        update.note,
+        update.attachments.as_ref().map(to_json).transpose()?,
+        now,
+    ])?;
+    Ok(Owned::Done(()))
+}
+
+fn pay(
+    conn: &Connection,
+    id: &str,
+    provider_id: &str,
+    details: &PaymentDetails,
+    paid_at: &str,
+    now: &str,
+) -> Result<Owned<PayOutcome>, StoreError> {
+    match owner_check(conn, id, provider_id)? {
+        Owned::Done(()) => {}
+        Owned::NotFound => return Ok(Owned::NotFound),
+        Owned::OtherProvider => return Ok(Owned::OtherProvider),
+    }
+    let (status, currency): (String, String) = conn
+        .prepare_cached("SELECT status, currency FROM transactions WHERE id = ?1")?
+        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    if status != TransactionStatus::Pending.as_str() {
+        return Ok(Owned::Done(PayOutcome::NotPayable(format!(
+            "contract status {status} does not allow payment"
+        ))));
+    }
+    let active = read_items(conn, id)?
+        .into_iter()
+        .filter(|item| item.status == ItemStatus::Active)
+        .map(|item| item.total)
+        .collect::<Vec<_>>();
+    if active.is_empty() {
+        return Ok(Owned::Done(PayOutcome::NotPayable(
+            "contract has no active items to pay".to_owned(),
+        )));
+    }
+    let mut paid = Decimal::ZERO;
+    for total in active {
+        paid = paid.checked_add(total).ok_or_else(|| StoreError::Corrupt {
+            column: "items.total",
+            detail: "sum overflows".to_owned(),
+        })?;
+    }
+    // R-1.4: the amount paid is written at the currency's scale.
+    let scale = engine::money::minor_units(&currency).unwrap_or(2);
+    let paid = engine::money::round_to_scale(paid, scale);
+    conn.prepare_cached(
+        "UPDATE transactions SET status = 'PAID', paid_amount = ?2, paid_at = ?3, payment = ?4, \
+         updated_at = ?5 WHERE id = ?1",
+    )?
+    .execute(params![
+        id,
+        paid.to_string(),
+        paid_at,
+        to_json(details)?,
+        now
+    ])?;
+    Ok(Owned::Done(PayOutcome::Paid(paid)))
+}
+
+impl Store for SqliteStore {
+    fn credential(
+        &self,
+        widget_id: String,
+    ) -> BoxFuture<'_, Result<Option<CredentialRow>, StoreError>> {
+        let result = self.read(|conn| {
+            let row = conn
+                .prepare_cached(
+                    "SELECT provider_id, secret_hash, scopes FROM credentials \
+                     WHERE widget_id = ?1 AND revoked_at IS NULL",
+                )?
+                .query_row([&widget_id], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, Vec<u8>>(1)?,
+                        r.get::<_, String>(2)?,
+                    ))
+                })
+                .optional()?;
+            row.map(|(provider_id, hash, scopes)| {
+                Ok(CredentialRow {
+                    widget_id: widget_id.clone(),
+                    provider_id,
+                    secret_hash: hash32("credentials.secret_hash", hash)?,
+                    scopes,
+                })
+            })
+            .transpose()
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn provider(
+        &self,
+        provider_id: String,
+    ) -> BoxFuture<'_, Result<Option<ProviderRow>, StoreError>> {
+        let result = self.read(|conn| read_provider(conn, &provider_id));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn idempotency(
+        &self,
+        provider_id: String,
+        key: String,
+        not_before: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<Option<IdempotencyRecord>, StoreError>> {
+        let not_before = format_instant(not_before);
+        let result = self.read(|conn| read_idempotency(conn, &provider_id, &key, &not_before));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn claim_idempotency(
+        &self,
+        key: IdempotencyKey,
+        now: DateTime<Utc>,
+        not_before: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<Claim, StoreError>> {
+        let (now, not_before) = (format_instant(now), format_instant(not_before));
+        Box::pin(
+            self.writer
+                .execute(move |conn| claim(conn, &key, &now, &not_before)),
+        )
+    }
+
+    fn release_idempotency(
+        &self,
+        provider_id: String,
+        key: String,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            conn.prepare_cached(
+                "DELETE FROM idempotency_keys WHERE provider_id = ?1 AND key = ?2 \
+                 AND state = 'running'",
+            )?
+            .execute(params![provider_id, key])?;
+            Ok(())
+        }))
+    }
+
+    fn create_transaction(
+        &self,
+        transaction: NewTransaction,
+        response: Option<IdempotentResponse>,
+    ) -> BoxFuture<'_, Result<String, StoreError>> {
+        Box::pin(
+            self.writer
+                .execute(move |conn| insert_transaction(conn, &transaction, response.as_ref())),
+        )
+    }
+
+    fn transaction_owner(&self, id: String) -> BoxFuture<'_, Result<Option<String>, StoreError>> {
+        let result = self.read(|conn| {
+            Ok(conn
+                .prepare_cached("SELECT provider_id FROM transactions WHERE id = ?1")?
+                .query_row([&id], |r| r.get(0))
+                .optional()?)
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn transaction(
+        &self,
+        id: String,
+    ) -> BoxFuture<'_, Result<Option<TransactionRecord>, StoreError>> {
+        let result = self.read(|conn| read_transaction(conn, &id));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn update_transaction(
+        &self,
+        id: String,
+        provider_id: String,
+        change: UpdateTransaction,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<Owned<()>, StoreError>> {
+        let now = format_instant(now);
+        Box::pin(
+            self.writer
+                .execute(move |conn| update(conn, &id, &provider_id, &change, &now)),
+        )
+    }
+
+    fn record_payment(
+        &self,
+        id: String,
+        provider_id: String,
+        details: PaymentDetails,
+        paid_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<Owned<PayOutcome>, StoreError>> {
+        let (paid_at, now) = (format_instant(paid_at), format_instant(now));
+        Box::pin(
+            self.writer
+                .execute(move |conn| pay(conn, &id, &provider_id, &details, &paid_at, &now)),
+        )
+    }
+
+    fn prune_idempotency(&self, before: DateTime<Utc>) -> BoxFuture<'_, Result<usize, StoreError>> {
+        let before = format_instant(before);
+        Box::pin(self.writer.execute(move |conn| {
+            Ok(conn
+                .prepare_cached("DELETE FROM idempotency_keys WHERE created_at < ?1")?
+                .execute([before])?)
+        }))
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            // Joining blocks until the writer's queue is drained. The writer never needs the
+            // runtime to make progress, so waiting here cannot deadlock, and this runs once at
+            // the very end of a shutdown.
+            self.writer.shutdown();
+            if let Ok(mut pool) = self.readers.lock() {
+                pool.clear();
+            }
+        })
+    }
+}
