@@ -13,7 +13,9 @@
 pub mod auth;
 pub mod cli;
 pub mod error;
+pub mod gateway;
 pub mod handlers;
+pub mod multipart;
 pub mod providers;
 pub mod routes;
 pub mod server;
