@@ -1,1 +1,2 @@
 //! Shared helpers of the black-box and data-driven tests.
+pub mod http;

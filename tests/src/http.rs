@@ -1,0 +1,311 @@
+//! Black-box HTTP helpers: start the real server on port 0 with a fresh database file, create
+//! providers on that file, and talk to the server with a real HTTP client.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use host_http::auth::Scopes;
+use host_http::providers::{self, IssuedCredential, NewProvider};
+use host_http::{App, Config};
+use hyper::header::HeaderMap;
+use hyper::{Method, Request, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tempfile::TempDir;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// A running server on a temporary database.
+#[derive(Debug)]
+pub struct TestServer {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its database file.
+    pub db_path: PathBuf,
+    dir: TempDir,
+    sandbox: bool,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+/// A provider's credential as the tests use it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Creds {
+    /// Provider identifier.
+    pub provider_id: String,
+    /// Widget ID.
+    pub widget_id: String,
+    /// Backend secret.
+    pub secret: String,
+}
+
+impl From<IssuedCredential> for Creds {
+    fn from(issued: IssuedCredential) -> Creds {
+        Creds {
+            provider_id: issued.provider_id,
+            widget_id: issued.widget_id,
+            secret: issued.backend_secret,
+        }
+    }
+}
+
+impl Creds {
+    /// The `Authorization` header value.
+    pub fn basic(&self) -> String {
+        basic(&self.widget_id, &self.secret)
+    }
+}
+
+/// `Basic base64(user:password)`.
+pub fn basic(user: &str, password: &str) -> String {
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+    )
+}
+
+/// A response, fully read.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// Status.
+    pub status: StatusCode,
+    /// Headers.
+    pub headers: HeaderMap,
+    /// Body bytes.
+    pub body: Bytes,
+}
+
+impl Reply {
+    /// The body as JSON (panics with the body text when it is not JSON).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "body is not JSON ({e}): {}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    /// A header as text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// Asserts the status and an error body; returns the body.
+    pub fn expect_error(&self, status: u16) -> serde_json::Value {
+        assert_eq!(
+            self.status.as_u16(),
+            status,
+            "body: {}",
+            String::from_utf8_lossy(&self.body)
+        );
+        let body = self.json();
+        assert_eq!(body["statusCode"], status, "{body}");
+        assert_eq!(
+            body["error"],
+            self.status.canonical_reason().unwrap_or_default(),
+            "{body}"
+        );
+        if status == 400 {
+            assert!(body["message"].is_array(), "{body}");
+        } else {
+            assert!(body["message"].is_string(), "{body}");
+        }
+        body
+    }
+}
+
+/// A minimal valid creation body.
+pub fn checkout_body(title: &str) -> String {
+    serde_json::json!({
+        "title": title,
+        "currency": "EUR",
+        "items": [
+            {"name": "Flight", "category": "FLIGHT", "price": 100, "taxes": [{"value": 19}]},
+            {"name": "Hotel", "category": "ACCOMMODATION", "price": 50.5}
+        ]
+    })
+    .to_string()
+}
+
+impl TestServer {
+    /// Starts a sandbox server on a fresh database.
+    pub async fn start() -> TestServer {
+        TestServer::start_with(true).await
+    }
+
+    /// Starts a server on a fresh database, with or without the sandbox routes.
+    pub async fn start_with(sandbox: bool) -> TestServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db_path = dir.path().join("checkout.db");
+        TestServer::launch(dir, db_path, sandbox, Duration::from_secs(10)).await
+    }
+
+    /// Starts a server whose header read timeout is `timeout`.
+    pub async fn start_with_header_timeout(timeout: Duration) -> TestServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db_path = dir.path().join("checkout.db");
+        TestServer::launch(dir, db_path, true, timeout).await
+    }
+
+    async fn launch(
+        dir: TempDir,
+        db_path: PathBuf,
+        sandbox: bool,
+        header_read_timeout: Duration,
+    ) -> TestServer {
+        let mut config = Config::new(
+            "127.0.0.1:0".parse().expect("address"),
+            db_path.clone(),
+        );
+        config.sandbox = sandbox;
+        config.header_read_timeout = header_read_timeout;
+        config.shutdown_grace = Duration::from_secs(5);
+        let app = App::build(config).await.expect("server starts");
+        let addr = app.local_addr();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            app.run_until(async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("server runs");
+        });
+        TestServer {
+            addr,
+            db_path,
+            dir,
+            sandbox,
+            stop: Some(stop),
+            task: Some(task),
+            client: Client::builder(TokioExecutor::new()).build_http(),
+        }
+    }
+
+    /// Shuts the server down gracefully and starts a new one on the same database file.
+    pub async fn restart(mut self) -> TestServer {
+        self.shutdown().await;
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir"));
+        TestServer::launch(dir, self.db_path.clone(), self.sandbox, Duration::from_secs(10))
+            .await
+    }
+
+    /// Shuts the server down and waits until it has closed its database.
+    pub async fn shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.expect("server task");
+        }
+    }
+
+    /// The temporary directory holding the database.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Creates a provider with every scope.
+    pub fn provider(&self, name: &str) -> Creds {
+        self.provider_with_scopes(name, Scopes::all())
+    }
+
+    /// Creates a provider whose first credential has `scopes`.
+    pub fn provider_with_scopes(&self, name: &str, scopes: Scopes) -> Creds {
+        providers::create_provider(
+            &self.db_path,
+            &NewProvider {
+                name: name.to_owned(),
+                time_zone: "UTC".to_owned(),
+                default_policy: None,
+                category_policies: Default::default(),
+                scopes,
+            },
+            chrono::Utc::now(),
+        )
+        .expect("provider created")
+        .into()
+    }
+
+    /// Sends a request; `auth` is a whole `Authorization` value.
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        auth: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Option<&str>,
+    ) -> Reply {
+        let mut builder = Request::builder()
+            .method(method)
+            .uri(format!("http://{}{}", self.addr, path));
+        if let Some(auth) = auth {
+            builder = builder.header("authorization", auth);
+        }
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        let body = Full::new(Bytes::from(body.unwrap_or("").to_owned()));
+        let request = builder.body(body).expect("request");
+        let response = self.client.request(request).await.expect("response");
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.expect("body").to_bytes();
+        Reply {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        }
+    }
+
+    /// `GET path` with credentials.
+    pub async fn get(&self, path: &str, creds: &Creds) -> Reply {
+        self.send(Method::GET, path, Some(&creds.basic()), &[], None)
+            .await
+    }
+
+    /// A JSON request with credentials.
+    pub async fn json(&self, method: Method, path: &str, creds: &Creds, body: &str) -> Reply {
+        self.send(
+            method,
+            path,
+            Some(&creds.basic()),
+            &[("content-type", "application/json")],
+            Some(body),
+        )
+        .await
+    }
+
+    /// Creates a transaction and returns its id.
+    pub async fn create(&self, creds: &Creds, body: &str) -> String {
+        let reply = self.json(Method::POST, "/initialize", creds, body).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::CREATED,
+            "{}",
+            String::from_utf8_lossy(&reply.body)
+        );
+        reply.json()["transactionId"]
+            .as_str()
+            .expect("transactionId")
+            .to_owned()
+    }
+
+    /// Opens the database file directly (to check what was stored).
+    pub fn db(&self) -> rusqlite::Connection {
+        rusqlite::Connection::open(&self.db_path).expect("open db")
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
