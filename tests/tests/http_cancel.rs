@@ -348,7 +348,8 @@ async fn thirty_two_parallel_cancellations_of_one_item_refund_once_r_4_5() {
     let server = CancelServer::start().await;
     let acme = server.provider("acme");
     let id = server.paid_transaction(&acme, &["100", "50"]).await;
-    let requests = (0..32).map(|_| server.cancel(&acme, &id, &json!({"itemsOrder": [1]})));
+    let body = json!({"itemsOrder": [1]});
+    let requests = (0..32).map(|_| server.cancel(&acme, &id, &body));
     let replies = futures_util::future::join_all(requests).await;
     let mut successes = 0;
     for reply in &replies {
@@ -385,8 +386,10 @@ async fn parallel_cancellations_of_different_items_add_up_r_4_5() {
         "10.01", "20.02", "30.03", "40.04", "50.05", "60.06", "70.07", "80.08",
     ];
     let id = server.paid_transaction(&acme, &prices).await;
-    let requests =
-        (1..=prices.len()).map(|order| server.cancel(&acme, &id, &json!({"itemsOrder": [order]})));
+    let bodies: Vec<Value> = (1..=prices.len())
+        .map(|order| json!({"itemsOrder": [order]}))
+        .collect();
+    let requests = bodies.iter().map(|body| server.cancel(&acme, &id, body));
     let replies = futures_util::future::join_all(requests).await;
     let mut receipts = Vec::new();
     for reply in &replies {
