@@ -156,10 +156,11 @@ async fn crash_at(db: &Path, gateway: &FakeGateway, http: &Http, point: Option<&
     assert_eq!(status, StatusCode::OK);
 
     let mut server = server;
+    let cancel_path = format!("/cancel/{id}");
     let cancel = http.send(
         server.addr,
         Method::PATCH,
-        &format!("/cancel/{id}"),
+        &cancel_path,
         Some(json!({"itemsOrder": [1]})),
     );
     match point {
