@@ -691,7 +691,7 @@ pub async fn upload_file(
         .map(str::to_owned);
     let file = match read_upload(content_type.as_deref(), request.into_body()).await {
         Ok(file) => file,
-        Err(response) => return response,
+        Err(response) => return Ok(*response),
     };
     let token = share_token();
     let id = uuid::Uuid::now_v7().hyphenated().to_string();
@@ -727,8 +727,8 @@ fn share_token() -> String {
 async fn read_upload(
     content_type: Option<&str>,
     body: Incoming,
-) -> Result<UploadedFile, Result<HttpResponse, ApiError>> {
-    let boundary = multipart::boundary_of(content_type).map_err(|e| form_error(&e))?;
+) -> Result<UploadedFile, Box<HttpResponse>> {
+    let boundary = multipart::boundary_of(content_type).map_err(|e| respond(form_error(&e)))?;
     let limit = multipart::MAX_FILE_BYTES;
     let constraints = multer::Constraints::new().size_limit(
         multer::SizeLimit::new()
@@ -738,15 +738,15 @@ async fn read_upload(
     let mut parts =
         multer::Multipart::with_constraints(body.into_data_stream(), boundary, constraints);
     let too_large = || {
-        Err(Ok(error_with(
+        Err(Box::new(error_with(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("file exceeds {limit} bytes"),
         )))
     };
     let malformed = |e: multer::Error| {
-        Err(Err(ApiError::invalid(format!(
+        Err(respond(Err(ApiError::invalid(format!(
             "malformed multipart body: {e}"
-        ))))
+        )))))
     };
     let mut file: Option<UploadedFile> = None;
     let mut messages = Vec::new();
@@ -811,7 +811,12 @@ async fn read_upload(
         messages.insert(0, "file should not be empty".to_owned());
     }
     if !messages.is_empty() {
-        return Err(Err(ApiError::Validation(messages)));
+        return Err(respond(Err(ApiError::Validation(messages))));
     }
-    file.ok_or(Err(ApiError::invalid("file should not be empty")))
+    file.ok_or_else(|| respond(Err(ApiError::invalid("file should not be empty"))))
+}
+
+/// One response from a handler's result, boxed: an upload's refusal travels as an error value.
+fn respond(result: Result<HttpResponse, ApiError>) -> Box<HttpResponse> {
+    Box::new(result.unwrap_or_else(|error| crate::handlers::error_response(&error)))
 }

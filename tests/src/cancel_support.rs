@@ -289,10 +289,13 @@ pub fn checkout(prices: &[&str]) -> Value {
     json!({"title": "Trip", "currency": "EUR", "items": items})
 }
 
+/// One part: its name, its file name and content type when it is a file, its bytes.
+type Part = (String, Option<(String, String)>, Vec<u8>);
+
 /// A `multipart/form-data` body under construction.
 #[derive(Debug, Clone, Default)]
 pub struct Multipart {
-    parts: Vec<(String, Option<(String, String)>, Vec<u8>)>,
+    parts: Vec<Part>,
 }
 
 const BOUNDARY: &str = "----checkout-test-boundary-7MA4YWxkTrZu0gW";
