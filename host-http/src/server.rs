@@ -151,6 +151,24 @@ async fn prune_idempotency_keys(state: Arc<AppState>) {
     }
 }
 
+/// Runs a handler so that a panic anywhere in it becomes a 500 error value (and so a 500
+/// body) instead of a dropped connection.
+pub async fn guarded(
+    handler: impl Future<Output = Result<HttpResponse, ApiError>>,
+) -> Result<HttpResponse, ApiError> {
+    AssertUnwindSafe(handler)
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|panic| {
+            let cause = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(ApiError::Internal(format!("handler panicked: {cause}")))
+        })
+}
+
 /// One request: route, run the handler with a panic guard, log one line, set `X-Request-Id`.
 async fn handle(state: Arc<AppState>, request: Request<Incoming>, id: String) -> HttpResponse {
     let started = Instant::now();
@@ -159,19 +177,7 @@ async fn handle(state: Arc<AppState>, request: Request<Incoming>, id: String) ->
     let (template, result) = match routes::route(&method, request.uri().path(), state.sandbox) {
         Ok(route) => {
             let template = route.template();
-            let handler = handlers::dispatch(state, route, request, now);
-            // A panic anywhere in a handler becomes a 500 body instead of a dropped connection.
-            let result = AssertUnwindSafe(handler)
-                .catch_unwind()
-                .await
-                .unwrap_or_else(|panic| {
-                    let cause = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| (*s).to_owned())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_default();
-                    Err(ApiError::Internal(format!("handler panicked: {cause}")))
-                });
+            let result = guarded(handlers::dispatch(state, route, request, now)).await;
             (template, result)
         }
         Err(error) => ("-", Err(error)),
@@ -198,4 +204,26 @@ async fn handle(state: Arc<AppState>, request: Request<Incoming>, id: String) ->
         "request"
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_handler_becomes_a_500_body() {
+        let result = guarded(async {
+            let values: Vec<u8> = Vec::new();
+            // An out-of-bounds index stands for any bug in a handler.
+            let _ = values[usize::from(values.is_empty())];
+            Ok(handlers::json_text(StatusCode::OK, String::new()))
+        })
+        .await;
+        let error = result.unwrap_err();
+        assert_eq!(error.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let response = handlers::error_response(&error);
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = serde_json::to_value(error.body()).unwrap();
+        assert_eq!(body["message"], "internal server error");
+    }
 }

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
 use host_http::auth::Scopes;
 use host_http::providers::{self, IssuedCredential, NewProvider};
 use host_http::{App, Config};
+use http_body_util::{BodyExt, Full};
 use hyper::header::HeaderMap;
 use hyper::{Method, Request, StatusCode};
 use hyper_util::client::legacy::Client;
@@ -160,10 +160,7 @@ impl TestServer {
         sandbox: bool,
         header_read_timeout: Duration,
     ) -> TestServer {
-        let mut config = Config::new(
-            "127.0.0.1:0".parse().expect("address"),
-            db_path.clone(),
-        );
+        let mut config = Config::new("127.0.0.1:0".parse().expect("address"), db_path.clone());
         config.sandbox = sandbox;
         config.header_read_timeout = header_read_timeout;
         config.shutdown_grace = Duration::from_secs(5);
@@ -192,8 +189,13 @@ impl TestServer {
     pub async fn restart(mut self) -> TestServer {
         self.shutdown().await;
         let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir"));
-        TestServer::launch(dir, self.db_path.clone(), self.sandbox, Duration::from_secs(10))
-            .await
+        TestServer::launch(
+            dir,
+            self.db_path.clone(),
+            self.sandbox,
+            Duration::from_secs(10),
+        )
+        .await
     }
 
     /// Shuts the server down and waits until it has closed its database.

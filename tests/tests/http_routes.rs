@@ -14,7 +14,11 @@ async fn health_check_returns_ready_and_the_provider_r_7() {
         reply.json(),
         json!({"status": "ready", "provider": acme.provider_id})
     );
-    assert!(reply.header("x-request-id").is_some_and(|id| !id.is_empty()));
+    assert!(
+        reply
+            .header("x-request-id")
+            .is_some_and(|id| !id.is_empty())
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -43,16 +47,29 @@ async fn create_then_status_shows_the_record_with_extensions_r_10() {
     let parsed = uuid::Uuid::parse_str(&id).unwrap();
     assert_eq!(parsed.hyphenated().to_string(), id);
     assert_eq!(parsed.get_version_num(), 7);
-    assert_eq!(reply.header("location"), Some(format!("/status/{id}").as_str()));
+    assert_eq!(
+        reply.header("location"),
+        Some(format!("/status/{id}").as_str())
+    );
 
     let status = server.get(&format!("/status/{id}"), &acme).await;
     assert_eq!(status.status, 200);
     let record = status.json();
     assert_eq!(record["status"], "PENDING");
     let reference = record["checkout"]["reference"].as_str().unwrap();
-    assert!(reference.starts_with("CHK-") && reference.len() == 12, "{reference}");
+    assert!(
+        reference.starts_with("CHK-") && reference.len() == 12,
+        "{reference}"
+    );
     // R-10.1: payment parts null until paid.
-    for part in ["payment", "customer", "beneficiary", "billing", "card", "reporting"] {
+    for part in [
+        "payment",
+        "customer",
+        "beneficiary",
+        "billing",
+        "card",
+        "reporting",
+    ] {
         assert!(record["checkout"][part].is_null(), "{part}");
     }
     // R-10.2 extensions at the top level.
@@ -83,7 +100,10 @@ async fn post_transactions_is_the_same_operation_r_8_5() {
         .await;
     assert_eq!(reply.status, 201);
     let id = reply.json()["transactionId"].as_str().unwrap().to_owned();
-    assert_eq!(server.get(&format!("/status/{id}"), &acme).await.status, 200);
+    assert_eq!(
+        server.get(&format!("/status/{id}"), &acme).await.status,
+        200
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,7 +147,12 @@ async fn quote_computes_without_storing_r_2() {
     let reply = server
         .json(Method::POST, "/quote", &acme, &checkout_body("Q"))
         .await;
-    assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
     let quote = reply.json();
     assert_eq!(quote["total"].to_string(), "169.50");
     assert_eq!(quote["items"][0]["total"].to_string(), "119.00");
@@ -141,7 +166,9 @@ async fn quote_computes_without_storing_r_2() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openapi_document_and_liveness_are_served() {
     let server = TestServer::start().await;
-    let openapi = server.send(Method::GET, "/openapi.json", None, &[], None).await;
+    let openapi = server
+        .send(Method::GET, "/openapi.json", None, &[], None)
+        .await;
     assert_eq!(openapi.status, 200);
     assert_eq!(openapi.header("content-type"), Some("application/json"));
     assert!(openapi.json().is_object());
@@ -164,7 +191,12 @@ async fn sandbox_payment_records_the_payment_r_3_6() {
     })
     .to_string();
     let reply = server.json(Method::POST, &pay, &acme, &body).await;
-    assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
     let record = reply.json();
     assert_eq!(record["status"], "PAID");
     assert_eq!(record["checkout"]["payment"]["reference"], "PAY-1");
@@ -173,15 +205,23 @@ async fn sandbox_payment_records_the_payment_r_3_6() {
     assert_eq!(record["amounts"]["paid"].to_string(), "169.50");
     let paid_at: String = server
         .db()
-        .query_row("SELECT paid_at FROM transactions WHERE id = ?1", [&id], |r| {
-            r.get(0)
-        })
+        .query_row(
+            "SELECT paid_at FROM transactions WHERE id = ?1",
+            [&id],
+            |r| r.get(0),
+        )
         .unwrap();
     assert!(paid_at.starts_with("2025-01-02T03:04:05"), "{paid_at}");
 
     // R-3.3: only PENDING can be paid.
-    let again = server.json(Method::POST, &pay, &acme, "{}").await.expect_error(400);
-    assert!(again["message"][0].as_str().unwrap().contains("PAID"), "{again}");
+    let again = server
+        .json(Method::POST, &pay, &acme, "{}")
+        .await
+        .expect_error(400);
+    assert!(
+        again["message"][0].as_str().unwrap().contains("PAID"),
+        "{again}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -192,7 +232,12 @@ async fn sandbox_payment_refuses_a_future_instant_and_defaults_to_now_r_3_6() {
     let pay = format!("/sandbox/transactions/{id}/pay");
     let future = (chrono::Utc::now() + chrono::Duration::days(1)).to_rfc3339();
     server
-        .json(Method::POST, &pay, &acme, &json!({"paidAt": future}).to_string())
+        .json(
+            Method::POST,
+            &pay,
+            &acme,
+            &json!({"paidAt": future}).to_string(),
+        )
         .await
         .expect_error(400);
     server
@@ -203,7 +248,12 @@ async fn sandbox_payment_refuses_a_future_instant_and_defaults_to_now_r_3_6() {
     let reply = server
         .send(Method::POST, &pay, Some(&acme.basic()), &[], None)
         .await;
-    assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
     assert_eq!(reply.json()["status"], "PAID");
 }
 
@@ -213,7 +263,12 @@ async fn sandbox_route_does_not_exist_without_sandbox_mode() {
     let acme = server.provider("acme");
     let id = server.create(&acme, &checkout_body("T")).await;
     server
-        .json(Method::POST, &format!("/sandbox/transactions/{id}/pay"), &acme, "{}")
+        .json(
+            Method::POST,
+            &format!("/sandbox/transactions/{id}/pay"),
+            &acme,
+            "{}",
+        )
         .await
         .expect_error(404);
 }
@@ -223,7 +278,12 @@ async fn validation_errors_list_every_message_r_8_1() {
     let server = TestServer::start().await;
     let acme = server.provider("acme");
     let body = server
-        .json(Method::POST, "/initialize", &acme, r#"{"title":"T","currency":"EUR","items":[{}]}"#)
+        .json(
+            Method::POST,
+            "/initialize",
+            &acme,
+            r#"{"title":"T","currency":"EUR","items":[{}]}"#,
+        )
         .await
         .expect_error(400);
     assert!(!body["message"].as_array().unwrap().is_empty());
@@ -270,7 +330,13 @@ async fn unknown_route_404_and_wrong_method_405_with_allow_r_8_3() {
     let acme = server.provider("acme");
     server.get("/no/such/route", &acme).await.expect_error(404);
     let reply = server
-        .send(Method::DELETE, "/initialize", Some(&acme.basic()), &[], None)
+        .send(
+            Method::DELETE,
+            "/initialize",
+            Some(&acme.basic()),
+            &[],
+            None,
+        )
         .await;
     reply.expect_error(405);
     assert_eq!(reply.header("allow"), Some("POST"));
@@ -285,9 +351,15 @@ async fn unknown_route_404_and_wrong_method_405_with_allow_r_8_3() {
 async fn wrong_content_type_is_415_r_8_3() {
     let server = TestServer::start().await;
     let acme = server.provider("acme");
-    for content_type in [Some("text/plain"), Some("application/x-www-form-urlencoded"), None] {
-        let headers: Vec<(&str, &str)> =
-            content_type.map(|c| ("content-type", c)).into_iter().collect();
+    for content_type in [
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+        None,
+    ] {
+        let headers: Vec<(&str, &str)> = content_type
+            .map(|c| ("content-type", c))
+            .into_iter()
+            .collect();
         server
             .send(
                 Method::POST,

@@ -1,0 +1,113 @@
+//! Black-box tests of persistence: everything survives a restart on the same file, the payload
+//! is stored as written, and effective policies are fixed at creation (R-3.5).
+
+use engine::api::CancellationPolicy;
+use host_http::providers::{self, PolicyChange};
+use hyper::Method;
+use serde_json::json;
+use tests::http::TestServer;
+
+fn policy(percent: u32) -> CancellationPolicy {
+    serde_json::from_value(json!({
+        "reference": "PAYMENT_DATE",
+        "penalties": [{"type": "OFFSET_PENALTY", "value": {"amount": percent, "unit": "PERCENTAGE"},
+                       "offset": {"amount": 2, "unit": "DAYS"}}]
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_on_the_same_file_finds_everything() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let id = server
+        .create(&acme, &tests::http::checkout_body("Before restart"))
+        .await;
+    let paid = server
+        .create(&acme, &tests::http::checkout_body("Paid"))
+        .await;
+    let reply = server
+        .json(
+            Method::POST,
+            &format!("/sandbox/transactions/{paid}/pay"),
+            &acme,
+            "{}",
+        )
+        .await;
+    assert_eq!(reply.status, 200);
+    let before = server.get(&format!("/status/{id}"), &acme).await.json();
+    let paid_before = server.get(&format!("/status/{paid}"), &acme).await.json();
+
+    let server = server.restart().await;
+    assert_eq!(server.get("/status", &acme).await.status, 200);
+    assert_eq!(
+        server.get(&format!("/status/{id}"), &acme).await.json(),
+        before
+    );
+    assert_eq!(
+        server.get(&format!("/status/{paid}"), &acme).await.json(),
+        paid_before
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payload_is_stored_exactly_as_written_r_1_1() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let body = r#"{"title":"Exact","currency":"EUR","items":[{"price":100.50,"quantity":{"amount":1.0},"taxes":[{"value":0.1}]}]}"#;
+    let id = server.create(&acme, body).await;
+    let (payload, total): (String, String) = server
+        .db()
+        .query_row(
+            "SELECT payload, total FROM transactions WHERE id = ?1",
+            [&id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(payload, body);
+    assert_eq!(total, "100.60");
+    let item_total: String = server
+        .db()
+        .query_row(
+            "SELECT total FROM items WHERE transaction_id = ?1 AND order_no = 1",
+            [&id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(item_total, "100.60");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_policy_is_resolved_at_creation_and_kept_r_3_5() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    providers::set_policy(
+        &server.db_path,
+        &acme.provider_id,
+        &PolicyChange {
+            default_policy: Some(Some(policy(10))),
+            ..PolicyChange::default()
+        },
+    )
+    .unwrap();
+    let id = server.create(&acme, &tests::http::checkout_body("P")).await;
+    // A later change of the provider's configuration does not touch the contract.
+    providers::set_policy(
+        &server.db_path,
+        &acme.provider_id,
+        &PolicyChange {
+            default_policy: Some(Some(policy(90))),
+            ..PolicyChange::default()
+        },
+    )
+    .unwrap();
+    let record = server.get(&format!("/status/{id}"), &acme).await.json();
+    let stored = &record["items"][0]["cancellationPolicy"]["penalties"][0]["value"]["amount"];
+    assert_eq!(stored.to_string(), "10");
+    let newer = server
+        .create(&acme, &tests::http::checkout_body("P2"))
+        .await;
+    let record = server.get(&format!("/status/{newer}"), &acme).await.json();
+    let stored = &record["items"][0]["cancellationPolicy"]["penalties"][0]["value"]["amount"];
+    assert_eq!(stored.to_string(), "90");
+}
