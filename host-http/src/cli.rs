@@ -33,6 +33,9 @@ pub struct ServeArgs {
     #[arg(long, env = "CHECKOUT_DEMO", action = ArgAction::SetTrue,
           value_parser = BoolishValueParser::new())]
     pub demo: bool,
+    /// Refund gateway, retries and recovery.
+    #[command(flatten)]
+    pub refunds: crate::refunds::GatewayArgs,
 }
 
 /// `--db` of the provider commands.
@@ -153,6 +156,10 @@ pub fn serve(args: ServeArgs) -> ExitCode {
         };
         let mut config = Config::new(args.listen, args.db.clone());
         config.sandbox = args.sandbox || args.demo;
+        config.refunds = match args.refunds.settings() {
+            Ok(settings) => settings,
+            Err(message) => return fail(&message),
+        };
         let app = match App::build(config).await {
             Ok(app) => app,
             Err(error) => return fail(&error),

@@ -21,6 +21,7 @@ use hyper::{Request, Response, StatusCode};
 use sha2::{Digest, Sha256};
 
 use crate::auth::{self, Scope, Scopes};
+use crate::cancel;
 use crate::error::ApiError;
 use crate::routes::Route;
 use crate::store::{
@@ -42,6 +43,8 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     /// Whether the sandbox routes exist.
     pub sandbox: bool,
+    /// The refund process of the cancel routes.
+    pub refunds: Arc<crate::refunds::Refunds>,
 }
 
 /// The response type of every handler.
@@ -129,6 +132,14 @@ pub async fn dispatch(
             let body = read_json_body_or_empty(request).await?;
             pay(&state, &principal, &id, &body, now).await
         }
+        Route::Cancel(id) => cancel::cancel_json(state, request, &id, now).await,
+        Route::CancelInvoice(id) => cancel::cancel_multipart(state, request, Some(&id), now).await,
+        Route::CancelForm => cancel::cancel_multipart(state, request, None, now).await,
+        Route::CancelQuote(id) => cancel::quote(state, request, &id, now).await,
+        Route::FileUpload => cancel::upload_file(state, request, now).await,
+        Route::File(id) => cancel::get_file(state, request, &id).await,
+        Route::SharedFile(token) => cancel::shared_file(state, &token).await,
+        Route::Receipt(number) => cancel::receipt(state, request, &number).await,
     }
 }
 
@@ -186,7 +197,7 @@ pub async fn check_owner(
     }
 }
 
-async fn owned_transaction(
+pub(crate) async fn owned_transaction(
     state: &AppState,
     principal: &Principal,
     id: &str,
@@ -203,7 +214,7 @@ async fn owned_transaction(
     }
 }
 
-async fn provider_settings(
+pub(crate) async fn provider_settings(
     state: &AppState,
     principal: &Principal,
 ) -> Result<engine::api::ProviderSettings, ApiError> {
@@ -272,7 +283,7 @@ async fn read_limited(request: Request<Incoming>) -> Result<Bytes, ApiError> {
 }
 
 /// The `Idempotency-Key` header: 1–255 printable ASCII characters.
-fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(value) = headers.get("idempotency-key") else {
         return Ok(None);
     };
@@ -287,7 +298,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 
 /// Answers a repeat of a stored key: replay, 409 while running, 422 when the route or
 /// body differs.
-fn repeat_response(
+pub(crate) fn repeat_response(
     existing: &IdempotencyRecord,
     key: &IdempotencyKey,
 ) -> Result<HttpResponse, ApiError> {
@@ -345,7 +356,7 @@ fn merged_email(
 
 /// Maps an engine failure on validated input: amounts out of range are the client's (400);
 /// a broken invariant is ours (500).
-fn engine_error(error: EngineError) -> ApiError {
+pub(crate) fn engine_error(error: EngineError) -> ApiError {
     match error {
         EngineError::Invariant(_) | EngineError::CurrencyMismatch { .. } => {
             ApiError::Internal(error.to_string())

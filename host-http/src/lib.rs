@@ -11,12 +11,15 @@
 //! ```
 
 pub mod auth;
+pub mod cancel;
 pub mod cli;
 pub mod error;
+pub mod fault;
 pub mod gateway;
 pub mod handlers;
 pub mod multipart;
 pub mod providers;
+pub mod refunds;
 pub mod routes;
 pub mod server;
 pub mod store;
@@ -45,6 +48,8 @@ pub struct Config {
     pub header_read_timeout: Duration,
     /// How long in-flight requests may run on after a shutdown signal.
     pub shutdown_grace: Duration,
+    /// Refund gateway, retries and recovery (R-4.8).
+    pub refunds: refunds::RefundSettings,
 }
 
 impl Config {
@@ -56,6 +61,7 @@ impl Config {
             sandbox: false,
             header_read_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(10),
+            refunds: refunds::RefundSettings::default(),
         }
     }
 }
@@ -79,6 +85,9 @@ pub enum AppError {
         /// The cause.
         source: std::io::Error,
     },
+    /// The refund gateway could not be set up.
+    #[error("refund gateway: {0}")]
+    Gateway(#[from] refunds::GatewaySetupError),
 }
 
 /// A bound, ready server: [`App::run`] or [`App::run_until`] serves until shut down.
@@ -88,6 +97,7 @@ pub struct App {
     local_addr: SocketAddr,
     state: Arc<AppState>,
     config: Config,
+    recovery: refunds::RecoveryTask,
 }
 
 impl App {
@@ -97,6 +107,17 @@ impl App {
             path: config.db_path.clone(),
             source,
         })?;
+        let gateway = refunds::open_gateway(&config.refunds.gateway, &config.db_path).await?;
+        let cancellations: Arc<dyn store::cancellation::CancellationStore> = store.clone();
+        // Claims of cancel requests that stopped before recording anything (R-9.1).
+        cancellations
+            .release_orphan_claims(cancel::CANCEL_ROUTES.map(str::to_owned).to_vec())
+            .await
+            .map_err(|source| AppError::Store {
+                path: config.db_path.clone(),
+                source,
+            })?;
+        let (refunds, recovery) = refunds::Refunds::new(gateway, cancellations, &config.refunds);
         let listen_error = |source| AppError::Listen {
             addr: config.listen,
             source,
@@ -111,8 +132,10 @@ impl App {
             state: Arc::new(AppState {
                 store,
                 sandbox: config.sandbox,
+                refunds: Arc::new(refunds),
             }),
             config,
+            recovery,
         })
     }
 
@@ -128,12 +151,15 @@ impl App {
 
     /// Serves until `shutdown` completes; then stops accepting, lets in-flight requests finish
     /// (bounded by [`Config::shutdown_grace`]) and closes the database.
+    /// On start it spawns the recovery task, which drives every pending refund to an end
+    /// (R-4.8), and stops it once the server has stopped.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> Result<(), AppError> {
-        server::serve(self.listener, self.state, &self.config, shutdown)
-            .await
-            .map_err(|source| AppError::Listen {
-                addr: self.local_addr,
-                source,
-            })
+        let recovery = tokio::spawn(self.recovery.run());
+        let served = server::serve(self.listener, self.state, &self.config, shutdown).await;
+        recovery.abort();
+        served.map_err(|source| AppError::Listen {
+            addr: self.local_addr,
+            source,
+        })
     }
 }

@@ -27,6 +27,22 @@ pub enum Route {
     SandboxPay(String),
     /// `GET /healthz`: liveness probe without authentication or storage.
     Liveness,
+    /// `PATCH /cancel/{transactionId}` (JSON, spec endpoint 4).
+    Cancel(String),
+    /// `PATCH /cancel/{transactionId}/invoice` (multipart, spec endpoint 5).
+    CancelInvoice(String),
+    /// `PATCH /cancel` (multipart with a `transactionId` field, spec endpoint 6, R-4.7).
+    CancelForm,
+    /// `POST /cancel/{transactionId}/quote`: the refund preview.
+    CancelQuote(String),
+    /// `POST /files`: upload an attachment.
+    FileUpload,
+    /// `GET /files/{fileId}`: a file, for its owner.
+    File(String),
+    /// `GET /files/shared/{token}`: a shared file by its capability link, no credentials.
+    SharedFile(String),
+    /// `GET /receipts/{receiptNumber}`: a cancellation receipt.
+    Receipt(String),
 }
 
 impl Route {
@@ -42,6 +58,14 @@ impl Route {
             Route::OpenApi => "/openapi.json",
             Route::SandboxPay(_) => "/sandbox/transactions/{transactionId}/pay",
             Route::Liveness => "/healthz",
+            Route::Cancel(_) => "/cancel/{transactionId}",
+            Route::CancelInvoice(_) => "/cancel/{transactionId}/invoice",
+            Route::CancelForm => "/cancel",
+            Route::CancelQuote(_) => "/cancel/{transactionId}/quote",
+            Route::FileUpload => "/files",
+            Route::File(_) => "/files/{fileId}",
+            Route::SharedFile(_) => "/files/shared/{token}",
+            Route::Receipt(_) => "/receipts/{receiptNumber}",
         }
     }
 }
@@ -70,6 +94,38 @@ pub fn route(method: &Method, path: &str, sandbox: bool) -> Result<Route, ApiErr
         ["sandbox", "transactions", id, "pay"] if sandbox => (
             "POST",
             (method == Method::POST).then(|| Route::SandboxPay((*id).to_owned())),
+        ),
+        ["cancel"] => (
+            "PATCH",
+            (method == Method::PATCH).then_some(Route::CancelForm),
+        ),
+        ["cancel", id] => (
+            "PATCH",
+            (method == Method::PATCH).then(|| Route::Cancel((*id).to_owned())),
+        ),
+        ["cancel", id, "invoice"] => (
+            "PATCH",
+            (method == Method::PATCH).then(|| Route::CancelInvoice((*id).to_owned())),
+        ),
+        ["cancel", id, "quote"] => (
+            "POST",
+            (method == Method::POST).then(|| Route::CancelQuote((*id).to_owned())),
+        ),
+        ["files"] => (
+            "POST",
+            (method == Method::POST).then_some(Route::FileUpload),
+        ),
+        ["files", "shared", token] => (
+            "GET",
+            (method == Method::GET).then(|| Route::SharedFile((*token).to_owned())),
+        ),
+        ["files", id] => (
+            "GET",
+            (method == Method::GET).then(|| Route::File((*id).to_owned())),
+        ),
+        ["receipts", number] => (
+            "GET",
+            (method == Method::GET).then(|| Route::Receipt((*number).to_owned())),
         ),
         [id] if !id.is_empty() => (
             "PUT",

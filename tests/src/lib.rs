@@ -5,6 +5,7 @@
 //! adding a file. `UPDATE_EXPECT=1` rewrites `expected` with the actual output so that a
 //! deliberate change is reviewed as a diff of the fixtures.
 
+pub mod cancel_support;
 pub mod http;
 
 use std::fmt::Write as _;

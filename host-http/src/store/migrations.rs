@@ -19,10 +19,11 @@ pub struct Migration {
 }
 
 /// Every migration, oldest first.
-pub static MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "providers, credentials, transactions, items, cancellations, idempotency keys",
-    sql: r#"
+pub static MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "providers, credentials, transactions, items, cancellations, idempotency keys",
+        sql: r#"
 CREATE TABLE providers (
     id                 TEXT PRIMARY KEY,
     name               TEXT NOT NULL,
@@ -113,7 +114,18 @@ CREATE TABLE idempotency_keys (
 ) WITHOUT ROWID;
 CREATE INDEX idempotency_keys_created ON idempotency_keys(created_at);
 "#,
-}];
+    },
+    Migration {
+        version: 2,
+        description: "cancellation refunds: invoice files, receipts, idempotency of cancellations",
+        sql: super::cancellation::CANCELLATION_MIGRATION,
+    },
+    Migration {
+        version: 3,
+        description: "ledger refund gateway's own table",
+        sql: crate::gateway::LEDGER_MIGRATION,
+    },
+];
 
 /// Why the schema could not be brought up to date.
 #[derive(Debug, thiserror::Error)]

@@ -6,8 +6,10 @@
 //! or [`Owned::OtherProvider`] itself, inside its own write transaction, so that the ownership
 //! check and the change are one atomic step.
 
+pub mod cancellation;
 pub mod migrations;
 pub mod sqlite;
+pub mod sqlite_cancellation;
 
 use std::collections::BTreeMap;
 

@@ -79,7 +79,7 @@ enum Message {
 
 /// The single writer: a thread that owns the write connection.
 #[derive(Debug)]
-struct Writer {
+pub(super) struct Writer {
     sender: Mutex<Option<mpsc::Sender<Message>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -97,7 +97,10 @@ impl Writer {
     }
 
     /// Queues `work` and resolves after the batch holding it has committed.
-    fn execute<R, F>(&self, work: F) -> impl Future<Output = Result<R, StoreError>> + use<R, F>
+    pub(super) fn execute<R, F>(
+        &self,
+        work: F,
+    ) -> impl Future<Output = Result<R, StoreError>> + use<R, F>
     where
         R: Send + 'static,
         F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
@@ -219,7 +222,7 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>) {
 #[derive(Debug)]
 pub struct SqliteStore {
     path: PathBuf,
-    writer: Writer,
+    pub(super) writer: Writer,
     readers: Mutex<Vec<Connection>>,
 }
 
@@ -249,7 +252,7 @@ impl SqliteStore {
     /// Reads run on the calling thread: they are short, served from SQLite's page cache, and
     /// never wait for the writer (WAL), so a hop to a blocking pool would cost more than it
     /// saves.
-    fn read<R>(
+    pub(super) fn read<R>(
         &self,
         work: impl FnOnce(&Connection) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
@@ -278,28 +281,31 @@ impl SqliteStore {
     }
 }
 
-fn to_json<T: Serialize>(value: &T) -> Result<String, StoreError> {
+pub(super) fn to_json<T: Serialize>(value: &T) -> Result<String, StoreError> {
     serde_json::to_string(value).map_err(|e| StoreError::Corrupt {
         column: "json",
         detail: e.to_string(),
     })
 }
 
-fn from_json<T: DeserializeOwned>(column: &'static str, text: &str) -> Result<T, StoreError> {
+pub(super) fn from_json<T: DeserializeOwned>(
+    column: &'static str,
+    text: &str,
+) -> Result<T, StoreError> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
         column,
         detail: e.to_string(),
     })
 }
 
-fn opt_json<T: DeserializeOwned>(
+pub(super) fn opt_json<T: DeserializeOwned>(
     column: &'static str,
     text: Option<String>,
 ) -> Result<Option<T>, StoreError> {
     text.map(|t| from_json(column, &t)).transpose()
 }
 
-fn decimal(column: &'static str, text: &str) -> Result<Decimal, StoreError> {
+pub(super) fn decimal(column: &'static str, text: &str) -> Result<Decimal, StoreError> {
     Decimal::from_str(text).map_err(|e| StoreError::Corrupt {
         column,
         detail: e.to_string(),
@@ -313,7 +319,7 @@ fn hash32(column: &'static str, bytes: Vec<u8>) -> Result<[u8; 32], StoreError> 
     })
 }
 
-fn transaction_status(text: &str) -> Result<TransactionStatus, StoreError> {
+pub(super) fn transaction_status(text: &str) -> Result<TransactionStatus, StoreError> {
     from_json("transactions.status", &format!("\"{text}\""))
 }
 
@@ -372,7 +378,10 @@ pub fn read_provider(conn: &Connection, id: &str) -> Result<Option<ProviderRow>,
     .transpose()
 }
 
-fn read_transaction(conn: &Connection, id: &str) -> Result<Option<TransactionRecord>, StoreError> {
+pub(super) fn read_transaction(
+    conn: &Connection,
+    id: &str,
+) -> Result<Option<TransactionRecord>, StoreError> {
     let row = conn
         .prepare_cached(
             "SELECT provider_id, reference, status, title, currency, ref_ids, note, attachments, \
@@ -440,7 +449,10 @@ fn read_transaction(conn: &Connection, id: &str) -> Result<Option<TransactionRec
     }))
 }
 
-fn read_items(conn: &Connection, transaction_id: &str) -> Result<Vec<ItemRecord>, StoreError> {
+pub(super) fn read_items(
+    conn: &Connection,
+    transaction_id: &str,
+) -> Result<Vec<ItemRecord>, StoreError> {
     let mut statement = conn.prepare_cached(
         "SELECT order_no, name, category, total, policy, period, status, refunded \
          FROM items WHERE transaction_id = ?1 ORDER BY order_no",
@@ -554,7 +566,11 @@ fn read_idempotency(
 }
 
 /// Who owns a transaction, for the ownership check of writes (R-7.4).
-fn owner_check(conn: &Connection, id: &str, provider_id: &str) -> Result<Owned<()>, StoreError> {
+pub(super) fn owner_check(
+    conn: &Connection,
+    id: &str,
+    provider_id: &str,
+) -> Result<Owned<()>, StoreError> {
     let owner: Option<String> = conn
         .prepare_cached("SELECT provider_id FROM transactions WHERE id = ?1")?
         .query_row([id], |r| r.get(0))

@@ -1,0 +1,27 @@
+//! Fault-injection points of the refund process, for the crash-safety tests: with the
+//! `fault-injection` feature, `CHECKOUT_FAULT=<point>` makes the process abort at that point (no
+//! unwinding, no flushing, no graceful shutdown — as a SIGKILL would). Without the feature every
+//! point compiles to nothing, so a release build cannot be made to abort.
+
+/// Right before the refund is sent to the gateway (the refund is recorded PENDING).
+pub const BEFORE_GATEWAY: &str = "before_gateway";
+/// Right after the gateway answered, before the answer is committed.
+pub const AFTER_GATEWAY: &str = "after_gateway";
+/// Right after the settlement was committed, before the response is written.
+pub const AFTER_COMMIT: &str = "after_commit";
+/// Environment variable naming the point to abort at.
+pub const FAULT_ENV: &str = "CHECKOUT_FAULT";
+
+/// Aborts the process when `CHECKOUT_FAULT` names `point`.
+#[cfg(feature = "fault-injection")]
+pub fn point(point: &str) {
+    if std::env::var(FAULT_ENV).is_ok_and(|wanted| wanted == point) {
+        eprintln!("fault injection: aborting at {point}");
+        std::process::abort();
+    }
+}
+
+/// Without the `fault-injection` feature a point does nothing.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub fn point(_point: &str) {}

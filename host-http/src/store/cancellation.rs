@@ -1,0 +1,280 @@
+//! The storage seam of cancellations (R-4.8): reserving items under a pending refund,
+//! completing or failing it, the receipts (R-10.2) and the stored files (R-4.6). A separate trait
+//! from [`super::Store`], implemented for SQLite in [`super::sqlite_cancellation`].
+//!
+//! Each step of the refund process that changes state is one method and one write transaction,
+//! so that every invariant (R-4.5: Σ refunds ≤ paid; an item is in at most one live refund) is
+//! checked and kept inside the transaction that could break it, never by a read before it.
+
+use chrono::{DateTime, Utc};
+use engine::api::{CancelledItem, TransactionStatus};
+use futures_util::future::BoxFuture;
+use rust_decimal::Decimal;
+
+use super::{IdempotencyKey, Owned, StoreError};
+
+/// Schema of cancellations, files and receipts, appended to the host's migrations.
+pub const CANCELLATION_MIGRATION: &str = r#"
+CREATE TABLE files (
+    id            TEXT PRIMARY KEY,               -- UUID v7
+    provider_id   TEXT NOT NULL REFERENCES providers(id),
+    name          TEXT,
+    content_type  TEXT NOT NULL,
+    size_bytes    INTEGER NOT NULL CHECK (size_bytes >= 0),
+    sha256        TEXT NOT NULL,                  -- hex
+    share_token   TEXT UNIQUE,                    -- capability link of POST /files, or NULL
+    content       BLOB NOT NULL,
+    created_at    TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX files_provider ON files(provider_id, created_at);
+
+ALTER TABLE cancellations ADD COLUMN currency TEXT;
+ALTER TABLE cancellations ADD COLUMN payment_reference TEXT;
+ALTER TABLE cancellations ADD COLUMN invoice_file_id TEXT REFERENCES files(id);
+ALTER TABLE cancellations ADD COLUMN transaction_status TEXT;  -- status after completion
+ALTER TABLE cancellations ADD COLUMN gateway_reference TEXT;
+ALTER TABLE cancellations ADD COLUMN idempotency_key TEXT;     -- finished when the refund ends
+ALTER TABLE cancellations ADD COLUMN idempotency_route TEXT;
+ALTER TABLE cancellations ADD COLUMN idempotency_hash BLOB;
+ALTER TABLE cancellations ADD COLUMN completed_at TEXT;
+CREATE INDEX cancellations_pending ON cancellations(outcome) WHERE outcome = 'PENDING';
+"#;
+
+/// Outcome column values of a cancellation.
+pub mod outcome {
+    /// Recorded, items reserved, refund not yet definite at the gateway.
+    pub const PENDING: &str = "PENDING";
+    /// Refunded (or voided) and completed.
+    pub const SUCCESS: &str = "SUCCESS";
+    /// Declined by the gateway; nothing changed.
+    pub const FAILED: &str = "FAILED";
+}
+
+/// An invoice file to store with a cancellation, or an attachment of `POST /files`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewFile {
+    /// UUID v7.
+    pub id: String,
+    /// Owner.
+    pub provider_id: String,
+    /// Client file name (last path segment).
+    pub name: Option<String>,
+    /// Content type as sent.
+    pub content_type: String,
+    /// Bytes.
+    pub content: Vec<u8>,
+    /// SHA-256, hex.
+    pub sha256_hex: String,
+    /// Capability token of a shared file (`POST /files`), none for invoices.
+    pub share_token: Option<String>,
+    /// Upload instant.
+    pub created_at: DateTime<Utc>,
+}
+
+/// A stored file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRecord {
+    /// Id.
+    pub id: String,
+    /// Owner.
+    pub provider_id: String,
+    /// Client file name.
+    pub name: Option<String>,
+    /// Content type.
+    pub content_type: String,
+    /// Size in bytes.
+    pub size_bytes: u64,
+    /// SHA-256, hex.
+    pub sha256_hex: String,
+    /// Capability token, when shared.
+    pub share_token: Option<String>,
+    /// Bytes (empty when read as metadata only).
+    pub content: Vec<u8>,
+    /// Upload instant (RFC 3339).
+    pub created_at: String,
+}
+
+/// A cancellation to record (step 3 of R-4.8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewCancellation {
+    /// Stable refund id (UUID v7), also the gateway's idempotency key.
+    pub refund_id: String,
+    /// Transaction.
+    pub transaction_id: String,
+    /// Provider of the credential (R-7.4, checked again inside the transaction).
+    pub provider_id: String,
+    /// Whether the transaction was paid when the refund was computed; a change in between
+    /// refuses the request, as its computation no longer holds.
+    pub paid: bool,
+    /// Per item, in `itemsOrder` order: total, penalty, refund allocated, rule applied.
+    pub items: Vec<CancelledItem>,
+    /// Refund amount at the currency's scale (0 for a void, R-4.4).
+    pub refund: Decimal,
+    /// Currency code.
+    pub currency: String,
+    /// The payment's reference, sent to the gateway.
+    pub payment_reference: Option<String>,
+    /// Invoice title (R-4.6).
+    pub invoice_title: Option<String>,
+    /// Invoice number (R-4.6).
+    pub invoice_number: Option<String>,
+    /// Invoice file, stored in the same transaction.
+    pub invoice_file: Option<NewFile>,
+    /// The claimed idempotency key of the request, finished when the cancellation ends (R-9.1).
+    pub idempotency: Option<IdempotencyKey>,
+    /// Arrival instant of the request (R-6.6).
+    pub requested_at: DateTime<Utc>,
+}
+
+/// A cancellation as stored: what responses, receipts and the recovery task need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CancellationView {
+    /// Refund id.
+    pub refund_id: String,
+    /// Transaction.
+    pub transaction_id: String,
+    /// Owner.
+    pub provider_id: String,
+    /// `CHK-…` reference of the transaction.
+    pub transaction_reference: String,
+    /// PENDING, SUCCESS or FAILED.
+    pub outcome: String,
+    /// Decline reason when FAILED.
+    pub error_message: Option<String>,
+    /// `CR-000042` once SUCCESS.
+    pub receipt_number: Option<String>,
+    /// Per-item lines.
+    pub items: Vec<CancelledItem>,
+    /// Refund amount.
+    pub refund: Decimal,
+    /// Currency code.
+    pub currency: String,
+    /// The payment's reference.
+    pub payment_reference: Option<String>,
+    /// Invoice title.
+    pub invoice_title: Option<String>,
+    /// Invoice number.
+    pub invoice_number: Option<String>,
+    /// Invoice file (metadata only).
+    pub invoice_file: Option<FileRecord>,
+    /// Transaction status after the cancellation (the current one while pending).
+    pub transaction_status: TransactionStatus,
+    /// The gateway's reference of the refund.
+    pub gateway_reference: Option<String>,
+    /// Request instant (RFC 3339).
+    pub requested_at: String,
+    /// Completion instant (RFC 3339), once definite.
+    pub completed_at: Option<String>,
+}
+
+/// Result of step 3.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reserved {
+    /// Items CANCELLING, refund PENDING: send it to the gateway.
+    Pending(CancellationView),
+    /// Unpaid transaction: voided and completed in the same transaction (R-4.4).
+    Voided(CancellationView),
+    /// Refused after the re-check inside the transaction: 400 with these messages (R-3.4,
+    /// R-4.1, R-4.5).
+    Refused(Vec<String>),
+}
+
+/// The gateway's definite answer, to record (steps 4 and 5, or the release on a decline).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settlement {
+    /// Refunded: items CANCELLED, status moved, receipt made.
+    Succeeded {
+        /// The gateway's reference.
+        gateway_reference: Option<String>,
+    },
+    /// Declined: refund FAILED, items ACTIVE again, nothing else changes.
+    Declined {
+        /// The gateway's reason.
+        reason: String,
+    },
+}
+
+/// Storage of cancellations, receipts and files.
+pub trait CancellationStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Step 3 of R-4.8 in one write transaction: re-checks status (R-3.4), that every item is
+    /// still ACTIVE (R-4.1) and that Σ succeeded and pending refunds + this ≤ paid (R-4.5);
+    /// then stores the invoice file, marks the items CANCELLING and records the refund PENDING;
+    /// or, for an unpaid transaction, voids the items and completes at once (R-4.4).
+    fn reserve(
+        &self,
+        cancellation: NewCancellation,
+    ) -> BoxFuture<'_, Result<Owned<Reserved>, StoreError>>;
+
+    /// Steps 4–5 (or the release of a decline) in one write transaction. Only a PENDING refund
+    /// changes; a refund already settled is returned as it is, so that the request and the
+    /// recovery task may both report the same answer without applying it twice.
+    fn settle(
+        &self,
+        refund_id: String,
+        settlement: Settlement,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<Option<CancellationView>, StoreError>>;
+
+    /// Every refund still PENDING, oldest first (start-up recovery).
+    fn pending_refunds(&self) -> BoxFuture<'_, Result<Vec<CancellationView>, StoreError>>;
+
+    /// Drops running idempotency claims of cancel routes that no pending refund carries: their
+    /// request stopped before it reserved anything (start-up).
+    fn release_orphan_claims(
+        &self,
+        routes: Vec<String>,
+    ) -> BoxFuture<'_, Result<usize, StoreError>>;
+
+    /// A cancellation by refund id.
+    fn cancellation(
+        &self,
+        refund_id: String,
+    ) -> BoxFuture<'_, Result<Option<CancellationView>, StoreError>>;
+
+    /// A completed cancellation by its receipt number, within one provider.
+    fn receipt(
+        &self,
+        provider_id: String,
+        receipt_number: String,
+    ) -> BoxFuture<'_, Result<Option<CancellationView>, StoreError>>;
+
+    /// Stores a file.
+    fn store_file(&self, file: NewFile) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// A file by id, with its content.
+    fn file(&self, id: String) -> BoxFuture<'_, Result<Option<FileRecord>, StoreError>>;
+
+    /// A shared file by its capability token, with its content.
+    fn shared_file(&self, token: String) -> BoxFuture<'_, Result<Option<FileRecord>, StoreError>>;
+}
+
+/// The 200 body of a settled cancellation: the spec's `status` and `errorMessage`, with the
+/// refund, the per-item breakdown, the receipt number and the new transaction status beside
+/// them. Built in one place, so that the response, the idempotent replay and a cancellation
+/// finished by the recovery task answer the same bytes.
+pub fn result_of(view: &CancellationView) -> engine::api::CancellationResult {
+    use engine::api::{CancellationOutcome, CancellationResult};
+    let failed = view.outcome == outcome::FAILED;
+    let scale = engine::money::minor_units(&view.currency).unwrap_or(2);
+    CancellationResult {
+        status: if failed {
+            CancellationOutcome::Failed
+        } else {
+            CancellationOutcome::Success
+        },
+        error_message: if failed {
+            view.error_message.clone()
+        } else {
+            None
+        },
+        refund: if failed {
+            engine::money::round_to_scale(Decimal::ZERO, scale)
+        } else {
+            view.refund
+        },
+        currency: view.currency.clone(),
+        items: view.items.clone(),
+        receipt_number: view.receipt_number.clone(),
+        transaction_status: view.transaction_status,
+    }
+}

@@ -1,0 +1,610 @@
+//! The SQLite implementation of [`CancellationStore`], on the host store's single writer (each
+//! method one write transaction, R-4.8) and its reader pool.
+
+use chrono::{DateTime, Utc};
+use engine::api::{CancelledItem, ItemStatus, TransactionStatus};
+use futures_util::future::BoxFuture;
+use rusqlite::{Connection, OptionalExtension, params};
+use rust_decimal::Decimal;
+
+use super::cancellation::{
+    CancellationStore, CancellationView, FileRecord, NewCancellation, NewFile, Reserved,
+    Settlement, outcome, result_of,
+};
+use super::sqlite::{
+    SqliteStore, decimal, finish_idempotency, from_json, owner_check, read_items, to_json,
+    transaction_status,
+};
+use super::{IdempotencyKey, IdempotentResponse, Owned, StoreError, format_instant};
+
+/// Receipt numbers: `CR-` and at least six digits, counted per provider (R-10.2).
+pub fn receipt_number(sequence: i64) -> String {
+    format!("CR-{sequence:06}")
+}
+
+fn corrupt(column: &'static str, detail: impl Into<String>) -> StoreError {
+    StoreError::Corrupt {
+        column,
+        detail: detail.into(),
+    }
+}
+
+fn sum(values: impl IntoIterator<Item = Decimal>) -> Result<Decimal, StoreError> {
+    values.into_iter().try_fold(Decimal::ZERO, |total, value| {
+        total
+            .checked_add(value)
+            .ok_or_else(|| corrupt("cancellations.refund", "sum overflows"))
+    })
+}
+
+fn scale_of(currency: &str) -> u32 {
+    engine::money::minor_units(currency).unwrap_or(2)
+}
+
+fn insert_file(conn: &Connection, file: &NewFile) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO files (id, provider_id, name, content_type, size_bytes, sha256, \
+         share_token, content, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    )?
+    .execute(params![
+        file.id,
+        file.provider_id,
+        file.name,
+        file.content_type,
+        i64::try_from(file.content.len()).unwrap_or(i64::MAX),
+        file.sha256_hex,
+        file.share_token,
+        file.content,
+        format_instant(file.created_at),
+    ])?;
+    Ok(())
+}
+
+fn read_file(
+    conn: &Connection,
+    column: &str,
+    value: &str,
+    with_content: bool,
+) -> Result<Option<FileRecord>, StoreError> {
+    let content = if with_content { "content" } else { "x''" };
+    let sql = format!(
+        "SELECT id, provider_id, name, content_type, size_bytes, sha256, share_token, {content}, \
+         created_at FROM files WHERE {column} = ?1"
+    );
+    Ok(conn
+        .prepare_cached(&sql)?
+        .query_row([value], |r| {
+            Ok(FileRecord {
+                id: r.get(0)?,
+                provider_id: r.get(1)?,
+                name: r.get(2)?,
+                content_type: r.get(3)?,
+                size_bytes: r.get::<_, i64>(4)?.try_into().unwrap_or(0),
+                sha256_hex: r.get(5)?,
+                share_token: r.get(6)?,
+                content: r.get(7)?,
+                created_at: r.get(8)?,
+            })
+        })
+        .optional()?)
+}
+
+/// The idempotency key a cancellation carries, to finish when it ends.
+fn carried_key(conn: &Connection, refund_id: &str) -> Result<Option<IdempotencyKey>, StoreError> {
+    let row = conn
+        .prepare_cached(
+            "SELECT provider_id, idempotency_key, idempotency_route, idempotency_hash \
+             FROM cancellations WHERE id = ?1 AND idempotency_key IS NOT NULL",
+        )?
+        .query_row([refund_id], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Option<String>>(2)?,
+                r.get::<_, Option<Vec<u8>>>(3)?,
+            ))
+        })
+        .optional()?;
+    row.map(|(provider_id, key, route, hash)| {
+        Ok(IdempotencyKey {
+            provider_id,
+            key,
+            route: route.unwrap_or_default(),
+            body_hash: hash
+                .unwrap_or_default()
+                .try_into()
+                .map_err(|_| corrupt("cancellations.idempotency_hash", "not 32 bytes"))?,
+        })
+    })
+    .transpose()
+}
+
+/// Stores the cancellation's 200 answer with the key of its request, in the transaction that
+/// settles it, so that a retried request replays exactly what the first one (or the recovery
+/// task) ended with and never refunds twice (R-9.1).
+fn finish_key(conn: &Connection, view: &CancellationView) -> Result<(), StoreError> {
+    if let Some(key) = carried_key(conn, &view.refund_id)? {
+        let body = serde_json::to_string(&result_of(view))
+            .map_err(|e| corrupt("cancellations.result", e.to_string()))?;
+        finish_idempotency(
+            conn,
+            &IdempotentResponse {
+                key,
+                status_code: 200,
+                body,
+            },
+        )?;
+    }
+    Ok(())
+}
+
+fn read_view(conn: &Connection, refund_id: &str) -> Result<Option<CancellationView>, StoreError> {
+    let row = conn
+        .prepare_cached(
+            "SELECT c.transaction_id, c.provider_id, t.reference, c.outcome, c.error_message, \
+             c.receipt_number, c.breakdown, c.refund, COALESCE(c.currency, t.currency), \
+             c.payment_reference, c.invoice_title, c.invoice_number, c.invoice_file_id, \
+             COALESCE(c.transaction_status, t.status), c.gateway_reference, c.created_at, \
+             c.completed_at \
+             FROM cancellations c JOIN transactions t ON t.id = c.transaction_id \
+             WHERE c.id = ?1",
+        )?
+        .query_row([refund_id], |r| {
+            Ok((
+                (
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, Option<String>>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                    r.get::<_, Option<String>>(6)?,
+                    r.get::<_, String>(7)?,
+                    r.get::<_, String>(8)?,
+                ),
+                (
+                    r.get::<_, Option<String>>(9)?,
+                    r.get::<_, Option<String>>(10)?,
+                    r.get::<_, Option<String>>(11)?,
+                    r.get::<_, Option<String>>(12)?,
+                    r.get::<_, String>(13)?,
+                    r.get::<_, Option<String>>(14)?,
+                    r.get::<_, String>(15)?,
+                    r.get::<_, Option<String>>(16)?,
+                ),
+            ))
+        })
+        .optional()?;
+    let Some((
+        (
+            transaction_id,
+            provider_id,
+            reference,
+            outcome,
+            error,
+            receipt,
+            breakdown,
+            refund,
+            currency,
+        ),
+        (
+            payment_reference,
+            invoice_title,
+            invoice_number,
+            file_id,
+            status,
+            gateway_reference,
+            created_at,
+            completed_at,
+        ),
+    )) = row
+    else {
+        return Ok(None);
+    };
+    let invoice_file = match file_id {
+        Some(id) => read_file(conn, "id", &id, false)?,
+        None => None,
+    };
+    Ok(Some(CancellationView {
+        refund_id: refund_id.to_owned(),
+        transaction_id,
+        provider_id,
+        transaction_reference: reference,
+        outcome,
+        error_message: error,
+        receipt_number: receipt,
+        items: match breakdown {
+            Some(text) => from_json::<Vec<CancelledItem>>("cancellations.breakdown", &text)?,
+            None => Vec::new(),
+        },
+        refund: decimal("cancellations.refund", &refund)?,
+        currency,
+        payment_reference,
+        invoice_title,
+        invoice_number,
+        invoice_file,
+        transaction_status: transaction_status(&status)?,
+        gateway_reference,
+        requested_at: created_at,
+        completed_at,
+    }))
+}
+
+fn reserve(conn: &Connection, c: &NewCancellation) -> Result<Owned<Reserved>, StoreError> {
+    match owner_check(conn, &c.transaction_id, &c.provider_id)? {
+        Owned::Done(()) => {}
+        Owned::NotFound => return Ok(Owned::NotFound),
+        Owned::OtherProvider => return Ok(Owned::OtherProvider),
+    }
+    let (status, paid_amount): (String, Option<String>) = conn
+        .prepare_cached("SELECT status, paid_amount FROM transactions WHERE id = ?1")?
+        .query_row([&c.transaction_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let status = transaction_status(&status)?;
+    let refuse =
+        |conn: &Connection, messages: Vec<String>| -> Result<Owned<Reserved>, StoreError> {
+            // A request refused by validation is not kept (R-9.1).
+            if let Some(key) = &c.idempotency {
+                conn.prepare_cached(
+                    "DELETE FROM idempotency_keys WHERE provider_id = ?1 AND key = ?2 \
+                 AND state = 'running'",
+                )?
+                .execute(params![key.provider_id, key.key])?;
+            }
+            Ok(Owned::Done(Reserved::Refused(messages)))
+        };
+    if status == TransactionStatus::Cancelled {
+        return refuse(
+            conn,
+            vec!["contract status CANCELLED does not allow cancellation".to_owned()],
+        );
+    }
+    let paid = paid_amount
+        .map(|p| decimal("transactions.paid_amount", &p))
+        .transpose()?;
+    if paid.is_some() != c.paid {
+        // Paid between the computation and this transaction: the refund computed for an unpaid
+        // transaction (0) no longer holds.
+        return refuse(
+            conn,
+            vec![format!(
+                "contract status changed to {} during the cancellation; retry the request",
+                status.as_str()
+            )],
+        );
+    }
+    // R-4.1 re-checked here, where no concurrent request can interleave: an item reserved by a
+    // pending refund counts as already cancelled (its refund is being completed).
+    let items = read_items(conn, &c.transaction_id)?;
+    let mut messages = Vec::new();
+    for (position, line) in c.items.iter().enumerate() {
+        match items.iter().find(|item| item.order_no == line.order) {
+            Some(item) if item.status == ItemStatus::Active => {}
+            Some(_) => messages.push(format!(
+                "itemsOrder.{position} item {} is already cancelled",
+                line.order
+            )),
+            None => messages.push(format!(
+                "itemsOrder.{position} item {} does not exist",
+                line.order
+            )),
+        }
+    }
+    if !messages.is_empty() {
+        return refuse(conn, messages);
+    }
+    // R-4.5: Σ succeeded and pending refunds + this ≤ paid, held by the store.
+    if let Some(paid) = paid {
+        let refunds: Vec<String> = conn
+            .prepare_cached(
+                "SELECT refund FROM cancellations WHERE transaction_id = ?1 \
+                 AND outcome IN ('PENDING', 'SUCCESS')",
+            )?
+            .query_map([&c.transaction_id], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        let committed = sum(refunds
+            .iter()
+            .map(|r| decimal("cancellations.refund", r))
+            .collect::<Result<Vec<_>, _>>()?)?;
+        let after = committed
+            .checked_add(c.refund)
+            .ok_or_else(|| corrupt("cancellations.refund", "sum overflows"))?;
+        if after > paid {
+            return refuse(
+                conn,
+                vec![format!(
+                    "amount must not exceed the refundable amount {}",
+                    paid - committed
+                )],
+            );
+        }
+    }
+
+    if let Some(file) = &c.invoice_file {
+        insert_file(conn, file)?;
+    }
+    let now = format_instant(c.requested_at);
+    let orders: Vec<u32> = c.items.iter().map(|line| line.order).collect();
+    conn.prepare_cached(
+        "INSERT INTO cancellations (id, transaction_id, provider_id, receipt_number, items, \
+         breakdown, refund, outcome, error_message, invoice_title, invoice_number, gateway_key, \
+         created_at, updated_at, currency, payment_reference, invoice_file_id, \
+         idempotency_key, idempotency_route, idempotency_hash) \
+         VALUES (?1, ?2, ?3, NULL, ?4, ?5, ?6, 'PENDING', NULL, ?7, ?8, ?1, ?9, ?9, ?10, ?11, \
+         ?12, ?13, ?14, ?15)",
+    )?
+    .execute(params![
+        c.refund_id,
+        c.transaction_id,
+        c.provider_id,
+        to_json(&orders)?,
+        to_json(&c.items)?,
+        c.refund.to_string(),
+        c.invoice_title,
+        c.invoice_number,
+        now,
+        c.currency,
+        c.payment_reference,
+        c.invoice_file.as_ref().map(|f| f.id.clone()),
+        c.idempotency.as_ref().map(|k| k.key.clone()),
+        c.idempotency.as_ref().map(|k| k.route.clone()),
+        c.idempotency.as_ref().map(|k| k.body_hash.to_vec()),
+    ])?;
+    let mut reserve_item = conn.prepare_cached(
+        "UPDATE items SET status = 'CANCELLING' WHERE transaction_id = ?1 AND order_no = ?2 \
+         AND status = 'ACTIVE'",
+    )?;
+    for order in &orders {
+        reserve_item.execute(params![c.transaction_id, order])?;
+    }
+    if c.paid {
+        let view = read_view(conn, &c.refund_id)?
+            .ok_or_else(|| corrupt("cancellations", "row just inserted is missing"))?;
+        Ok(Owned::Done(Reserved::Pending(view)))
+    } else {
+        // R-4.4: nothing to refund, no gateway call: voided and completed in this transaction.
+        let view = succeed(conn, &c.refund_id, None, &now)?;
+        Ok(Owned::Done(Reserved::Voided(view)))
+    }
+}
+
+/// Steps 4 and 5: items CANCELLED with their refunds, the transaction's status (R-3.3) and
+/// refunded amount, the refund SUCCESS, the receipt number.
+fn succeed(
+    conn: &Connection,
+    refund_id: &str,
+    gateway_reference: Option<&str>,
+    now: &str,
+) -> Result<CancellationView, StoreError> {
+    let view =
+        read_view(conn, refund_id)?.ok_or_else(|| corrupt("cancellations", "refund missing"))?;
+    let mut cancel_item = conn.prepare_cached(
+        "UPDATE items SET status = 'CANCELLED', refunded = ?3 \
+         WHERE transaction_id = ?1 AND order_no = ?2",
+    )?;
+    for line in &view.items {
+        cancel_item.execute(params![
+            view.transaction_id,
+            line.order,
+            line.refund.to_string()
+        ])?;
+    }
+    let (status, refunded): (String, String) = conn
+        .prepare_cached("SELECT status, refunded_amount FROM transactions WHERE id = ?1")?
+        .query_row([&view.transaction_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let status = transaction_status(&status)?;
+    let remaining: i64 = conn
+        .prepare_cached(
+            "SELECT count(*) FROM items WHERE transaction_id = ?1 AND status <> 'CANCELLED'",
+        )?
+        .query_row([&view.transaction_id], |r| r.get(0))?;
+    // R-3.3: PENDING→PENDING or →CANCELLED (voids); PAID/PARTIALLY_CANCELLED→
+    // PARTIALLY_CANCELLED or →CANCELLED. Items CANCELLING under another refund still count as
+    // not cancelled: that refund's completion makes the last move.
+    let next = match (status, remaining) {
+        (_, 0) => TransactionStatus::Cancelled,
+        (TransactionStatus::Pending, _) => TransactionStatus::Pending,
+        _ => TransactionStatus::PartiallyCancelled,
+    };
+    let refunded = decimal("transactions.refunded_amount", &refunded)?
+        .checked_add(view.refund)
+        .ok_or_else(|| corrupt("transactions.refunded_amount", "sum overflows"))?;
+    let refunded = engine::money::round_to_scale(refunded, scale_of(&view.currency));
+    conn.prepare_cached(
+        "UPDATE transactions SET status = ?2, refunded_amount = ?3, updated_at = ?4 WHERE id = ?1",
+    )?
+    .execute(params![
+        view.transaction_id,
+        next.as_str(),
+        refunded.to_string(),
+        now
+    ])?;
+    let sequence: i64 = conn
+        .prepare_cached(
+            "UPDATE providers SET next_receipt_no = next_receipt_no + 1 WHERE id = ?1 \
+             RETURNING next_receipt_no - 1",
+        )?
+        .query_row([&view.provider_id], |r| r.get(0))?;
+    conn.prepare_cached(
+        "UPDATE cancellations SET outcome = 'SUCCESS', receipt_number = ?2, \
+         transaction_status = ?3, gateway_reference = ?4, completed_at = ?5, updated_at = ?5 \
+         WHERE id = ?1",
+    )?
+    .execute(params![
+        refund_id,
+        receipt_number(sequence),
+        next.as_str(),
+        gateway_reference,
+        now
+    ])?;
+    let view =
+        read_view(conn, refund_id)?.ok_or_else(|| corrupt("cancellations", "refund missing"))?;
+    finish_key(conn, &view)?;
+    Ok(view)
+}
+
+/// A decline: the refund FAILED with its reason, the items ACTIVE again; nothing else changes
+/// (R-4.8).
+fn decline(
+    conn: &Connection,
+    refund_id: &str,
+    reason: &str,
+    now: &str,
+) -> Result<CancellationView, StoreError> {
+    let view =
+        read_view(conn, refund_id)?.ok_or_else(|| corrupt("cancellations", "refund missing"))?;
+    let mut release = conn.prepare_cached(
+        "UPDATE items SET status = 'ACTIVE' WHERE transaction_id = ?1 AND order_no = ?2 \
+         AND status = 'CANCELLING'",
+    )?;
+    for line in &view.items {
+        release.execute(params![view.transaction_id, line.order])?;
+    }
+    conn.prepare_cached(
+        "UPDATE cancellations SET outcome = 'FAILED', error_message = ?2, \
+         transaction_status = (SELECT status FROM transactions WHERE id = ?3), \
+         completed_at = ?4, updated_at = ?4 WHERE id = ?1",
+    )?
+    .execute(params![refund_id, reason, view.transaction_id, now])?;
+    let view =
+        read_view(conn, refund_id)?.ok_or_else(|| corrupt("cancellations", "refund missing"))?;
+    finish_key(conn, &view)?;
+    Ok(view)
+}
+
+fn settle(
+    conn: &Connection,
+    refund_id: &str,
+    settlement: &Settlement,
+    now: &str,
+) -> Result<Option<CancellationView>, StoreError> {
+    let Some(view) = read_view(conn, refund_id)? else {
+        return Ok(None);
+    };
+    if view.outcome != outcome::PENDING {
+        // Settled already (by the request or by the recovery task): report it unchanged.
+        return Ok(Some(view));
+    }
+    Ok(Some(match settlement {
+        Settlement::Succeeded { gateway_reference } => {
+            succeed(conn, refund_id, gateway_reference.as_deref(), now)?
+        }
+        Settlement::Declined { reason } => decline(conn, refund_id, reason, now)?,
+    }))
+}
+
+impl CancellationStore for SqliteStore {
+    fn reserve(
+        &self,
+        cancellation: NewCancellation,
+    ) -> BoxFuture<'_, Result<Owned<Reserved>, StoreError>> {
+        Box::pin(
+            self.writer
+                .execute(move |conn| reserve(conn, &cancellation)),
+        )
+    }
+
+    fn settle(
+        &self,
+        refund_id: String,
+        settlement: Settlement,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<Option<CancellationView>, StoreError>> {
+        let now = format_instant(now);
+        Box::pin(
+            self.writer
+                .execute(move |conn| settle(conn, &refund_id, &settlement, &now)),
+        )
+    }
+
+    fn pending_refunds(&self) -> BoxFuture<'_, Result<Vec<CancellationView>, StoreError>> {
+        let result = self.read(|conn| {
+            let ids: Vec<String> = conn
+                .prepare_cached(
+                    "SELECT id FROM cancellations WHERE outcome = 'PENDING' \
+                     ORDER BY created_at, id",
+                )?
+                .query_map([], |r| r.get(0))?
+                .collect::<Result<_, _>>()?;
+            let mut views = Vec::with_capacity(ids.len());
+            for id in ids {
+                views.extend(read_view(conn, &id)?);
+            }
+            Ok(views)
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn release_orphan_claims(
+        &self,
+        routes: Vec<String>,
+    ) -> BoxFuture<'_, Result<usize, StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            let mut released = 0;
+            for route in &routes {
+                released += conn
+                    .prepare_cached(
+                        "DELETE FROM idempotency_keys WHERE state = 'running' AND route = ?1 \
+                         AND NOT EXISTS (SELECT 1 FROM cancellations c \
+                         WHERE c.outcome = 'PENDING' AND c.provider_id = idempotency_keys.provider_id \
+                         AND c.idempotency_key = idempotency_keys.key)",
+                    )?
+                    .execute([route])?;
+            }
+            Ok(released)
+        }))
+    }
+
+    fn cancellation(
+        &self,
+        refund_id: String,
+    ) -> BoxFuture<'_, Result<Option<CancellationView>, StoreError>> {
+        let result = self.read(|conn| read_view(conn, &refund_id));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn receipt(
+        &self,
+        provider_id: String,
+        receipt_number: String,
+    ) -> BoxFuture<'_, Result<Option<CancellationView>, StoreError>> {
+        let result = self.read(|conn| {
+            let id: Option<String> = conn
+                .prepare_cached(
+                    "SELECT id FROM cancellations WHERE provider_id = ?1 AND receipt_number = ?2",
+                )?
+                .query_row(params![provider_id, receipt_number], |r| r.get(0))
+                .optional()?;
+            match id {
+                Some(id) => read_view(conn, &id),
+                None => Ok(None),
+            }
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn store_file(&self, file: NewFile) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.writer.execute(move |conn| insert_file(conn, &file)))
+    }
+
+    fn file(&self, id: String) -> BoxFuture<'_, Result<Option<FileRecord>, StoreError>> {
+        let result = self.read(|conn| read_file(conn, "id", &id, true));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn shared_file(&self, token: String) -> BoxFuture<'_, Result<Option<FileRecord>, StoreError>> {
+        let result = self.read(|conn| read_file(conn, "share_token", &token, true));
+        Box::pin(std::future::ready(result))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn receipt_numbers_are_padded_to_six_digits() {
+        assert_eq!(receipt_number(1), "CR-000001");
+        assert_eq!(receipt_number(42), "CR-000042");
+        assert_eq!(receipt_number(1_234_567), "CR-1234567");
+    }
+}

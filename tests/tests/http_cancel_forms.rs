@@ -1,0 +1,240 @@
+//! Black-box tests of the multipart cancellation routes, invoice files, receipts
+//! and attachments uploaded with `POST /files`.
+
+use hyper::Method;
+use serde_json::json;
+use tests::cancel_support::{CancelServer, Multipart, checkout};
+
+const TEN_MIB: usize = 10 * 1024 * 1024;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn items_order_in_each_of_its_three_forms_r_4_7() {
+    let server = CancelServer::start().await;
+    let acme = server.provider("acme");
+    let id = server
+        .paid_transaction(&acme, &["10", "20", "30", "40", "50"])
+        .await;
+    let path = format!("/cancel/{id}/invoice");
+    let forms = [
+        Multipart::new()
+            .text("itemsOrder", "1")
+            .text("itemsOrder", "2"),
+        Multipart::new().text("itemsOrder", "[3]"),
+        Multipart::new().text("itemsOrder", "4, 5"),
+    ];
+    let mut refunded = Vec::new();
+    for form in &forms {
+        let reply = server
+            .multipart(Method::PATCH, &path, &acme, form, &[])
+            .await;
+        assert_eq!(
+            reply.status,
+            200,
+            "{}",
+            String::from_utf8_lossy(&reply.body)
+        );
+        assert_eq!(reply.json()["status"], "SUCCESS");
+        refunded.push(reply.json()["refund"].to_string());
+    }
+    assert_eq!(refunded, ["30.00", "30.00", "90.00"]);
+    let record = server.status(&acme, &id).await;
+    assert_eq!(record["status"], "CANCELLED");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_invoice_is_stored_shown_on_the_receipt_and_downloadable_by_its_owner_r_4_6() {
+    let server = CancelServer::start().await;
+    let acme = server.provider("acme");
+    let id = server.paid_transaction(&acme, &["10", "20"]).await;
+    let pdf = b"%PDF-1.4 invoice".to_vec();
+    let form = Multipart::new()
+        .text("itemsOrder", "1")
+        .text("invoiceTitle", "Credit note")
+        .text("invoiceNumber", "CN-7")
+        .file("file", "C:\\docs\\cn-7.pdf", "application/pdf", pdf.clone());
+    let reply = server
+        .multipart(
+            Method::PATCH,
+            &format!("/cancel/{id}/invoice"),
+            &acme,
+            &form,
+            &[],
+        )
+        .await;
+    let receipt_number = reply.json()["receiptNumber"].as_str().unwrap().to_owned();
+    let receipt = server
+        .get(&format!("/receipts/{receipt_number}"), &acme)
+        .await
+        .json();
+    assert_eq!(receipt["invoiceTitle"], "Credit note");
+    assert_eq!(receipt["invoiceNumber"], "CN-7");
+    let file = &receipt["invoiceFile"];
+    assert_eq!(file["name"], "cn-7.pdf");
+    assert_eq!(file["contentType"], "application/pdf");
+    assert_eq!(file["size"], pdf.len());
+    assert_eq!(file["sha256"].as_str().unwrap().len(), 64);
+    let url = file["url"].as_str().unwrap();
+    let download = server.get(url, &acme).await;
+    assert_eq!(download.status, 200);
+    assert_eq!(download.header("content-type"), Some("application/pdf"));
+    assert_eq!(download.body.to_vec(), pdf);
+    let other = server.provider("other");
+    server.get(url, &other).await.expect_error(401);
+    server
+        .get("/files/0190b6b0-7c3a-7d2e-9f00-000000000000", &acme)
+        .await
+        .expect_error(404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_without_id_in_the_path_needs_the_id_field_and_a_file_r_4_7() {
+    let server = CancelServer::start().await;
+    let acme = server.provider("acme");
+    let id = server.paid_transaction(&acme, &["10", "20"]).await;
+    let no_file = Multipart::new()
+        .text("transactionId", &id)
+        .text("itemsOrder", "1");
+    let reply = server
+        .multipart(Method::PATCH, "/cancel", &acme, &no_file, &[])
+        .await;
+    assert_eq!(
+        reply.expect_error(400)["message"],
+        json!(["file should not be empty"])
+    );
+    let no_id = Multipart::new().text("itemsOrder", "1").file(
+        "file",
+        "a.pdf",
+        "application/pdf",
+        b"x".to_vec(),
+    );
+    server
+        .multipart(Method::PATCH, "/cancel", &acme, &no_id, &[])
+        .await
+        .expect_error(400);
+    let other = server.provider("other");
+    let full = no_file.file("file", "a.pdf", "application/pdf", b"x".to_vec());
+    server
+        .multipart(Method::PATCH, "/cancel", &other, &full, &[])
+        .await
+        .expect_error(401);
+    let reply = server
+        .multipart(
+            Method::PATCH,
+            "/cancel",
+            &acme,
+            &full,
+            &[("idempotency-key", "f-1")],
+        )
+        .await;
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    assert_eq!(reply.json()["status"], "SUCCESS");
+    // on a multipart route: the same form replays.
+    let again = server
+        .multipart(
+            Method::PATCH,
+            "/cancel",
+            &acme,
+            &full,
+            &[("idempotency-key", "f-1")],
+        )
+        .await;
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.json(), reply.json());
+    assert_eq!(server.gateway.requests().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_over_ten_mib_is_413_r_4_6() {
+    let server = CancelServer::start().await;
+    let acme = server.provider("acme");
+    let id = server.paid_transaction(&acme, &["10"]).await;
+    let form = Multipart::new().text("itemsOrder", "1").file(
+        "file",
+        "big.pdf",
+        "application/pdf",
+        vec![b'a'; TEN_MIB + 1],
+    );
+    let reply = server
+        .multipart(
+            Method::PATCH,
+            &format!("/cancel/{id}/invoice"),
+            &acme,
+            &form,
+            &[],
+        )
+        .await;
+    reply.expect_error(413);
+    let upload = Multipart::new().file(
+        "file",
+        "big.bin",
+        "application/octet-stream",
+        vec![0; TEN_MIB + 1],
+    );
+    server
+        .multipart(Method::POST, "/files", &acme, &upload, &[])
+        .await
+        .expect_error(413);
+    // Nothing changed.
+    let record = server.status(&acme, &id).await;
+    assert_eq!(record["items"][0]["status"], "ACTIVE");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploaded_files_have_a_capability_link_usable_as_attachment() {
+    let server = CancelServer::start().await;
+    let acme = server.provider("acme");
+    let form = Multipart::new().file("file", "terms.txt", "text/plain", b"terms".to_vec());
+    let reply = server
+        .multipart(Method::POST, "/files", &acme, &form, &[])
+        .await;
+    assert_eq!(
+        reply.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    let uploaded = reply.json();
+    let url = uploaded["url"].as_str().unwrap().to_owned();
+    let path = url
+        .split_once("/files/shared/")
+        .map(|(_, t)| format!("/files/shared/{t}"))
+        .unwrap();
+    // Anyone holding the link may read the file, without credentials.
+    let public = server.send(Method::GET, &path, None, &[], Vec::new()).await;
+    assert_eq!(public.status, 200);
+    assert_eq!(public.body.to_vec(), b"terms".to_vec());
+    let guessed = server
+        .send(
+            Method::GET,
+            &format!("/files/shared/{}", "0".repeat(64)),
+            None,
+            &[],
+            Vec::new(),
+        )
+        .await;
+    guessed.expect_error(404);
+    let owner = server
+        .get(
+            &format!("/files/{}", uploaded["fileId"].as_str().unwrap()),
+            &acme,
+        )
+        .await;
+    assert_eq!(owner.body.to_vec(), b"terms".to_vec());
+
+    let mut body = checkout(&["10"]);
+    body["attachments"] = json!([{"url": url, "type": "TERMS_CONDITIONS"}]);
+    let id = server.create(&acme, &body).await;
+    let record = server.status(&acme, &id).await;
+    assert_eq!(record["attachments"][0]["url"], url);
+
+    let no_file = Multipart::new().text("note", "x");
+    server
+        .multipart(Method::POST, "/files", &acme, &no_file, &[])
+        .await
+        .expect_error(400);
+}
