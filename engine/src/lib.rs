@@ -8,4 +8,5 @@
 pub mod api;
 pub mod decimal;
 pub mod money;
+pub mod schema;
 pub mod validate;

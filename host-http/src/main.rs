@@ -1,6 +1,9 @@
 //! `checkout-server`: the HTTP service and its offline commands. Kept thin: parsing the command
 //! line and handing over to the library.
 
+mod schemas_cmd;
+
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -22,8 +25,23 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-enum Command {}
+enum Command {
+    /// Writes the JSON Schemas of every body and openapi.json into a directory.
+    Schemas {
+        /// Output directory.
+        #[arg(long, default_value = "schemas")]
+        out: PathBuf,
+    },
+}
 
 fn main() -> ExitCode {
-    match Cli::parse().command {}
+    match Cli::parse().command {
+        Command::Schemas { out } => match schemas_cmd::run(&out) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("checkout-server schemas: {e}");
+                ExitCode::FAILURE
+            }
+        },
+    }
 }
