@@ -36,6 +36,7 @@ pub type RefIds = BTreeMap<String, String>;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schemars(title = "CorporateCheckout")]
+#[schemars(transform = crate::schema::rules::corporate_checkout)]
 pub struct CorporateCheckout {
     /// External identifiers of the checkout.
     #[serde(rename = "refIDs", default, skip_serializing_if = "Option::is_none")]
@@ -271,6 +272,7 @@ pub struct Item {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[allow(missing_docs)]
+#[schemars(transform = crate::schema::rules::location)]
 pub struct Location {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 2000))]
@@ -301,6 +303,7 @@ pub struct Location {
 /// zone (else the provider's zone).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = crate::schema::rules::period)]
 pub struct Period {
     /// Start, local to the zone at origin.
     #[schemars(length(max = 2000))]
@@ -393,6 +396,7 @@ pub enum TaxApplyTo {
 /// One tax line of an item.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = crate::schema::rules::item_tax)]
 pub struct ItemTax {
     /// Tax type, default VAT.
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
@@ -428,6 +432,7 @@ pub enum AttachmentType {
 /// A file attached to a checkout.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = crate::schema::rules::attachment)]
 pub struct Attachment {
     /// Absolute http(s) URL.
     #[schemars(length(max = 2000), url)]
@@ -440,6 +445,7 @@ pub struct Attachment {
 /// Content and recipients of the contract e-mail.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = crate::schema::rules::checkout_email)]
 pub struct CheckoutEmail {
     /// Recipients (e-mail addresses, R-8.4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -468,6 +474,7 @@ pub enum PolicyReference {
 /// Cancellation policy of an item or a provider.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = crate::schema::rules::cancellation_policy)]
 pub struct CancellationPolicy {
     /// Description of the penalty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -496,6 +503,7 @@ pub enum PenaltyType {
 /// unmixable form is built by the engine.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = crate::schema::rules::penalty)]
 pub struct Penalty {
     /// DATE_PENALTY or OFFSET_PENALTY.
     #[serde(rename = "type")]
@@ -534,6 +542,7 @@ pub enum PenaltyUnit {
 /// CancellationPenaltyValue.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = crate::schema::rules::penalty_value)]
 pub struct PenaltyValue {
     /// Amount, ≥ 0; ≤ 100 for PERCENTAGE.
     #[serde(with = "crate::decimal")]
@@ -588,6 +597,7 @@ fn default_time_zone() -> String {
 /// Body of `PATCH /cancel/{id}` and of `POST /cancel/{id}/quote`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = crate::schema::rules::cancellation_req)]
 pub struct CancellationReq {
     /// Order numbers of the items to cancel, counted from 1.
     #[schemars(length(min = 1, max = 500), inner(range(min = 1)))]
@@ -613,6 +623,7 @@ pub struct CancellationReq {
 /// Body of `PUT /{transactionId}`: each given field replaces the stored one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = crate::schema::rules::update_transaction)]
 pub struct UpdateTransaction {
     /// Replaces `refIDs`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -779,6 +790,7 @@ pub struct BeneficiaryInfo {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[allow(missing_docs)]
+#[schemars(transform = crate::schema::rules::billing_info)]
 pub struct BillingInfo {
     #[serde(default)]
     #[schemars(length(max = 2000))]
@@ -801,6 +813,7 @@ pub type FreeForm = serde_json::Map<String, serde_json::Value>;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[allow(missing_docs)]
+#[schemars(transform = crate::schema::rules::payment_req)]
 pub struct PaymentReq {
     #[serde(default)]
     pub payment: Option<PaymentInfo>,

@@ -122,6 +122,7 @@ pub mod penalty;
 pub mod policy;
 pub mod preview;
 pub mod quote;
+pub mod schema;
 #[cfg(feature = "strategies")]
 pub mod strategies;
 pub mod time;

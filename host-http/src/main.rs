@@ -1,12 +1,14 @@
 //! `checkout-server`: the HTTP service and its offline commands. Kept thin: parsing the command
 //! line and handing over to the library.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use host_http::cli;
 
 mod offline;
+mod schemas_cmd;
 
 /// Version line: the package version and the embedded time-zone database.
 const VERSION: &str = concat!(
@@ -36,6 +38,12 @@ enum Command {
     /// Manage providers and their credentials on a database file.
     #[command(subcommand)]
     Provider(cli::ProviderCommand),
+    /// Writes the JSON Schemas of every body and openapi.json into a directory.
+    Schemas {
+        /// Output directory.
+        #[arg(long, default_value = "schemas")]
+        out: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -44,5 +52,12 @@ fn main() -> ExitCode {
         Command::Preview => offline::run(engine::lines::preview_line),
         Command::Serve(args) => cli::serve(args),
         Command::Provider(command) => cli::provider(command),
+        Command::Schemas { out } => match schemas_cmd::run(&out) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("checkout-server schemas: {e}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }

@@ -1,0 +1,901 @@
+//! JSON Schemas (draft 2020-12) of every request and response body, and the OpenAPI 3.1
+//! document of every route, generated from the wire types of [`crate::api`].
+//!
+//! Pure functions: the host writes their output to `schemas/` (`checkout-server schemas`), a
+//! test compares the committed files with it, and [`crate::validate`] compiles the request
+//! schemas once to check bodies. The [`rules`] submodule holds the schema rules that attributes
+//! alone cannot state (conditional bounds, penalty types, patterns); `api.rs` attaches them to
+//! the types with `#[schemars(transform = …)]`, so the schema files carry every rule JSON Schema
+//! can express and a client in any language reaches the service's verdict on them.
+
+use schemars::{JsonSchema, generate::SchemaSettings};
+use serde_json::{Map, Value, json};
+
+use crate::api::{
+    CancellationPolicy, CancellationReq, CancellationResult, CorporateCheckout, Created, ErrorBody,
+    HealthStatus, PaymentReq, ProviderSettings, QuoteResult, RefundPreview, StatusRecord,
+    UpdateResult, UpdateTransaction,
+};
+
+/// A local date-time or an RFC 3339 date-time with offset (R-6.1): `2026-12-01T15:00:00` or
+/// `2026-12-01T15:00:00+01:00`. Calendar validity (30 February) is checked in code.
+pub const DATE_TIME_PATTERN: &str = r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])?$";
+/// An RFC 3339 instant: a date-time with `Z` or an offset (R-3.6 `paidAt`).
+pub const INSTANT_PATTERN: &str = r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$";
+/// A calendar date `YYYY-MM-DD` (DatePenalty `until`, R-5.4).
+pub const DATE_PATTERN: &str = r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$";
+/// A decimal latitude string in [-90, 90] (R-8.7).
+pub const LAT_PATTERN: &str = r"^-?(90(\.0+)?|[1-8]?[0-9](\.[0-9]+)?)$";
+/// A decimal longitude string in [-180, 180] (R-8.7).
+pub const LNG_PATTERN: &str = r"^-?(180(\.0+)?|(1[0-7][0-9]|[1-9]?[0-9])(\.[0-9]+)?)$";
+/// An absolute http(s) URL with a host (R-8.8).
+pub const URL_PATTERN: &str = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s/?#@]+([/?#][^\s]*)?$";
+/// The shape of an e-mail address; `format: email` is asserted beside it (R-8.4).
+pub const EMAIL_PATTERN: &str = r"^[^\s@]+@[^\s@]+\.[^\s@]+$";
+/// Three upper-case letters; whether the code exists in ISO 4217 is checked in code (R-1.2).
+pub const CURRENCY_PATTERN: &str = "^[A-Z]{3}$";
+
+/// Schema rules attached to the wire types with `#[schemars(transform = …)]`.
+///
+/// Each function edits the generated schema of one type in place. A `null` stays accepted
+/// wherever the type says a field is optional, because providers' serialisers often write
+/// `null` for an unset field.
+pub mod rules {
+    use schemars::Schema;
+    use serde_json::{Value, json};
+
+    use super::{
+        CURRENCY_PATTERN, DATE_PATTERN, DATE_TIME_PATTERN, EMAIL_PATTERN, INSTANT_PATTERN,
+        LAT_PATTERN, LNG_PATTERN, URL_PATTERN,
+    };
+    use crate::api::{MAX_ITEMS, MAX_STRING_CHARS};
+
+    fn property<'a>(
+        schema: &'a mut Schema,
+        name: &str,
+    ) -> Option<&'a mut serde_json::Map<String, Value>> {
+        schema
+            .get_mut("properties")
+            .and_then(|p| p.get_mut(name))
+            .and_then(Value::as_object_mut)
+    }
+
+    fn set(schema: &mut Schema, name: &str, key: &str, value: Value) {
+        if let Some(p) = property(schema, name) {
+            p.insert(key.to_owned(), value);
+        }
+    }
+
+    fn string_map_values(schema: &mut Schema, name: &str) {
+        set(
+            schema,
+            name,
+            "additionalProperties",
+            json!({ "type": "string", "maxLength": MAX_STRING_CHARS }),
+        );
+    }
+
+    fn email_items(schema: &mut Schema, name: &str) {
+        set(
+            schema,
+            name,
+            "items",
+            json!({ "type": "string", "format": "email", "pattern": EMAIL_PATTERN }),
+        );
+    }
+
+    /// `currency` is three upper-case letters (R-1.2); `refIDs` values are bounded strings
+    /// (R-8.10); recipients are e-mail addresses (R-8.4).
+    pub fn corporate_checkout(schema: &mut Schema) {
+        set(schema, "currency", "pattern", json!(CURRENCY_PATTERN));
+        string_map_values(schema, "refIDs");
+        email_items(schema, "recipients");
+    }
+
+    /// Recipients are e-mail addresses (R-8.4).
+    pub fn checkout_email(schema: &mut Schema) {
+        email_items(schema, "recipients");
+    }
+
+    /// `externalIds` values are bounded strings (R-8.10).
+    pub fn update_transaction(schema: &mut Schema) {
+        string_map_values(schema, "externalIds");
+    }
+
+    /// `billing.externalIds` values are bounded strings (R-8.10).
+    pub fn billing_info(schema: &mut Schema) {
+        string_map_values(schema, "externalIds");
+    }
+
+    /// A PERCENT tax (the default unit) is at most 100 (R-1.5).
+    pub fn item_tax(schema: &mut Schema) {
+        schema.insert(
+            "if".to_owned(),
+            json!({ "properties": { "unit": { "const": "AMOUNT" } }, "required": ["unit"] }),
+        );
+        schema.insert(
+            "else".to_owned(),
+            json!({ "properties": { "value": { "maximum": 100 } } }),
+        );
+    }
+
+    /// A PERCENTAGE penalty is at most 100 (R-5.7).
+    pub fn penalty_value(schema: &mut Schema) {
+        schema.insert(
+            "if".to_owned(),
+            json!({ "properties": { "unit": { "const": "PERCENTAGE" } }, "required": ["unit"] }),
+        );
+        schema.insert(
+            "then".to_owned(),
+            json!({ "properties": { "amount": { "maximum": 100 } } }),
+        );
+    }
+
+    /// DatePenalty: `until` (YYYY-MM-DD) required, no `offset`, no `condition`; OffsetPenalty:
+    /// `offset` required, no `until` (spec DatePenalty/OffsetPenalty tables, R-8.2).
+    pub fn penalty(schema: &mut Schema) {
+        set(schema, "until", "pattern", json!(DATE_PATTERN));
+        schema.insert(
+            "allOf".to_owned(),
+            json!([
+                {
+                    "if": {
+                        "properties": { "type": { "const": "DATE_PENALTY" } },
+                        "required": ["type"]
+                    },
+                    "then": {
+                        "required": ["until"],
+                        "properties": {
+                            "until": { "type": "string" },
+                            "offset": { "type": "null" },
+                            "condition": { "type": "null" }
+                        }
+                    }
+                },
+                {
+                    "if": {
+                        "properties": { "type": { "const": "OFFSET_PENALTY" } },
+                        "required": ["type"]
+                    },
+                    "then": {
+                        "required": ["offset"],
+                        "properties": {
+                            "offset": { "type": "object" },
+                            "until": { "type": "null" }
+                        }
+                    }
+                }
+            ]),
+        );
+    }
+
+    /// Penalties are all of one type (R-5.3): once one is a DATE_PENALTY, every one is.
+    pub fn cancellation_policy(schema: &mut Schema) {
+        if let Some(p) = property(schema, "penalties") {
+            p.insert(
+                "if".to_owned(),
+                json!({
+                    "contains": {
+                        "properties": { "type": { "const": "DATE_PENALTY" } },
+                        "required": ["type"]
+                    }
+                }),
+            );
+            p.insert(
+                "then".to_owned(),
+                json!({ "items": { "properties": { "type": { "const": "DATE_PENALTY" } } } }),
+            );
+        }
+    }
+
+    /// Street and house, or lat and lng, each a non-empty string; lat/lng are decimal strings
+    /// in range (R-8.7).
+    pub fn location(schema: &mut Schema) {
+        set(schema, "lat", "pattern", json!(LAT_PATTERN));
+        set(schema, "lng", "pattern", json!(LNG_PATTERN));
+        schema.insert(
+            "anyOf".to_owned(),
+            json!([
+                {
+                    "required": ["street", "house"],
+                    "properties": {
+                        "street": { "type": "string", "minLength": 1 },
+                        "house": { "type": "string", "minLength": 1 }
+                    }
+                },
+                {
+                    "required": ["lat", "lng"],
+                    "properties": {
+                        "lat": { "type": "string", "minLength": 1 },
+                        "lng": { "type": "string", "minLength": 1 }
+                    }
+                }
+            ]),
+        );
+    }
+
+    /// `start` and `end` are date-times with or without offset (R-6.1).
+    pub fn period(schema: &mut Schema) {
+        set(schema, "start", "pattern", json!(DATE_TIME_PATTERN));
+        set(schema, "end", "pattern", json!(DATE_TIME_PATTERN));
+    }
+
+    /// An absolute http(s) URL (R-8.8).
+    pub fn attachment(schema: &mut Schema) {
+        set(schema, "url", "pattern", json!(URL_PATTERN));
+        set(schema, "url", "minLength", json!(1));
+    }
+
+    /// `itemsOrder` entries are distinct order numbers no larger than the item limit (R-4.1,
+    /// R-8.10).
+    pub fn cancellation_req(schema: &mut Schema) {
+        if let Some(p) = property(schema, "itemsOrder") {
+            p.insert("uniqueItems".to_owned(), json!(true));
+            p.insert(
+                "items".to_owned(),
+                json!({ "type": "integer", "minimum": 1, "maximum": MAX_ITEMS }),
+            );
+        }
+    }
+
+    /// `paidAt` is an RFC 3339 instant (R-3.6).
+    pub fn payment_req(schema: &mut Schema) {
+        set(schema, "paidAt", "pattern", json!(INSTANT_PATTERN));
+    }
+}
+
+/// Which way a body travels: requests are described as they are read, responses as they are
+/// written (a response field without a default is always present).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Request,
+    Response,
+}
+
+fn settings(direction: Direction) -> SchemaSettings {
+    let settings = SchemaSettings::draft2020_12();
+    match direction {
+        Direction::Request => settings.for_deserialize(),
+        Direction::Response => settings.for_serialize(),
+    }
+}
+
+fn root_schema<T: JsonSchema>(direction: Direction) -> Value {
+    settings(direction)
+        .into_generator()
+        .into_root_schema_for::<T>()
+        .to_value()
+}
+
+/// The schema of `CorporateCheckout` as validation compiles it.
+pub fn checkout_schema() -> Value {
+    root_schema::<CorporateCheckout>(Direction::Request)
+}
+
+/// The schema of `CancellationReq`.
+pub fn cancellation_req_schema() -> Value {
+    root_schema::<CancellationReq>(Direction::Request)
+}
+
+/// The schema of `UpdateTransaction`.
+pub fn update_schema() -> Value {
+    root_schema::<UpdateTransaction>(Direction::Request)
+}
+
+/// The schema of `PaymentReq`.
+pub fn payment_schema() -> Value {
+    root_schema::<PaymentReq>(Direction::Request)
+}
+
+/// The schema of `CancellationPolicy` (provider policy files).
+pub fn policy_schema() -> Value {
+    root_schema::<CancellationPolicy>(Direction::Request)
+}
+
+/// One JSON Schema per request and response body, with its file name in `schemas/`.
+pub fn body_schemas() -> Vec<(&'static str, Value)> {
+    vec![
+        ("corporate-checkout.schema.json", checkout_schema()),
+        ("cancellation-req.schema.json", cancellation_req_schema()),
+        ("update-transaction.schema.json", update_schema()),
+        ("payment-req.schema.json", payment_schema()),
+        ("cancellation-policy.schema.json", policy_schema()),
+        (
+            "provider-settings.schema.json",
+            root_schema::<ProviderSettings>(Direction::Request),
+        ),
+        (
+            "error-body.schema.json",
+            root_schema::<ErrorBody>(Direction::Response),
+        ),
+        (
+            "health-status.schema.json",
+            root_schema::<HealthStatus>(Direction::Response),
+        ),
+        (
+            "created.schema.json",
+            root_schema::<Created>(Direction::Response),
+        ),
+        (
+            "status-record.schema.json",
+            root_schema::<StatusRecord>(Direction::Response),
+        ),
+        (
+            "cancellation-result.schema.json",
+            root_schema::<CancellationResult>(Direction::Response),
+        ),
+        (
+            "quote-result.schema.json",
+            root_schema::<QuoteResult>(Direction::Response),
+        ),
+        (
+            "refund-preview.schema.json",
+            root_schema::<RefundPreview>(Direction::Response),
+        ),
+        (
+            "update-result.schema.json",
+            root_schema::<UpdateResult>(Direction::Response),
+        ),
+    ]
+}
+
+const COMPONENTS: &str = "#/components/schemas/";
+
+/// Points every `$ref` of `value` that names a renamed component at its new name.
+fn rename_refs(value: &mut Value, renamed: &[(String, String)]) {
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::String(target)) = map.get_mut("$ref") {
+                if let Some(name) = target.strip_prefix(COMPONENTS) {
+                    if let Some((_, new)) = renamed.iter().find(|(old, _)| old == name) {
+                        *target = format!("{COMPONENTS}{new}");
+                    }
+                }
+            }
+            map.values_mut().for_each(|v| rename_refs(v, renamed));
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| rename_refs(v, renamed)),
+        _ => {}
+    }
+}
+
+/// `components/schemas`: request types as read, response types as written. A type whose
+/// written form differs from its read form (a nullable field that is always present) gets a
+/// second component, `<Name>Response`.
+fn component_schemas() -> Map<String, Value> {
+    let components_path =
+        |s: &mut SchemaSettings| s.definitions_path = "/components/schemas".into();
+
+    let mut requests = settings(Direction::Request)
+        .with(components_path)
+        .into_generator();
+    requests.subschema_for::<CorporateCheckout>();
+    requests.subschema_for::<CancellationReq>();
+    requests.subschema_for::<UpdateTransaction>();
+    requests.subschema_for::<PaymentReq>();
+    requests.subschema_for::<ProviderSettings>();
+    let mut components = requests.take_definitions(true);
+
+    let mut responses = settings(Direction::Response)
+        .with(components_path)
+        .into_generator();
+    responses.subschema_for::<ErrorBody>();
+    responses.subschema_for::<HealthStatus>();
+    responses.subschema_for::<Created>();
+    responses.subschema_for::<StatusRecord>();
+    responses.subschema_for::<CancellationResult>();
+    responses.subschema_for::<QuoteResult>();
+    responses.subschema_for::<RefundPreview>();
+    responses.subschema_for::<UpdateResult>();
+    let mut written = responses.take_definitions(true);
+
+    let renamed: Vec<(String, String)> = written
+        .iter()
+        .filter(|(name, schema)| components.get(*name).is_some_and(|s| s != *schema))
+        .map(|(name, _)| (name.clone(), format!("{name}Response")))
+        .collect();
+    for schema in written.values_mut() {
+        rename_refs(schema, &renamed);
+    }
+    for (name, schema) in written {
+        let name = renamed
+            .iter()
+            .find(|(old, _)| *old == name)
+            .map_or(name, |(_, new)| new.clone());
+        components.entry(name).or_insert(schema);
+    }
+    components.insert(
+        "FileUploaded".to_owned(),
+        json!({
+            "type": "object",
+            "description": "201 body of `POST /files`: the stored file and the URL to use as `Attachment.url`.",
+            "properties": {
+                "fileId": { "type": "string" },
+                "url": { "type": "string", "format": "uri" }
+            },
+            "required": ["fileId", "url"]
+        }),
+    );
+    components.sort_keys();
+    components
+}
+
+fn schema_ref(name: &str) -> Value {
+    json!({ "$ref": format!("{COMPONENTS}{name}") })
+}
+
+fn json_content(schema: Value) -> Value {
+    json!({ "application/json": { "schema": schema } })
+}
+
+fn error_response(name: &str) -> Value {
+    json!({ "$ref": format!("#/components/responses/{name}") })
+}
+
+/// The error responses of one operation, from their status codes.
+fn errors(statuses: &[u16]) -> Map<String, Value> {
+    statuses
+        .iter()
+        .map(|status| {
+            let name = match status {
+                400 => "BadRequest",
+                401 => "Unauthorized",
+                403 => "Forbidden",
+                404 => "NotFound",
+                409 => "Conflict",
+                413 => "PayloadTooLarge",
+                415 => "UnsupportedMediaType",
+                422 => "UnprocessableEntity",
+                _ => "InternalServerError",
+            };
+            (status.to_string(), error_response(name))
+        })
+        .collect()
+}
+
+fn ok_response(status: u16, description: &str, body: Value, replayable: bool) -> (String, Value) {
+    let mut response = json!({ "description": description, "content": json_content(body) });
+    if replayable {
+        response["headers"] = json!({
+            "Idempotent-Replayed": { "$ref": "#/components/headers/Idempotent-Replayed" }
+        });
+    }
+    (status.to_string(), response)
+}
+
+struct Operation<'a> {
+    id: &'a str,
+    summary: &'a str,
+    parameters: Vec<Value>,
+    body: Option<Value>,
+    ok: (String, Value),
+    errors: &'a [u16],
+}
+
+impl Operation<'_> {
+    fn to_value(&self) -> Value {
+        let mut responses = Map::new();
+        responses.insert(self.ok.0.clone(), self.ok.1.clone());
+        responses.extend(errors(self.errors));
+        let mut op = json!({
+            "operationId": self.id,
+            "summary": self.summary,
+            "responses": responses,
+        });
+        if !self.parameters.is_empty() {
+            op["parameters"] = Value::Array(self.parameters.clone());
+        }
+        if let Some(body) = &self.body {
+            op["requestBody"] = body.clone();
+        }
+        op
+    }
+}
+
+fn param(name: &str) -> Value {
+    json!({ "$ref": format!("#/components/parameters/{name}") })
+}
+
+fn json_body(schema: &str) -> Value {
+    json!({ "required": true, "content": json_content(schema_ref(schema)) })
+}
+
+/// The multipart form of a cancellation (R-4.6, R-4.7): the CancellationReq fields as form
+/// fields, `itemsOrder` repeated, as a JSON array or comma-separated.
+fn multipart_cancel(with_transaction_id: bool, file_required: bool) -> Value {
+    let mut properties = Map::new();
+    let mut required = vec![json!("itemsOrder")];
+    if with_transaction_id {
+        properties.insert(
+            "transactionId".to_owned(),
+            json!({ "type": "string", "format": "uuid", "description": "The contract to cancel (R-4.7)." }),
+        );
+        required.insert(0, json!("transactionId"));
+    }
+    properties.insert(
+        "itemsOrder".to_owned(),
+        json!({
+            "description": "Order numbers from 1 (R-4.1): repeated fields, one JSON array (`[1,3]`) or one comma-separated field (`1,3`) (R-4.7).",
+            "oneOf": [
+                { "type": "array", "items": { "type": "integer", "minimum": 1 } },
+                { "type": "string" }
+            ]
+        }),
+    );
+    properties.insert(
+        "amount".to_owned(),
+        json!({ "type": "string", "description": "Refund amount as a decimal number (R-4.3)." }),
+    );
+    properties.insert("invoiceTitle".to_owned(), json!({ "type": "string" }));
+    properties.insert("invoiceNumber".to_owned(), json!({ "type": "string" }));
+    properties.insert(
+        "file".to_owned(),
+        json!({
+            "type": "string",
+            "contentMediaType": "application/octet-stream",
+            "description": "Invoice file, at most 10 MiB (R-4.6)."
+        }),
+    );
+    if file_required {
+        required.push(json!("file"));
+    }
+    json!({
+        "required": true,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "properties": properties,
+                    "required": required
+                },
+                "encoding": { "file": { "contentType": "application/octet-stream" } }
+            }
+        }
+    })
+}
+
+/// The OpenAPI 3.1 document of every route of the spec and of the rulings.
+pub fn openapi() -> Value {
+    let cancel_errors: &[u16] = &[400, 401, 403, 404, 409, 413, 415, 422, 500];
+    let cancel_ok = || {
+        ok_response(
+            200,
+            "The cancellation outcome: SUCCESS, or FAILED with errorMessage when the gateway declines (R-4.8).",
+            schema_ref("CancellationResult"),
+            true,
+        )
+    };
+    let create = |id: &'static str, summary: &'static str| Operation {
+        id,
+        summary,
+        parameters: vec![param("Idempotency-Key")],
+        body: Some(json_body("CorporateCheckout")),
+        ok: ok_response(201, "Transaction created.", schema_ref("Created"), true),
+        errors: &[400, 401, 403, 409, 413, 415, 422, 500],
+    };
+    let operations: Vec<(&str, &str, Operation<'_>)> = vec![
+        (
+            "/status",
+            "get",
+            Operation {
+                id: "healthCheck",
+                summary: "Confirms the connection and returns the provider of the credentials.",
+                parameters: vec![],
+                body: None,
+                ok: ok_response(
+                    200,
+                    "Connection established.",
+                    schema_ref("HealthStatus"),
+                    false,
+                ),
+                errors: &[401, 403, 500],
+            },
+        ),
+        (
+            "/status/{transactionId}",
+            "get",
+            Operation {
+                id: "getTransactionStatus",
+                summary: "Status record of a transaction (R-10).",
+                parameters: vec![param("transactionId")],
+                body: None,
+                ok: ok_response(200, "The status record.", schema_ref("StatusRecord"), false),
+                errors: &[400, 401, 403, 404, 500],
+            },
+        ),
+        (
+            "/initialize",
+            "post",
+            create("initializeTransaction", "Creates a transaction."),
+        ),
+        (
+            "/transactions",
+            "post",
+            create(
+                "createTransaction",
+                "Creates a transaction; the same operation as POST /initialize (R-8.5).",
+            ),
+        ),
+        (
+            "/{transactionId}",
+            "put",
+            Operation {
+                id: "updateTransaction",
+                summary: "Replaces the given descriptive fields of a transaction (R-8.6).",
+                parameters: vec![param("transactionId")],
+                body: Some(json_body("UpdateTransaction")),
+                ok: ok_response(
+                    200,
+                    "Transaction updated.",
+                    schema_ref("UpdateResult"),
+                    false,
+                ),
+                errors: &[400, 401, 403, 404, 413, 415, 500],
+            },
+        ),
+        (
+            "/cancel/{transactionId}",
+            "patch",
+            Operation {
+                id: "cancelItems",
+                summary: "Cancels items and refunds them by their cancellation policy (R-4).",
+                parameters: vec![param("transactionId"), param("Idempotency-Key")],
+                body: Some(json_body("CancellationReq")),
+                ok: cancel_ok(),
+                errors: cancel_errors,
+            },
+        ),
+        (
+            "/cancel/{transactionId}/invoice",
+            "patch",
+            Operation {
+                id: "cancelItemsWithInvoice",
+                summary: "Cancels items with an optional invoice file (R-4.6).",
+                parameters: vec![param("transactionId"), param("Idempotency-Key")],
+                body: Some(multipart_cancel(false, false)),
+                ok: cancel_ok(),
+                errors: cancel_errors,
+            },
+        ),
+        (
+            "/cancel",
+            "patch",
+            Operation {
+                id: "cancelItemsByForm",
+                summary: "Cancels items of the contract named by the form field transactionId, with an invoice file (R-4.7).",
+                parameters: vec![param("Idempotency-Key")],
+                body: Some(multipart_cancel(true, true)),
+                ok: cancel_ok(),
+                errors: cancel_errors,
+            },
+        ),
+        (
+            "/cancel/{transactionId}/quote",
+            "post",
+            Operation {
+                id: "previewRefund",
+                summary: "What a cancellation at `at` would refund, without changing anything (R-11).",
+                parameters: vec![param("transactionId"), param("at")],
+                body: Some(json_body("CancellationReq")),
+                ok: ok_response(
+                    200,
+                    "The refund preview.",
+                    schema_ref("RefundPreview"),
+                    false,
+                ),
+                errors: &[400, 401, 403, 404, 413, 415, 500],
+            },
+        ),
+        (
+            "/quote",
+            "post",
+            Operation {
+                id: "quoteCheckout",
+                summary: "Item totals and taxes of a checkout, without creating it (R-2).",
+                parameters: vec![],
+                body: Some(json_body("CorporateCheckout")),
+                ok: ok_response(200, "The quote.", schema_ref("QuoteResult"), false),
+                errors: &[400, 401, 403, 413, 415, 500],
+            },
+        ),
+        (
+            "/openapi.json",
+            "get",
+            Operation {
+                id: "getOpenApi",
+                summary: "This document.",
+                parameters: vec![],
+                body: None,
+                ok: ok_response(
+                    200,
+                    "The OpenAPI 3.1 document.",
+                    json!({ "type": "object" }),
+                    false,
+                ),
+                errors: &[401, 500],
+            },
+        ),
+        (
+            "/sandbox/transactions/{transactionId}/pay",
+            "post",
+            Operation {
+                id: "sandboxPay",
+                summary: "Sandbox only: records the payment of a PENDING transaction (R-3.6).",
+                parameters: vec![param("transactionId")],
+                body: Some(json_body("PaymentReq")),
+                ok: ok_response(
+                    200,
+                    "The status record after payment.",
+                    schema_ref("StatusRecord"),
+                    false,
+                ),
+                errors: &[400, 401, 403, 404, 413, 415, 500],
+            },
+        ),
+        (
+            "/files",
+            "post",
+            Operation {
+                id: "uploadFile",
+                summary: "Uploads a file (at most 10 MiB) to use as an attachment URL.",
+                parameters: vec![],
+                body: Some(json!({
+                    "required": true,
+                    "content": {
+                        "multipart/form-data": {
+                            "schema": {
+                                "type": "object",
+                                "properties": {
+                                    "file": {
+                                        "type": "string",
+                                        "contentMediaType": "application/octet-stream"
+                                    }
+                                },
+                                "required": ["file"]
+                            }
+                        }
+                    }
+                })),
+                ok: ok_response(201, "File stored.", schema_ref("FileUploaded"), false),
+                errors: &[400, 401, 403, 413, 415, 500],
+            },
+        ),
+        (
+            "/files/{fileId}",
+            "get",
+            Operation {
+                id: "getFile",
+                summary: "Downloads an uploaded file.",
+                parameters: vec![param("fileId")],
+                body: None,
+                ok: (
+                    "200".to_owned(),
+                    json!({
+                        "description": "The file's bytes.",
+                        "content": {
+                            "application/octet-stream": {
+                                "schema": { "type": "string", "contentMediaType": "application/octet-stream" }
+                            }
+                        }
+                    }),
+                ),
+                errors: &[401, 403, 404, 500],
+            },
+        ),
+        (
+            "/receipts/{receiptNumber}",
+            "get",
+            Operation {
+                id: "getReceipt",
+                summary: "The receipt of a cancellation (R-4.8 step 5).",
+                parameters: vec![param("receiptNumber")],
+                body: None,
+                ok: ok_response(
+                    200,
+                    "The cancellation receipt.",
+                    json!({ "type": "object" }),
+                    false,
+                ),
+                errors: &[401, 403, 404, 500],
+            },
+        ),
+    ];
+
+    let mut paths = Map::new();
+    for (path, method, operation) in operations {
+        let entry = paths
+            .entry(path.to_owned())
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(methods) = entry {
+            methods.insert(method.to_owned(), operation.to_value());
+        }
+    }
+
+    let error_body = |description: &str| json!({ "description": description, "content": json_content(schema_ref("ErrorBody")) });
+    let mut unauthorized = error_body(
+        "Missing, malformed or wrong credentials, or a transaction of another provider (R-7.2, R-7.4).",
+    );
+    unauthorized["headers"] = json!({
+        "WWW-Authenticate": {
+            "description": "Always `Basic realm=\"checkout\"` (R-7.2).",
+            "schema": { "type": "string", "const": "Basic realm=\"checkout\"" }
+        }
+    });
+
+    json!({
+        "openapi": "3.1.0",
+        "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
+        "info": {
+            "title": "Corporate checkout transaction service",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Creates corporate checkout transactions, reports their status, updates them and cancels items with refunds by their cancellation policies. Every error body has message, error and statusCode (R-8.1); for 400, message lists every violation."
+        },
+        "servers": [{ "url": "/" }],
+        "security": [{ "basicAuth": [] }],
+        "paths": paths,
+        "components": {
+            "securitySchemes": {
+                "basicAuth": {
+                    "type": "http",
+                    "scheme": "basic",
+                    "description": "Username: widget ID; password: backend secret (spec Authentication, R-7.1)."
+                }
+            },
+            "parameters": {
+                "transactionId": {
+                    "name": "transactionId",
+                    "in": "path",
+                    "required": true,
+                    "description": "Lower-case hyphenated UUID (R-3.1).",
+                    "schema": { "type": "string", "format": "uuid" }
+                },
+                "fileId": {
+                    "name": "fileId",
+                    "in": "path",
+                    "required": true,
+                    "schema": { "type": "string" }
+                },
+                "receiptNumber": {
+                    "name": "receiptNumber",
+                    "in": "path",
+                    "required": true,
+                    "description": "Receipt number, e.g. `CR-000042`.",
+                    "schema": { "type": "string" }
+                },
+                "at": {
+                    "name": "at",
+                    "in": "query",
+                    "required": false,
+                    "description": "RFC 3339 instant of the preview; default now (R-11.1).",
+                    "schema": { "type": "string", "format": "date-time" }
+                },
+                "Idempotency-Key": {
+                    "name": "Idempotency-Key",
+                    "in": "header",
+                    "required": false,
+                    "description": "1–255 printable ASCII characters; a repeat with the same route and body replays the first response (R-9.1).",
+                    "schema": { "type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[\\x20-\\x7E]+$" }
+                }
+            },
+            "headers": {
+                "Idempotent-Replayed": {
+                    "description": "`true` when the response is the stored response of an earlier request with the same Idempotency-Key (R-9.1).",
+                    "schema": { "type": "string", "const": "true" }
+                }
+            },
+            "responses": {
+                "BadRequest": error_body("Invalid request data: message lists every violation (R-8.1, R-8.9)."),
+                "Unauthorized": unauthorized,
+                "Forbidden": error_body("The credential lacks the scope of the route (R-7.3)."),
+                "NotFound": error_body("Contract (or route, file, receipt) not found (R-7.4, R-8.3)."),
+                "MethodNotAllowed": error_body("The route exists but not with this method (R-8.3)."),
+                "Conflict": error_body("A request with the same Idempotency-Key is still running (R-9.1)."),
+                "PayloadTooLarge": error_body("JSON body over 1 MiB or file over 10 MiB (R-4.6, R-8.3)."),
+                "UnsupportedMediaType": error_body("Wrong Content-Type (R-8.3)."),
+                "UnprocessableEntity": error_body("The Idempotency-Key was used with another route or body (R-9.1)."),
+                "InternalServerError": error_body("Internal or store failure (R-4.8).")
+            },
+            "schemas": component_schemas()
+        }
+    })
+}

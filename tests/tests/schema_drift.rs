@@ -1,0 +1,67 @@
+//! The committed `schemas/` must be exactly what `engine::schema` generates from the wire types:
+//! a change of `engine/src/api.rs` that is not followed by a regeneration fails here.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+const REGENERATE: &str = "cargo run -p host-http -- schemas --out schemas";
+
+fn schemas_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(|root| root.join("schemas"))
+        .unwrap_or_default()
+}
+
+/// Every generated file with the exact text `checkout-server schemas` writes.
+fn generated() -> Vec<(String, String)> {
+    let mut documents = engine::schema::body_schemas();
+    documents.push(("openapi.json", engine::schema::openapi()));
+    documents
+        .into_iter()
+        .map(|(name, value)| {
+            let mut text = serde_json::to_string_pretty(&value).unwrap_or_default();
+            text.push('\n');
+            (name.to_owned(), text)
+        })
+        .collect()
+}
+
+#[test]
+fn committed_schemas_match_the_types() {
+    let dir = schemas_dir();
+    let mut problems = Vec::new();
+    let expected = generated();
+    for (name, text) in &expected {
+        match std::fs::read_to_string(dir.join(name)) {
+            Ok(committed) if committed == *text => {}
+            Ok(_) => problems.push(format!("schemas/{name} differs from the types")),
+            Err(e) => problems.push(format!("schemas/{name} cannot be read: {e}")),
+        }
+    }
+    let expected_names: BTreeSet<&str> = expected.iter().map(|(n, _)| n.as_str()).collect();
+    let committed: Vec<String> = std::fs::read_dir(&dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    for name in committed {
+        if !expected_names.contains(name.as_str()) {
+            problems.push(format!(
+                "schemas/{name} is not generated any more; delete it"
+            ));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{}\nregenerate with: {REGENERATE}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn generation_is_deterministic() {
+    assert_eq!(generated(), generated());
+}
