@@ -15,6 +15,7 @@
 //! Messages are sorted by the position of their field in the schema, depth first, then
 //! de-duplicated, so the order is stable and independent of the order of keys in the request.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::LazyLock;
 
@@ -181,7 +182,8 @@ fn json_error(error: serde_json::Error) -> ValidationErrors {
 /// One step of a field path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Step {
-    Key(String),
+    /// Static in the code pass, so that building a path there costs one small allocation.
+    Key(Cow<'static, str>),
     Index(usize),
 }
 
@@ -194,16 +196,24 @@ impl Path {
         Path(Vec::new())
     }
 
-    fn key(&self, key: &str) -> Path {
-        let mut steps = self.0.clone();
-        steps.push(Step::Key(key.to_owned()));
+    fn with(&self, step: Step) -> Path {
+        let mut steps = Vec::with_capacity(self.0.len() + 1);
+        steps.extend(self.0.iter().cloned());
+        steps.push(step);
         Path(steps)
     }
 
+    fn key(&self, key: &'static str) -> Path {
+        self.with(Step::Key(Cow::Borrowed(key)))
+    }
+
+    /// A key that comes from the request (a property name in a schema error).
+    fn owned_key(&self, key: &str) -> Path {
+        self.with(Step::Key(Cow::Owned(key.to_owned())))
+    }
+
     fn index(&self, index: usize) -> Path {
-        let mut steps = self.0.clone();
-        steps.push(Step::Index(index));
-        Path(steps)
+        self.with(Step::Index(index))
     }
 
     fn parent(&self) -> Path {
@@ -235,7 +245,7 @@ impl Path {
             location
                 .iter()
                 .map(|segment| match segment {
-                    LocationSegment::Property(key) => Step::Key(key.into_owned()),
+                    LocationSegment::Property(key) => Step::Key(Cow::Owned(key.into_owned())),
                     LocationSegment::Index(index) => Step::Index(index),
                 })
                 .collect(),
@@ -318,7 +328,7 @@ impl Report {
         let Some(Step::Key(key)) = path.0.last() else {
             return None;
         };
-        let number = parent.get(key)?.as_number()?;
+        let number = parent.get(key.as_ref())?.as_number()?;
         match parse_json_number(number.as_str()) {
             Ok(amount) => Some(amount),
             Err(_) => {
@@ -410,7 +420,7 @@ fn order_key(root: &Value, path: &Path) -> Vec<usize> {
                 Some(properties) => match properties.keys().position(|k| k == name) {
                     Some(position) => {
                         key.push(position);
-                        node = &properties[name.as_str()];
+                        node = &properties[name.as_ref()];
                     }
                     None => {
                         key.push(properties.len());
@@ -501,13 +511,13 @@ fn schema_violations(error: &ValidationError<'_>, report: &mut Report) {
     match error.kind() {
         ValidationErrorKind::Required { property } => {
             let name = property.as_str().unwrap_or_default();
-            report.push(&path.key(name), EMPTY);
+            report.push(&path.owned_key(name), EMPTY);
         }
         ValidationErrorKind::AdditionalProperties { unexpected }
         | ValidationErrorKind::UnevaluatedProperties { unexpected } => {
             for name in unexpected {
                 report.violations.push(Violation {
-                    path: path.key(name),
+                    path: path.owned_key(name),
                     text: Text::Unknown,
                 });
             }
@@ -778,9 +788,7 @@ fn parse_bound(text: &str) -> Option<Bound> {
     if has_offset {
         DateTime::parse_from_rfc3339(text).ok().map(Bound::Fixed)
     } else {
-        NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f")
-            .ok()
-            .map(Bound::Local)
+        text.parse::<NaiveDateTime>().ok().map(Bound::Local)
     }
 }
 
@@ -811,7 +819,7 @@ fn instant(bound: &Bound, zone: Option<Tz>) -> Option<DateTime<Utc>> {
 
 /// zones and calendar validity, R-6.3 end not before start.
 fn period_rules(period: &Value, path: &Path, provider_zone: Tz, report: &mut Report) {
-    let zone_of = |field: &str, report: &mut Report| -> Option<Tz> {
+    let zone_of = |field: &'static str, report: &mut Report| -> Option<Tz> {
         let zone_path = path.key(field);
         match period.get(field).and_then(Value::as_str) {
             None => Some(provider_zone),
@@ -827,7 +835,7 @@ fn period_rules(period: &Value, path: &Path, provider_zone: Tz, report: &mut Rep
     };
     let start_zone = zone_of("startTimeZone", report);
     let end_zone = zone_of("endTimeZone", report);
-    let bound_of = |field: &str, report: &mut Report| -> Option<Bound> {
+    let bound_of = |field: &'static str, report: &mut Report| -> Option<Bound> {
         let bound_path = path.key(field);
         let text = period.get(field).and_then(Value::as_str)?;
         if !report.clean(&bound_path) {
