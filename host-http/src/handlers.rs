@@ -459,12 +459,9 @@ async fn create(
     Ok(response)
 }
 
-/// Parses the sandbox payment body.
-///
-/// REPLACE with `engine::validate::payment` once it exists: this serde-only parse reports one
-/// message instead of the full list.
+/// Validates the sandbox payment body, reporting every violation.
 fn parse_payment(bytes: &[u8]) -> Result<PaymentReq, ApiError> {
-    serde_json::from_slice(bytes).map_err(|e| ApiError::invalid(e.to_string()))
+    engine::validate::payment(bytes).map_err(|errors| ApiError::Validation(errors.messages))
 }
 
 /// `POST /sandbox/transactions/{id}/pay`.
