@@ -19,7 +19,7 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::LazyLock;
 
-use chrono::{DateTime, FixedOffset, NaiveDate, NaiveDateTime, Offset as _, TimeZone, Utc};
+use chrono::{DateTime, FixedOffset, NaiveDate, NaiveDateTime, Utc};
 use chrono_tz::Tz;
 use jsonschema::error::{TypeKind, ValidationErrorKind};
 use jsonschema::paths::LocationSegment;
@@ -792,28 +792,12 @@ fn parse_bound(text: &str) -> Option<Bound> {
     }
 }
 
-/// The instant of a local time in `zone`: in a gap, the offset in force before it; when
-/// ambiguous, the earlier instant.
-fn local_instant(local: NaiveDateTime, zone: Tz) -> Option<DateTime<Utc>> {
-    use chrono::LocalResult;
-    match zone.from_local_datetime(&local) {
-        LocalResult::Single(t) | LocalResult::Ambiguous(t, _) => Some(t.with_timezone(&Utc)),
-        LocalResult::None => {
-            let before = local.checked_sub_signed(chrono::TimeDelta::hours(3))?;
-            let offset = zone.from_local_datetime(&before).earliest()?.offset().fix();
-            local
-                .checked_sub_signed(chrono::TimeDelta::seconds(i64::from(
-                    offset.local_minus_utc(),
-                )))
-                .map(|utc| utc.and_utc())
-        }
-    }
-}
-
 fn instant(bound: &Bound, zone: Option<Tz>) -> Option<DateTime<Utc>> {
     match bound {
         Bound::Fixed(t) => Some(t.with_timezone(&Utc)),
-        Bound::Local(local) => local_instant(*local, zone?),
+        // through the engine's one reading of local times, so that validation and the
+        // penalty thresholds agree on every gap, including day-long ones (Pacific/Apia 2011).
+        Bound::Local(local) => crate::time::resolve_local(zone?, *local).ok(),
     }
 }
 
