@@ -14,10 +14,9 @@ use crate::money::{Currency, Money};
 ///
 /// Rounding happens at the named points only: `net = round(p × q)` (R-2.1), each tax line
 /// (R-2.2); `totalTax` and `total` are sums of rounded values. A `totalTax` or `total` given by
-/// the provider is kept as given (R-2.3); its value is never changed, but it is written at the
-/// currency's scale like every other amount of the result (`100` → `100.00` for EUR), which is
-/// lossless because R-1.5 allows no more decimals than the minor unit — a given amount with
-/// more is refused with [`EngineError::TooManyDecimals`].
+/// the provider is kept as given (R-2.3) and echoed exactly as written (R-1.4: `105` stays
+/// `105`); every computed amount is written at the currency's scale. A given amount with more
+/// decimals than the minor unit is refused with [`EngineError::TooManyDecimals`] (R-1.5).
 ///
 /// ```
 /// let checkout: engine::api::CorporateCheckout = serde_json::from_str(r#"{
@@ -30,7 +29,7 @@ use crate::money::{Currency, Money};
 /// let quote = engine::quote::quote(&checkout).unwrap();
 /// // net = 59.97, tax = round(59.97 × 19 / 100) = round(11.3943) = 11.39
 /// assert_eq!(quote.items[0].total.to_string(), "71.36");
-/// assert_eq!(quote.items[1].total.to_string(), "105.00"); // given, kept (R-2.3)
+/// assert_eq!(quote.items[1].total.to_string(), "105"); // given, echoed as written (R-1.4)
 /// assert_eq!(quote.total.to_string(), "176.36");
 /// ```
 pub fn quote(checkout: &CorporateCheckout) -> Result<QuoteResult, EngineError> {
@@ -50,8 +49,10 @@ pub fn quote(checkout: &CorporateCheckout) -> Result<QuoteResult, EngineError> {
                     amount: tax.amount(),
                 })
                 .collect(),
-            total_tax: line.total_tax.amount(),
-            total: line.total.amount(),
+            // A given amount is echoed exactly as written (R-1.4, R-2.3); computed ones are at
+            // the currency's scale.
+            total_tax: item.total_tax.unwrap_or_else(|| line.total_tax.amount()),
+            total: item.total.unwrap_or_else(|| line.total.amount()),
         });
     }
     Ok(QuoteResult {
@@ -201,6 +202,16 @@ mod tests {
         assert_eq!(q.items[0].total_tax.to_string(), "50");
         assert_eq!(q.items[0].total.to_string(), "999");
         assert_eq!(q.total.to_string(), "999");
+
+        // R-1.4: given amounts echoed as written, computed ones at the currency's scale.
+        let c = checkout(
+            r#"{"title":"t","currency":"EUR","items":[{"price":100,"totalTax":18.5,"total":118.5}]}"#,
+        );
+        let q = quote(&c).unwrap();
+        assert_eq!(q.items[0].net.to_string(), "100.00");
+        assert_eq!(q.items[0].total_tax.to_string(), "18.5");
+        assert_eq!(q.items[0].total.to_string(), "118.5");
+        assert_eq!(q.total.to_string(), "118.50");
     }
 
     #[test]
