@@ -2,7 +2,23 @@
 //! from outside, each pinned to the ruling it breaks (R-8.2, R-8.3, …).
 
 use hyper::Method;
-use tests::http::{TestServer, checkout_body};
+use tests::http::{Creds, TestServer, checkout_body};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+/// Reads from `stream` until the peer closes it or `budget` passes; returns what arrived.
+async fn read_for(stream: &mut TcpStream, budget: std::time::Duration) -> String {
+    let mut received = Vec::new();
+    let mut buffer = [0_u8; 8192];
+    let deadline = tokio::time::Instant::now() + budget;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buffer)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+            Ok(Ok(n)) => received.extend_from_slice(&buffer[..n]),
+        }
+    }
+    String::from_utf8_lossy(&received).into_owned()
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pay_body_unknown_property_is_named_with_its_path_r_8_2() {
@@ -40,4 +56,32 @@ async fn pay_body_unknown_property_is_named_with_its_path_r_8_2() {
     // Nothing was recorded.
     let status = server.get(&format!("/status/{id}"), &acme).await.json();
     assert_eq!(status["status"], "PENDING");
+}
+
+/// A 413 answered before the body is read leaves unread bytes on the connection; the server
+/// then closes it. It must say so (`Connection: close`), or a client that sent the whole body
+/// reuses a connection that is about to be dropped (R-8.3: never an empty reply).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_large_body_answer_announces_the_close_r_8_3() {
+    let server = TestServer::start().await;
+    let acme: Creds = server.provider("acme");
+    let mut stream = TcpStream::connect(server.addr).await.expect("connect");
+    let body = vec![b' '; 2 * 1024 * 1024];
+    let head = format!(
+        "POST /initialize HTTP/1.1\r\nHost: test\r\nAuthorization: {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        acme.basic(),
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.expect("head");
+    // The server may stop reading at any point; a failed write is part of what is tested.
+    let _ = stream.write_all(&body).await;
+    let answer = read_for(&mut stream, std::time::Duration::from_secs(3)).await;
+    assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
+    assert!(
+        answer
+            .to_ascii_lowercase()
+            .contains("\r\nconnection: close\r\n"),
+        "{answer}"
+    );
 }
