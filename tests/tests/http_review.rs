@@ -85,3 +85,50 @@ async fn too_large_body_answer_announces_the_close_r_8_3() {
         "{answer}"
     );
 }
+
+/// RFC 9110 §9.1: a server must support HEAD wherever it supports GET; the ruling's 405 is for
+/// a method the route does not serve. HEAD answers as GET would, without the body, and
+/// leaves the connection usable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn head_is_answered_like_get_without_a_body_r_8_3() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let id = server.create(&acme, &checkout_body("Trip")).await;
+    let mut stream = TcpStream::connect(server.addr).await.expect("connect");
+    let request = |method: &str, path: &str| {
+        format!(
+            "{method} {path} HTTP/1.1\r\nHost: test\r\nAuthorization: {}\r\n\r\n",
+            acme.basic()
+        )
+    };
+    let pipelined = format!(
+        "{}{}{}",
+        request("HEAD", "/status"),
+        request("HEAD", &format!("/status/{id}")),
+        request("GET", "/status")
+    );
+    stream.write_all(pipelined.as_bytes()).await.expect("write");
+    let answer = read_for(&mut stream, std::time::Duration::from_millis(1500)).await;
+    let statuses: Vec<&str> = answer
+        .lines()
+        .filter(|line| line.starts_with("HTTP/1.1 "))
+        .collect();
+    assert_eq!(
+        statuses,
+        ["HTTP/1.1 200 OK", "HTTP/1.1 200 OK", "HTTP/1.1 200 OK"],
+        "{answer}"
+    );
+    // Only the GET carries a body: exactly one JSON document in the whole exchange.
+    assert_eq!(answer.matches("\"status\":").count(), 1, "{answer}");
+    // Without credentials HEAD is refused as GET is.
+    let reply = server
+        .send(Method::HEAD, &format!("/status/{id}"), None, &[], None)
+        .await;
+    assert_eq!(reply.status, 401);
+    assert!(reply.body.is_empty());
+    // A route without GET still refuses HEAD.
+    let reply = server
+        .send(Method::HEAD, "/initialize", Some(&acme.basic()), &[], None)
+        .await;
+    assert_eq!(reply.status, 405);
+}
