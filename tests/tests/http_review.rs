@@ -132,3 +132,45 @@ async fn head_is_answered_like_get_without_a_body_r_8_3() {
         .await;
     assert_eq!(reply.status, 405);
 }
+
+/// R-9.1: the same key on another route → 422. `PATCH /cancel/{id}` names the transaction in
+/// its path, so the same key and body on another transaction is another request: it must not
+/// replay the first transaction's answer (which would report a cancellation that never
+/// happened on the second one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_key_reused_on_another_transaction_is_422_not_a_replay_r_9_1() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let first = server.create(&acme, &checkout_body("First")).await;
+    let second = server.create(&acme, &checkout_body("Second")).await;
+    let cancel = |id: &str| {
+        let path = format!("/cancel/{id}");
+        let auth = acme.basic();
+        let server = &server;
+        async move {
+            server
+                .send(
+                    Method::PATCH,
+                    &path,
+                    Some(&auth),
+                    &[
+                        ("content-type", "application/json"),
+                        ("idempotency-key", "cancel-item-1"),
+                    ],
+                    Some(r#"{"itemsOrder":[1]}"#),
+                )
+                .await
+        }
+    };
+    let reply = cancel(&first).await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    let reply = cancel(&second).await;
+    reply.expect_error(422);
+    assert_eq!(reply.header("idempotent-replayed"), None);
+    let status = server.get(&format!("/status/{second}"), &acme).await.json();
+    assert_eq!(status["items"][0]["status"], "ACTIVE", "{status}");
+    // The first request itself still replays.
+    let reply = cancel(&first).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.header("idempotent-replayed"), Some("true"));
+}
