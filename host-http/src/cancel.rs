@@ -123,6 +123,17 @@ fn form_hash(id: &str, request: &CancellationReq, file: Option<&UploadedFile>) -
     hasher.finalize().into()
 }
 
+/// The hash of a JSON cancellation for: the transaction id of the path, then the exact
+/// body bytes. The id belongs to the request: the same key and body sent for another
+/// transaction is another request (422), never a replay of the first one's answer.
+fn json_hash(id: &str, body: &[u8]) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(id.as_bytes());
+    hasher.update([0]);
+    hasher.update(body);
+    hasher.finalize().into()
+}
+
 /// `PATCH /cancel/{transactionId}` (JSON).
 pub async fn cancel_json(
     state: Arc<AppState>,
@@ -135,12 +146,7 @@ pub async fn cancel_json(
     check_owner(&state, &principal, &id).await?;
     let key = idempotency_key(request.headers())?;
     let body = read_json_body(request).await?;
-    let key = key_of(
-        &principal,
-        key,
-        CANCEL_ROUTES[0],
-        Sha256::digest(&body).into(),
-    );
+    let key = key_of(&principal, key, CANCEL_ROUTES[0], json_hash(&id, &body));
     if let Some(response) = replay(&state, key.as_ref(), now).await? {
         return Ok(response);
     }

@@ -459,9 +459,10 @@ async fn create(
     Ok(response)
 }
 
-/// Validates the sandbox payment body, reporting every violation.
+/// Validates the sandbox payment body with the engine's schema validation, so that it reports
+/// every violation with its path, unknown properties included.
 fn parse_payment(bytes: &[u8]) -> Result<PaymentReq, ApiError> {
-    engine::validate::payment(bytes).map_err(|errors| ApiError::Validation(errors.messages))
+    engine::validate::payment(bytes).map_err(|e| ApiError::Validation(e.messages))
 }
 
 /// `POST /sandbox/transactions/{id}/pay`.

@@ -74,12 +74,12 @@ impl Route {
 /// 405 naming the allowed methods.
 pub fn route(method: &Method, path: &str, sandbox: bool) -> Result<Route, ApiError> {
     let segments: Vec<&str> = path.strip_prefix('/').unwrap_or(path).split('/').collect();
+    // RFC 9110 §9.1: HEAD is served wherever GET is (hyper sends the head without the body);
+    // R-8.3's 405 is for methods a route does not serve.
+    let get = method == Method::GET || method == Method::HEAD;
     let (allow, matched) = match segments.as_slice() {
-        ["status"] => ("GET", (method == Method::GET).then_some(Route::Health)),
-        ["status", id] => (
-            "GET",
-            (method == Method::GET).then(|| Route::Status((*id).to_owned())),
-        ),
+        ["status"] => ("GET", get.then_some(Route::Health)),
+        ["status", id] => ("GET", get.then(|| Route::Status((*id).to_owned()))),
         ["initialize"] => (
             "POST",
             (method == Method::POST).then_some(Route::Initialize),
@@ -89,8 +89,8 @@ pub fn route(method: &Method, path: &str, sandbox: bool) -> Result<Route, ApiErr
             (method == Method::POST).then_some(Route::Transactions),
         ),
         ["quote"] => ("POST", (method == Method::POST).then_some(Route::Quote)),
-        ["openapi.json"] => ("GET", (method == Method::GET).then_some(Route::OpenApi)),
-        ["healthz"] => ("GET", (method == Method::GET).then_some(Route::Liveness)),
+        ["openapi.json"] => ("GET", get.then_some(Route::OpenApi)),
+        ["healthz"] => ("GET", get.then_some(Route::Liveness)),
         ["sandbox", "transactions", id, "pay"] if sandbox => (
             "POST",
             (method == Method::POST).then(|| Route::SandboxPay((*id).to_owned())),
@@ -115,18 +115,9 @@ pub fn route(method: &Method, path: &str, sandbox: bool) -> Result<Route, ApiErr
             "POST",
             (method == Method::POST).then_some(Route::FileUpload),
         ),
-        ["files", "shared", token] => (
-            "GET",
-            (method == Method::GET).then(|| Route::SharedFile((*token).to_owned())),
-        ),
-        ["files", id] => (
-            "GET",
-            (method == Method::GET).then(|| Route::File((*id).to_owned())),
-        ),
-        ["receipts", number] => (
-            "GET",
-            (method == Method::GET).then(|| Route::Receipt((*number).to_owned())),
-        ),
+        ["files", "shared", token] => ("GET", get.then(|| Route::SharedFile((*token).to_owned()))),
+        ["files", id] => ("GET", get.then(|| Route::File((*id).to_owned()))),
+        ["receipts", number] => ("GET", get.then(|| Route::Receipt((*number).to_owned()))),
         [id] if !id.is_empty() => (
             "PUT",
             (method == Method::PUT).then(|| Route::Update((*id).to_owned())),
@@ -173,6 +164,18 @@ mod tests {
             .unwrap(),
             Route::SandboxPay(id.to_owned())
         );
+    }
+
+    #[test]
+    fn head_matches_the_get_routes() {
+        assert_eq!(
+            route(&Method::HEAD, "/status", false).unwrap(),
+            Route::Health
+        );
+        assert!(matches!(
+            route(&Method::HEAD, "/initialize", false),
+            Err(ApiError::MethodNotAllowed { allow: "POST" })
+        ));
     }
 
     #[test]

@@ -194,6 +194,14 @@ async fn handle(state: Arc<AppState>, request: Request<Incoming>, id: String) ->
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert("x-request-id", value);
     }
+    if response.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        // A 413 is answered before the rest of the body is read, so hyper closes the
+        // connection after it. Saying so lets a client that has sent its whole body open a new
+        // connection instead of reusing one that is about to be dropped.
+        response
+            .headers_mut()
+            .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+    }
     let elapsed = started.elapsed();
     tracing::info!(
         request_id = %id,
