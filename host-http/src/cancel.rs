@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use engine::api::{CancellationReq, CancelledItem, ErrorBody, ErrorMessage, TransactionStatus};
+use engine::api::{
+    CancellationReq, CancelledItem, ErrorBody, ErrorMessage, ProviderSettings, TransactionStatus,
+};
 use engine::preview::{ItemState, PreviewError, RefundContext};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -242,6 +244,13 @@ async fn replay(
     }
 }
 
+/// The zone a contract's times are read in: the provider's zone as it was at creation, so that a
+/// later change of the provider's configuration never changes an existing contract.
+/// Rows stored before the zone was kept fall back to the provider's current zone.
+fn contract_zone<'a>(record: &'a TransactionRecord, settings: &'a ProviderSettings) -> &'a str {
+    record.time_zone.as_deref().unwrap_or(&settings.time_zone)
+}
+
 /// The engine's view of a stored transaction (R-3.5: stored totals and effective policies).
 /// An item reserved by a pending refund counts as cancelled: its refund is being completed.
 pub fn refund_context(
@@ -336,7 +345,7 @@ async fn cancel(
     check_cancellable(&record)?;
     // (2) the refund, by the engine, at the arrival instant.
     let settings = provider_settings(state, principal).await?;
-    let context = refund_context(&record, &settings.time_zone)?;
+    let context = refund_context(&record, contract_zone(&record, &settings))?;
     let preview =
         engine::preview::preview_refund(&context, &c.request, now).map_err(preview_error)?;
     let paid = record.paid_amount.is_some();
@@ -466,7 +475,7 @@ pub async fn quote(
     let record = owned_transaction(&state, &principal, &id).await?;
     check_cancellable(&record)?;
     let settings = provider_settings(&state, &principal).await?;
-    let context = refund_context(&record, &settings.time_zone)?;
+    let context = refund_context(&record, contract_zone(&record, &settings))?;
     let preview = engine::preview::preview_refund(&context, &req, at).map_err(preview_error)?;
     json(StatusCode::OK, &preview)
 }

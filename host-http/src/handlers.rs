@@ -424,6 +424,7 @@ async fn create(
         attachments: checkout.attachments.unwrap_or_default(),
         email: merged_email(checkout.email, checkout.recipients),
         payload,
+        time_zone: settings.time_zone.clone(),
         total: quote.total,
         items,
         created_at: now,

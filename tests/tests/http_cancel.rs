@@ -517,3 +517,52 @@ async fn the_quote_previews_without_changing_anything_r_11() {
     assert!(record["cancellations"].as_array().unwrap().is_empty());
     assert!(server.gateway.requests().is_empty());
 }
+
+/// a later change of the provider's time zone never changes an existing contract; the
+/// DatePenalty midnight of an item without a period stays in the zone the provider had
+/// at creation.
+#[tokio::test]
+async fn a_later_provider_zone_change_does_not_move_existing_thresholds_r_3_5() {
+    let server = CancelServer::start().await;
+    let acme = server.provider("acme");
+    let body = json!({
+        "title": "Trip", "currency": "EUR",
+        "items": [{"name": "Fee", "price": 100, "cancellationPolicy": {
+            "reference": "PAYMENT_DATE",
+            "penalties": [{"type": "DATE_PENALTY", "value": {"amount": 50, "unit": "PERCENTAGE"},
+                           "until": "2026-01-10"}]}}]
+    });
+    let id = server.create(&acme, &body).await;
+    server
+        .json(
+            Method::POST,
+            &format!("/sandbox/transactions/{id}/pay"),
+            &acme,
+            &json!({"paidAt": "2026-01-01T00:00:00Z"}),
+        )
+        .await;
+    // In Pacific/Kiritimati (UTC+14) the penalty would apply from 2026-01-10T10:00Z; in the
+    // zone at creation (UTC) only from 2026-01-11T00:00Z.
+    host_http::providers::set_policy(
+        &server.db_path,
+        &acme.provider_id,
+        &host_http::providers::PolicyChange {
+            time_zone: Some("Pacific/Kiritimati".to_owned()),
+            ..Default::default()
+        },
+    )
+    .expect("zone changed");
+    let path = format!("/cancel/{id}/quote?at=2026-01-10T12:00:00Z");
+    let reply = server
+        .json(Method::POST, &path, &acme, &json!({"itemsOrder": [1]}))
+        .await;
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    let preview = reply.json();
+    assert_eq!(preview["refund"].to_string(), "100.00");
+    assert_eq!(preview["items"][0]["nextChangeAt"], "2026-01-11T00:00:00Z");
+}

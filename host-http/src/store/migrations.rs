@@ -125,6 +125,12 @@ CREATE INDEX idempotency_keys_created ON idempotency_keys(created_at);
         description: "ledger refund gateway's own table",
         sql: crate::gateway::LEDGER_MIGRATION,
     },
+    Migration {
+        version: 4,
+        description: "provider time zone fixed on each transaction at creation (R-3.5)",
+        // Rows created before this migration have NULL and keep reading the provider's zone.
+        sql: "ALTER TABLE transactions ADD COLUMN time_zone TEXT;",
+    },
 ];
 
 /// Why the schema could not be brought up to date.

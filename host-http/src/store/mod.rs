@@ -128,6 +128,9 @@ pub struct NewTransaction {
     pub email: Option<CheckoutEmail>,
     /// The creation body exactly as received.
     pub payload: String,
+    /// The provider's IANA zone at creation; later changes of the provider's configuration never
+    /// change an existing contract.
+    pub time_zone: String,
     /// Sum of the item totals.
     pub total: Decimal,
     /// Items in the order given; order numbers are their positions from 1.
@@ -194,6 +197,8 @@ pub struct TransactionRecord {
     pub email: Option<CheckoutEmail>,
     /// The creation body exactly as received.
     pub payload: String,
+    /// The provider's IANA zone at creation; `None` for rows older than migration 4.
+    pub time_zone: Option<String>,
     /// Sum of the item totals as created.
     pub total: Decimal,
     /// Amount paid, once paid.

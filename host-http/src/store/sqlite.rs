@@ -386,7 +386,7 @@ pub(super) fn read_transaction(
         .prepare_cached(
             "SELECT provider_id, reference, status, title, currency, ref_ids, note, attachments, \
              email, payload, total, paid_amount, refunded_amount, paid_at, payment, created_at, \
-             updated_at FROM transactions WHERE id = ?1",
+             updated_at, time_zone FROM transactions WHERE id = ?1",
         )?
         .query_row([id], |r| {
             Ok((
@@ -410,13 +410,24 @@ pub(super) fn read_transaction(
                     r.get::<_, Option<String>>(14)?,
                     r.get::<_, String>(15)?,
                     r.get::<_, String>(16)?,
+                    r.get::<_, Option<String>>(17)?,
                 ),
             ))
         })
         .optional()?;
     let Some((
         (provider_id, reference, status, title, currency, ref_ids, note, attachments, email),
-        (payload, total, paid_amount, refunded, paid_at, payment, created_at, updated_at),
+        (
+            payload,
+            total,
+            paid_amount,
+            refunded,
+            paid_at,
+            payment,
+            created_at,
+            updated_at,
+            time_zone,
+        ),
     )) = row
     else {
         return Ok(None);
@@ -435,6 +446,7 @@ pub(super) fn read_transaction(
         attachments: from_json::<Vec<Attachment>>("transactions.attachments", &attachments)?,
         email: opt_json::<CheckoutEmail>("transactions.email", email)?,
         payload,
+        time_zone,
         total: decimal("transactions.total", &total)?,
         paid_amount: paid_amount
             .map(|p| decimal("transactions.paid_amount", &p))
@@ -596,8 +608,9 @@ fn insert_transaction(
     let now = format_instant(transaction.created_at);
     conn.prepare_cached(
         "INSERT INTO transactions (id, provider_id, reference, status, title, currency, ref_ids, \
-         note, attachments, email, payload, total, refunded_amount, created_at, updated_at) \
-         VALUES (?1, ?2, ?3, 'PENDING', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, '0', ?12, ?12)",
+         note, attachments, email, payload, total, refunded_amount, created_at, updated_at, \
+         time_zone) \
+         VALUES (?1, ?2, ?3, 'PENDING', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, '0', ?12, ?12, ?13)",
     )?
     .execute(params![
         transaction.id,
@@ -612,6 +625,7 @@ fn insert_transaction(
         transaction.payload,
         transaction.total.to_string(),
         now,
+        transaction.time_zone,
     ])?;
     let mut insert_item = conn.prepare_cached(
         "INSERT INTO items (transaction_id, order_no, name, category, total, policy, period, \
