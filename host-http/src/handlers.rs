@@ -394,6 +394,7 @@ async fn create(
     let checkout = engine::validate::checkout(&body, &settings.time_zone)
         .map_err(|e| ApiError::Validation(e.messages))?;
     let quote = engine::quote::quote(&checkout).map_err(engine_error)?;
+    check_provider_policies(&checkout, &settings)?;
     let items = checkout
         .items
         .iter()
@@ -458,6 +459,42 @@ async fn create(
     let mut response = json_text(StatusCode::CREATED, created);
     set_location(&mut response, &id);
     Ok(response)
+}
+
+/// A provider's default policy is written without a currency, so its FIXED_AMOUNT values are
+/// checked against each checkout's currency when it is resolved onto an item:
+/// a value the currency cannot hold (10.5 on a JPY checkout) refuses the creation with a 400
+/// rather than failing every later cancellation of the item.
+fn check_provider_policies(
+    checkout: &engine::api::CorporateCheckout,
+    settings: &engine::api::ProviderSettings,
+) -> Result<(), ApiError> {
+    let currency = engine::money::Currency::parse(&checkout.currency).map_err(engine_error)?;
+    let messages: Vec<String> = checkout
+        .items
+        .iter()
+        .enumerate()
+        .filter(|(_, item)| item.cancellation_policy.is_none())
+        .filter_map(|(index, item)| {
+            let policy = engine::policy::effective_policy(item, settings)?;
+            engine::policy::Policy::parse(&policy, currency)
+                .err()
+                .map(|error| {
+                    let error = error.to_string();
+                    let rule = error
+                        .strip_prefix("cancellationPolicy.")
+                        .map_or_else(|| format!(" {error}"), |rest| format!(".{rest}"));
+                    format!(
+                        "items.{index}.cancellationPolicy{rule} (the provider's default policy)"
+                    )
+                })
+        })
+        .collect();
+    if messages.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::Validation(messages))
+    }
 }
 
 /// Validates the sandbox payment body with the engine's schema validation, so that it reports

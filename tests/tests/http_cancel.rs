@@ -566,3 +566,39 @@ async fn a_later_provider_zone_change_does_not_move_existing_thresholds_r_3_5() 
     assert_eq!(preview["refund"].to_string(), "100.00");
     assert_eq!(preview["items"][0]["nextChangeAt"], "2026-01-11T00:00:00Z");
 }
+
+/// R-1.5, R-5.7: a provider default policy's FIXED_AMOUNT is checked against the currency of
+/// each checkout it is resolved onto: 10.5 fits EUR but not JPY, where the creation is refused
+/// (instead of every later cancellation failing).
+#[tokio::test]
+async fn a_provider_fixed_amount_must_fit_the_checkout_currency_r_1_5() {
+    let server = CancelServer::start().await;
+    let policy: engine::api::CancellationPolicy = serde_json::from_value(json!({
+        "reference": "PAYMENT_DATE",
+        "penalties": [{"type": "OFFSET_PENALTY", "value": {"amount": 10.5, "unit": "FIXED_AMOUNT"},
+                       "offset": {"amount": 1, "unit": "HOURS"}}]
+    }))
+    .expect("policy");
+    let acme: tests::http::Creds = host_http::providers::create_provider(
+        &server.db_path,
+        &host_http::providers::NewProvider {
+            name: "acme".to_owned(),
+            time_zone: "UTC".to_owned(),
+            default_policy: Some(policy),
+            category_policies: Default::default(),
+            scopes: Scopes::all(),
+        },
+        chrono::Utc::now(),
+    )
+    .expect("provider")
+    .into();
+    let eur = json!({"title": "T", "currency": "EUR", "items": [{"price": 100}]});
+    server.create(&acme, &eur).await;
+    let jpy = json!({"title": "T", "currency": "JPY", "items": [{"price": 100}]});
+    let reply = server.json(Method::POST, "/initialize", &acme, &jpy).await;
+    assert_eq!(
+        reply.expect_error(400)["message"][0],
+        "items.0.cancellationPolicy.penalties.0.value.amount must not have more than 0 decimal \
+         places (the provider's default policy)"
+    );
+}
