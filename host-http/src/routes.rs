@@ -118,7 +118,9 @@ pub fn route(method: &Method, path: &str, sandbox: bool) -> Result<Route, ApiErr
         ["files", "shared", token] => ("GET", get.then(|| Route::SharedFile((*token).to_owned()))),
         ["files", id] => ("GET", get.then(|| Route::File((*id).to_owned()))),
         ["receipts", number] => ("GET", get.then(|| Route::Receipt((*number).to_owned()))),
-        [id] if !id.is_empty() => (
+        // `PUT /{transactionId}` catches every one-segment path: another method on a segment that
+        // is not even a UUID is an unknown route (404), not a wrong method on this one (405).
+        [id] if !id.is_empty() && (method == Method::PUT || uuid::Uuid::try_parse(id).is_ok()) => (
             "PUT",
             (method == Method::PUT).then(|| Route::Update((*id).to_owned())),
         ),
@@ -200,5 +202,19 @@ mod tests {
             route(&Method::POST, "/status", false),
             Err(ApiError::MethodNotAllowed { allow: "GET" })
         ));
+        // One segment: a UUID names `PUT /{transactionId}` (405 for other methods); anything
+        // else is an unknown route for every method but PUT.
+        assert!(matches!(
+            route(&Method::GET, "/anything", false),
+            Err(ApiError::RouteNotFound { .. })
+        ));
+        assert!(matches!(
+            route(&Method::GET, "/0190b6b0-7c3a-7d2e-9f00-000000000000", false),
+            Err(ApiError::MethodNotAllowed { allow: "PUT" })
+        ));
+        assert_eq!(
+            route(&Method::PUT, "/anything", false).unwrap(),
+            Route::Update("anything".to_owned())
+        );
     }
 }
