@@ -10,20 +10,17 @@ use bytes::Bytes;
 use host_http::auth::Scopes;
 use host_http::gateway::testing::FakeGateway;
 use host_http::gateway::{HttpGatewayConfig, RetryPolicy};
-use host_http::providers::{self, NewProvider};
 use host_http::refunds::{GatewayChoice, RefundSettings};
 use host_http::{App, Config};
-use http_body_util::{BodyExt, Full};
-use hyper::{Method, Request};
+use hyper::Method;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::http::{Creds, Reply};
+use crate::http::{Creds, HttpClient, Reply, create_provider, send_request};
 
 /// Refund settings for tests: the fake gateway, 2 calls 10 ms apart while the client waits,
 /// 300 ms read timeout, recovery every 20–100 ms.
@@ -56,7 +53,7 @@ pub struct CancelServer {
     _dir: TempDir,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: HttpClient,
 }
 
 impl CancelServer {
@@ -118,19 +115,7 @@ impl CancelServer {
 
     /// A provider whose credential has `scopes`.
     pub fn provider_with_scopes(&self, name: &str, scopes: Scopes) -> Creds {
-        providers::create_provider(
-            &self.db_path,
-            &NewProvider {
-                name: name.to_owned(),
-                time_zone: "UTC".to_owned(),
-                default_policy: None,
-                category_policies: Default::default(),
-                scopes,
-            },
-            chrono::Utc::now(),
-        )
-        .expect("provider created")
-        .into()
+        create_provider(&self.db_path, name, scopes)
     }
 
     /// Sends a request with raw body bytes.
@@ -142,26 +127,19 @@ impl CancelServer {
         headers: &[(&str, &str)],
         body: Vec<u8>,
     ) -> Reply {
-        let mut builder = Request::builder()
-            .method(method)
-            .uri(format!("http://{}{}", self.addr, path));
-        if let Some(creds) = creds {
-            builder = builder.header("authorization", creds.basic());
-        }
-        for (name, value) in headers {
-            builder = builder.header(*name, *value);
-        }
-        let request = builder.body(Full::new(Bytes::from(body))).expect("request");
-        let response = self.client.request(request).await.expect("response");
-        let (parts, body) = response.into_parts();
-        let body = body.collect().await.expect("body").to_bytes();
-        Reply {
-            status: parts.status,
-            headers: parts.headers,
+        let auth = creds.map(Creds::basic);
+        let body = Bytes::from(body);
+        send_request(
+            &self.client,
+            self.addr,
+            method,
+            path,
+            auth.as_deref(),
+            headers,
             body,
-        }
+        )
+        .await
     }
-
     /// A JSON request.
     pub async fn json(&self, method: Method, path: &str, creds: &Creds, body: &Value) -> Reply {
         self.send(

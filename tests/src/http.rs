@@ -31,7 +31,58 @@ pub struct TestServer {
     sandbox: bool,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: HttpClient,
+}
+
+/// The HTTP client of the tests: hyper's pooled client over plain TCP.
+pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// Sends one request to the server at `addr`; `auth` is a whole `Authorization` value.
+pub async fn send_request(
+    client: &HttpClient,
+    addr: SocketAddr,
+    method: Method,
+    path: &str,
+    auth: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Bytes,
+) -> Reply {
+    let mut builder = Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"));
+    if let Some(auth) = auth {
+        builder = builder.header("authorization", auth);
+    }
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    let request = builder.body(Full::new(body)).expect("request");
+    let response = client.request(request).await.expect("response");
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.expect("body").to_bytes();
+    Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    }
+}
+
+/// Creates a provider (zone UTC, no policies) on a database file, with one credential of
+/// `scopes`.
+pub fn create_provider(db_path: &Path, name: &str, scopes: Scopes) -> Creds {
+    providers::create_provider(
+        db_path,
+        &NewProvider {
+            name: name.to_owned(),
+            time_zone: "UTC".to_owned(),
+            default_policy: None,
+            category_policies: Default::default(),
+            scopes,
+        },
+        chrono::Utc::now(),
+    )
+    .expect("provider created")
+    .into()
 }
 
 /// A provider's credential as the tests use it.
@@ -220,19 +271,7 @@ impl TestServer {
 
     /// Creates a provider whose first credential has `scopes`.
     pub fn provider_with_scopes(&self, name: &str, scopes: Scopes) -> Creds {
-        providers::create_provider(
-            &self.db_path,
-            &NewProvider {
-                name: name.to_owned(),
-                time_zone: "UTC".to_owned(),
-                default_policy: None,
-                category_policies: Default::default(),
-                scopes,
-            },
-            chrono::Utc::now(),
-        )
-        .expect("provider created")
-        .into()
+        create_provider(&self.db_path, name, scopes)
     }
 
     /// Sends a request; `auth` is a whole `Authorization` value.
@@ -244,27 +283,9 @@ impl TestServer {
         headers: &[(&str, &str)],
         body: Option<&str>,
     ) -> Reply {
-        let mut builder = Request::builder()
-            .method(method)
-            .uri(format!("http://{}{}", self.addr, path));
-        if let Some(auth) = auth {
-            builder = builder.header("authorization", auth);
-        }
-        for (name, value) in headers {
-            builder = builder.header(*name, *value);
-        }
-        let body = Full::new(Bytes::from(body.unwrap_or("").to_owned()));
-        let request = builder.body(body).expect("request");
-        let response = self.client.request(request).await.expect("response");
-        let (parts, body) = response.into_parts();
-        let body = body.collect().await.expect("body").to_bytes();
-        Reply {
-            status: parts.status,
-            headers: parts.headers,
-            body,
-        }
+        let body = Bytes::from(body.unwrap_or("").to_owned());
+        send_request(&self.client, self.addr, method, path, auth, headers, body).await
     }
-
     /// `GET path` with credentials.
     pub async fn get(&self, path: &str, creds: &Creds) -> Reply {
         self.send(Method::GET, path, Some(&creds.basic()), &[], None)
