@@ -60,25 +60,24 @@ fn to_value<T: serde::Serialize>(value: &T) -> Result<Value, Vec<String>> {
 }
 
 fn quote_value(line: &[u8]) -> Result<Value, Vec<String>> {
-    let map = fields(line, &["checkout"])?;
-    let checkout = checkout(&map, "UTC")?;
+    let mut map = fields(line, &["checkout"])?;
+    let checkout = checkout(&mut map, "UTC")?;
     let quote = quote::quote(&checkout).map_err(|e| vec![e.to_string()])?;
     to_value(&quote)
 }
 
 fn checkout(
-    map: &Map<String, Value>,
+    map: &mut Map<String, Value>,
     provider_zone: &str,
 ) -> Result<crate::api::CorporateCheckout, Vec<String>> {
     let value = map
-        .get("checkout")
+        .remove("checkout")
         .ok_or_else(|| vec!["checkout should not be empty".to_owned()])?;
-    let bytes = serde_json::to_vec(value).map_err(|e| vec![e.to_string()])?;
-    validate::checkout(&bytes, provider_zone).map_err(|e| e.messages)
+    validate::checkout_value(value, provider_zone).map_err(|e| e.messages)
 }
 
 fn preview_value(line: &[u8]) -> Result<Value, Vec<String>> {
-    let map = fields(
+    let mut map = fields(
         line,
         &[
             "checkout",
@@ -149,7 +148,7 @@ fn preview_value(line: &[u8]) -> Result<Value, Vec<String>> {
     let req_bytes =
         serde_json::to_vec(&Value::Object(req_fields)).map_err(|e| vec![e.to_string()])?;
     let req = validate::cancellation_req(&req_bytes).map_err(|e| messages.extend(e.messages));
-    let checkout = checkout(&map, &provider.time_zone).map_err(|e| messages.extend(e));
+    let checkout = checkout(&mut map, &provider.time_zone).map_err(|e| messages.extend(e));
     let (Ok(req), Ok(checkout), Some(at), true) = (req, checkout, at, messages.is_empty()) else {
         return Err(messages);
     };

@@ -67,8 +67,18 @@ pub fn checkout(
     bytes: &[u8],
     provider_time_zone: &str,
 ) -> Result<CorporateCheckout, ValidationErrors> {
+    let value: Value = serde_json::from_slice(bytes).map_err(json_error)?;
+    checkout_value(value, provider_time_zone)
+}
+
+/// [`checkout`] for a body that is already a parsed JSON value (for example one field of a
+/// JSON-Lines record), so that it is not written out and parsed a second time.
+pub fn checkout_value(
+    value: Value,
+    provider_time_zone: &str,
+) -> Result<CorporateCheckout, ValidationErrors> {
     let provider_zone = provider_time_zone.parse::<Tz>().unwrap_or(Tz::UTC);
-    let mut checkout: CorporateCheckout = run(bytes, &CHECKOUT, |value, report| {
+    let mut checkout: CorporateCheckout = run_value(value, &CHECKOUT, |value, report| {
         checkout_rules(value, provider_zone, report);
     })?;
     merge_recipients(&mut checkout);
@@ -144,10 +154,19 @@ fn run<T: DeserializeOwned>(
     body: &CompiledBody,
     code_rules: impl FnOnce(&mut Value, &mut Report),
 ) -> Result<T, ValidationErrors> {
+    let value: Value = serde_json::from_slice(bytes).map_err(json_error)?;
+    run_value(value, body, code_rules)
+}
+
+/// [`run`] past the parse: structural pass, code pass, then the typed value.
+fn run_value<T: DeserializeOwned>(
+    mut value: Value,
+    body: &CompiledBody,
+    code_rules: impl FnOnce(&mut Value, &mut Report),
+) -> Result<T, ValidationErrors> {
     let compiled = body
         .as_ref()
         .map_err(|e| ValidationErrors::one(format!("body schema failed to compile: {e}")))?;
-    let mut value: Value = serde_json::from_slice(bytes).map_err(json_error)?;
     let mut report = Report::default();
     if !compiled.validator.is_valid(&value) {
         for error in compiled.validator.iter_errors(&value) {
