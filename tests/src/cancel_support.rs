@@ -209,7 +209,20 @@ impl CancelServer {
 
     /// Pays a transaction in the sandbox.
     pub async fn pay(&self, creds: &Creds, id: &str) {
-        let body = json!({"payment": {"reference": "PAY-1", "provider": "sandbox"}});
+        self.pay_with(
+            creds,
+            id,
+            json!({"payment": {"reference": "PAY-1", "provider": "sandbox"}}),
+        )
+        .await;
+    }
+
+    /// Pays a transaction in the sandbox at a past instant, for PAYMENT_DATE rules.
+    pub async fn pay_at(&self, creds: &Creds, id: &str, paid_at: &str) {
+        self.pay_with(creds, id, json!({"paidAt": paid_at})).await;
+    }
+
+    async fn pay_with(&self, creds: &Creds, id: &str, body: Value) {
         let reply = self
             .json(
                 Method::POST,

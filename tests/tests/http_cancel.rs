@@ -461,14 +461,7 @@ async fn the_quote_previews_without_changing_anything_r_11() {
                            "offset": {"amount": 1, "unit": "DAYS"}}]}}]
     });
     let id = server.create(&acme, &body).await;
-    server
-        .json(
-            Method::POST,
-            &format!("/sandbox/transactions/{id}/pay"),
-            &acme,
-            &json!({"paidAt": "2026-01-01T00:00:00Z"}),
-        )
-        .await;
+    server.pay_at(&acme, &id, "2026-01-01T00:00:00Z").await;
     let path = format!("/cancel/{id}/quote?at=2026-01-03T00:00:00Z");
     let reply = server
         .json(Method::POST, &path, &acme, &json!({"itemsOrder": [1]}))
@@ -533,14 +526,7 @@ async fn a_later_provider_zone_change_does_not_move_existing_thresholds_r_3_5() 
                            "until": "2026-01-10"}]}}]
     });
     let id = server.create(&acme, &body).await;
-    server
-        .json(
-            Method::POST,
-            &format!("/sandbox/transactions/{id}/pay"),
-            &acme,
-            &json!({"paidAt": "2026-01-01T00:00:00Z"}),
-        )
-        .await;
+    server.pay_at(&acme, &id, "2026-01-01T00:00:00Z").await;
     // In Pacific/Kiritimati (UTC+14) the penalty would apply from 2026-01-10T10:00Z; in the
     // zone at creation (UTC) only from 2026-01-11T00:00Z.
     host_http::providers::set_policy(
