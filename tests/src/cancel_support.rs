@@ -217,6 +217,19 @@ impl CancelServer {
         .await;
     }
 
+    /// The refund preview of `body` at `at`, which must answer 200.
+    pub async fn quote_at(&self, creds: &Creds, id: &str, at: &str, body: &Value) -> Value {
+        let path = format!("/cancel/{id}/quote?at={at}");
+        let reply = self.json(Method::POST, &path, creds, body).await;
+        assert_eq!(
+            reply.status,
+            200,
+            "{}",
+            String::from_utf8_lossy(&reply.body)
+        );
+        reply.json()
+    }
+
     /// Pays a transaction in the sandbox at a past instant, for PAYMENT_DATE rules.
     pub async fn pay_at(&self, creds: &Creds, id: &str, paid_at: &str) {
         self.pay_with(creds, id, json!({"paidAt": paid_at})).await;

@@ -462,17 +462,14 @@ async fn the_quote_previews_without_changing_anything_r_11() {
     });
     let id = server.create(&acme, &body).await;
     server.pay_at(&acme, &id, "2026-01-01T00:00:00Z").await;
-    let path = format!("/cancel/{id}/quote?at=2026-01-03T00:00:00Z");
-    let reply = server
-        .json(Method::POST, &path, &acme, &json!({"itemsOrder": [1]}))
+    let preview = server
+        .quote_at(
+            &acme,
+            &id,
+            "2026-01-03T00:00:00Z",
+            &json!({"itemsOrder": [1]}),
+        )
         .await;
-    assert_eq!(
-        reply.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&reply.body)
-    );
-    let preview = reply.json();
     assert_eq!(preview["refund"].to_string(), "50.00");
     assert_eq!(preview["items"][0]["penalty"].to_string(), "50.00");
     let early = server
@@ -538,17 +535,14 @@ async fn a_later_provider_zone_change_does_not_move_existing_thresholds_r_3_5() 
         },
     )
     .expect("zone changed");
-    let path = format!("/cancel/{id}/quote?at=2026-01-10T12:00:00Z");
-    let reply = server
-        .json(Method::POST, &path, &acme, &json!({"itemsOrder": [1]}))
+    let preview = server
+        .quote_at(
+            &acme,
+            &id,
+            "2026-01-10T12:00:00Z",
+            &json!({"itemsOrder": [1]}),
+        )
         .await;
-    assert_eq!(
-        reply.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&reply.body)
-    );
-    let preview = reply.json();
     assert_eq!(preview["refund"].to_string(), "100.00");
     assert_eq!(preview["items"][0]["nextChangeAt"], "2026-01-11T00:00:00Z");
 }
