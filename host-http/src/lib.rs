@@ -10,18 +10,14 @@
 //! # }
 //! ```
 
+pub mod app;
 pub mod auth;
-pub mod cancel;
 pub mod cli;
-pub mod error;
 pub mod fault;
 pub mod gateway;
-pub mod handlers;
-pub mod multipart;
+pub mod http;
 pub mod providers;
 pub mod refunds;
-pub mod routes;
-pub mod server;
 pub mod store;
 
 use std::net::SocketAddr;
@@ -31,7 +27,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
-use crate::handlers::AppState;
+use crate::app::Services;
 use crate::store::StoreError;
 use crate::store::sqlite::SqliteStore;
 
@@ -95,7 +91,7 @@ pub enum AppError {
 pub struct App {
     listener: TcpListener,
     local_addr: SocketAddr,
-    state: Arc<AppState>,
+    state: Arc<Services>,
     config: Config,
     recovery: refunds::RecoveryTask,
 }
@@ -111,7 +107,7 @@ impl App {
         let cancellations: Arc<dyn store::cancellation::CancellationStore> = store.clone();
         // Claims of cancel requests that stopped before recording anything (R-9.1).
         cancellations
-            .release_orphan_claims(cancel::CANCEL_ROUTES.map(str::to_owned).to_vec())
+            .release_orphan_claims(app::cancellations::CANCEL_ROUTES.map(str::to_owned).to_vec())
             .await
             .map_err(|source| AppError::Store {
                 path: config.db_path.clone(),
@@ -129,7 +125,7 @@ impl App {
         Ok(App {
             listener,
             local_addr,
-            state: Arc::new(AppState {
+            state: Arc::new(Services {
                 store,
                 sandbox: config.sandbox,
                 refunds: Arc::new(refunds),
@@ -146,7 +142,7 @@ impl App {
 
     /// Serves until SIGINT or SIGTERM.
     pub async fn run(self) -> Result<(), AppError> {
-        self.run_until(server::shutdown_signal()).await
+        self.run_until(http::server::shutdown_signal()).await
     }
 
     /// Serves until `shutdown` completes; then stops accepting, lets in-flight requests finish
@@ -155,7 +151,7 @@ impl App {
     /// (R-4.8), and stops it once the server has stopped.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> Result<(), AppError> {
         let recovery = tokio::spawn(self.recovery.run());
-        let served = server::serve(self.listener, self.state, &self.config, shutdown).await;
+        let served = http::server::serve(self.listener, self.state, &self.config, shutdown).await;
         recovery.abort();
         served.map_err(|source| AppError::Listen {
             addr: self.local_addr,

@@ -18,10 +18,11 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
+use super::error::ApiError;
+use super::response::{HttpResponse, error_response};
+use super::routes;
 use crate::Config;
-use crate::error::ApiError;
-use crate::handlers::{self, AppState, HttpResponse};
-use crate::routes;
+use crate::app::Services;
 
 /// How often expired idempotency keys are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
@@ -69,7 +70,7 @@ pub async fn shutdown_signal() {
 /// Accepts connections until `shutdown`, then drains them (bounded) and closes the store.
 pub(crate) async fn serve(
     listener: TcpListener,
-    state: Arc<AppState>,
+    state: Arc<Services>,
     config: &Config,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
@@ -135,7 +136,7 @@ pub(crate) async fn serve(
     Ok(())
 }
 
-async fn prune_idempotency_keys(state: Arc<AppState>) {
+async fn prune_idempotency_keys(state: Arc<Services>) {
     let mut every = tokio::time::interval(PRUNE_EVERY);
     loop {
         every.tick().await;
@@ -170,14 +171,14 @@ pub async fn guarded(
 }
 
 /// One request: route, run the handler with a panic guard, log one line, set `X-Request-Id`.
-async fn handle(state: Arc<AppState>, request: Request<Incoming>, id: String) -> HttpResponse {
+async fn handle(state: Arc<Services>, request: Request<Incoming>, id: String) -> HttpResponse {
     let started = Instant::now();
     let now = Utc::now();
     let method = request.method().clone();
     let (template, result) = match routes::route(&method, request.uri().path(), state.sandbox) {
         Ok(route) => {
             let template = route.template();
-            let result = guarded(handlers::dispatch(state, route, request, now)).await;
+            let result = guarded(super::dispatch(&state, route, request, now)).await;
             (template, result)
         }
         Err(error) => ("-", Err(error)),
@@ -188,7 +189,7 @@ async fn handle(state: Arc<AppState>, request: Request<Incoming>, id: String) ->
             if error.status() == StatusCode::INTERNAL_SERVER_ERROR {
                 tracing::error!(request_id = %id, route = template, %error, "internal error");
             }
-            handlers::error_response(&error)
+            error_response(&error)
         }
     };
     if let Ok(value) = HeaderValue::from_str(&id) {
@@ -224,12 +225,12 @@ mod tests {
             let values: Vec<u8> = Vec::new();
             // An out-of-bounds index stands for any bug in a handler.
             let _ = values[usize::from(values.is_empty())];
-            Ok(handlers::json_text(StatusCode::OK, String::new()))
+            Ok(crate::http::response::json_text(StatusCode::OK, String::new()))
         })
         .await;
         let error = result.unwrap_err();
         assert_eq!(error.status(), StatusCode::INTERNAL_SERVER_ERROR);
-        let response = handlers::error_response(&error);
+        let response = error_response(&error);
         assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::to_value(error.body()).unwrap();
         assert_eq!(body["message"], "internal server error");

@@ -1,10 +1,10 @@
 //! The route table: which method and path pattern is which operation, with the 404 and 405
 //! answers of. New routes (the cancellation routes) are one more match arm here and one
-//! more arm in `handlers::dispatch`.
+//! more arm in `http::dispatch`.
 
 use hyper::Method;
 
-use crate::error::ApiError;
+use super::error::ApiError;
 
 /// A matched route, with its path parameter (not yet checked to be a UUID).
 #[derive(Debug, Clone, PartialEq, Eq)]

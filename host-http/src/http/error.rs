@@ -1,32 +1,25 @@
 //! The one error type of the HTTP boundary: each variant is one failure a client can meet,
-//! mapped to one status and one body in [`ApiError::status`] and [`ApiError::body`].
+//! mapped to one status and one body in [`ApiError::status`] and [`ApiError::body`]. The
+//! application layer's refusals arrive as [`ApiError::App`]; the others belong to HTTP itself
+//! (routes, media types, sizes, malformed parameters).
 //!
-//! Internal causes (store failures, panics) are logged where they are turned into
-//! [`ApiError::Internal`]; the client only ever sees a generic 500 body.
+//! Internal causes (store failures, panics) are logged where the response is made; the client
+//! only ever sees a generic 500 body.
 
 use engine::api::{ErrorBody, ErrorMessage};
 use hyper::StatusCode;
 
-use crate::store::StoreError;
+use crate::app;
 
 /// Everything that turns a request into an error response.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
-    /// 400: the body or a parameter broke one or more rules (R-8.1: list of messages).
+    /// A refusal or failure of a use-case.
+    #[error(transparent)]
+    App(#[from] app::Error),
+    /// 400: a path parameter, header or the framing of the body broke a rule.
     #[error("validation failed: {}", .0.join("; "))]
     Validation(Vec<String>),
-    /// 401: missing, malformed, unknown or wrong credentials.
-    #[error("invalid credentials")]
-    Unauthenticated,
-    /// 401: the transaction belongs to another provider.
-    #[error("unauthorized access to the contract")]
-    OtherProvider,
-    /// 403: the credential lacks the route's scope.
-    #[error("insufficient permissions: {0} required")]
-    Forbidden(&'static str),
-    /// 404: no such transaction.
-    #[error("contract not found")]
-    ContractNotFound,
     /// 404: no such route.
     #[error("route not found")]
     RouteNotFound {
@@ -41,9 +34,6 @@ pub enum ApiError {
         /// Methods the route accepts, for the `Allow` header.
         allow: &'static str,
     },
-    /// 409: the first request with this idempotency key is still running.
-    #[error("a request with this Idempotency-Key is still in progress")]
-    IdempotencyInProgress,
     /// 413: the body is larger than the route accepts.
     #[error("request body exceeds {limit_bytes} bytes")]
     PayloadTooLarge {
@@ -53,15 +43,24 @@ pub enum ApiError {
     /// 415: the body is not `application/json`.
     #[error("unsupported content type")]
     UnsupportedMediaType,
-    /// 422: the idempotency key was used with another route or body.
-    #[error("Idempotency-Key was already used with a different request")]
-    IdempotencyMismatch,
-    /// 500: a store failure; the cause is logged, never shown.
-    #[error("store: {0}")]
-    Store(#[from] StoreError),
-    /// 500: any other internal failure; the cause is logged, never shown.
+    /// Another status with its own message (the multipart refusals: 413 for a part or file
+    /// over its limit, 415 for a body that is not `multipart/form-data`).
+    #[error("{message}")]
+    Refused {
+        /// The status.
+        status: StatusCode,
+        /// The message.
+        message: String,
+    },
+    /// 500: any other internal failure (a panic); the cause is logged, never shown.
     #[error("internal: {0}")]
     Internal(String),
+}
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(error: crate::store::StoreError) -> Self {
+        ApiError::App(app::Error::Store(error))
+    }
 }
 
 impl ApiError {
@@ -73,28 +72,44 @@ impl ApiError {
     /// The HTTP status of each variant.
     pub fn status(&self) -> StatusCode {
         match self {
+            ApiError::App(error) => match error {
+                app::Error::Invalid(_) => StatusCode::BAD_REQUEST,
+                app::Error::Unauthenticated | app::Error::OtherProvider(_) => {
+                    StatusCode::UNAUTHORIZED
+                }
+                app::Error::Forbidden(_) => StatusCode::FORBIDDEN,
+                app::Error::NotFound(_) => StatusCode::NOT_FOUND,
+                app::Error::IdempotencyInProgress => StatusCode::CONFLICT,
+                app::Error::IdempotencyMismatch => StatusCode::UNPROCESSABLE_ENTITY,
+                app::Error::RefundPending { .. }
+                | app::Error::Store(_)
+                | app::Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            },
             ApiError::Validation(_) => StatusCode::BAD_REQUEST,
-            ApiError::Unauthenticated | ApiError::OtherProvider => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
-            ApiError::ContractNotFound | ApiError::RouteNotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::RouteNotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::IdempotencyInProgress => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::IdempotencyMismatch => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::Store(_) | ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Refused { status, .. } => *status,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
+    }
+
+    /// Whether the client gets 401 with a `WWW-Authenticate` challenge.
+    pub fn challenges(&self) -> bool {
+        self.status() == StatusCode::UNAUTHORIZED
     }
 
     /// The body: a message list for 400, one message otherwise.
     pub fn body(&self) -> ErrorBody {
         let status = self.status();
         let message = match self {
-            ApiError::Validation(messages) => return ErrorBody::bad_request(messages.clone()),
-            ApiError::Unauthenticated => "invalid credentials".to_owned(),
-            ApiError::Forbidden(scope) => {
-                format!("insufficient permissions: scope {scope} required")
+            ApiError::App(app::Error::Invalid(messages)) | ApiError::Validation(messages) => {
+                return ErrorBody::bad_request(messages.clone());
             }
+            ApiError::App(app::Error::Store(_) | app::Error::Internal(_))
+            | ApiError::Internal(_) => "internal server error".to_owned(),
+            ApiError::App(other) => other.to_string(),
             ApiError::RouteNotFound { method, path } => {
                 format!("Cannot {method} {}", truncate(path, 200))
             }
@@ -102,7 +117,6 @@ impl ApiError {
                 format!("method not allowed; allowed: {allow}")
             }
             ApiError::UnsupportedMediaType => "Content-Type must be application/json".to_owned(),
-            ApiError::Store(_) | ApiError::Internal(_) => "internal server error".to_owned(),
             other => other.to_string(),
         };
         ErrorBody {
@@ -121,20 +135,23 @@ fn truncate(text: &str, max_chars: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::app::Resource;
 
     #[test]
     fn every_body_has_message_error_and_status_code_r_8_1() {
         let errors = [
-            ApiError::invalid("currency should not be empty"),
-            ApiError::Unauthenticated,
-            ApiError::OtherProvider,
-            ApiError::Forbidden("transactions:write"),
-            ApiError::ContractNotFound,
+            ApiError::invalid("transactionId must be a UUID"),
+            app::Error::invalid("currency should not be empty").into(),
+            app::Error::Unauthenticated.into(),
+            app::Error::OtherProvider(Resource::Contract).into(),
+            app::Error::Forbidden("transactions:write").into(),
+            app::Error::NotFound(Resource::Contract).into(),
             ApiError::MethodNotAllowed { allow: "GET" },
-            ApiError::IdempotencyInProgress,
+            app::Error::IdempotencyInProgress.into(),
             ApiError::PayloadTooLarge { limit_bytes: 1 },
             ApiError::UnsupportedMediaType,
-            ApiError::IdempotencyMismatch,
+            app::Error::IdempotencyMismatch.into(),
+            app::Error::Internal("secret cause".to_owned()).into(),
             ApiError::Internal("secret cause".to_owned()),
         ];
         for error in errors {
@@ -155,13 +172,20 @@ mod tests {
 
     #[test]
     fn r_7_4_messages() {
+        let other: ApiError = app::Error::OtherProvider(Resource::Contract).into();
         assert_eq!(
-            ApiError::OtherProvider.body().message,
+            other.body().message,
             ErrorMessage::One("unauthorized access to the contract".to_owned())
         );
+        let missing: ApiError = app::Error::NotFound(Resource::Contract).into();
         assert_eq!(
-            ApiError::ContractNotFound.body().message,
+            missing.body().message,
             ErrorMessage::One("contract not found".to_owned())
+        );
+        let file: ApiError = app::Error::OtherProvider(Resource::File).into();
+        assert_eq!(
+            file.body().message,
+            ErrorMessage::One("unauthorized access to the file".to_owned())
         );
     }
 }

@@ -73,20 +73,7 @@ pub enum CancelForm {
     WithIdInForm,
 }
 
-/// The uploaded invoice file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UploadedFile {
-    /// The part's file name, without any directory part, when one was given.
-    pub file_name: Option<String>,
-    /// The part's `Content-Type`, `application/octet-stream` when absent (RFC 7578).
-    pub content_type: String,
-    /// Size in bytes; never more than [`FormLimits::max_file_bytes`].
-    pub size_bytes: u64,
-    /// SHA-256 of the content, lower-case hex.
-    pub sha256_hex: String,
-    /// The content.
-    pub bytes: Vec<u8>,
-}
+pub use crate::app::files::UploadedFile;
 
 /// A valid cancellation form.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,95 @@
+//! The one error enum of the application layer: each variant is one way a business process
+//! refuses or fails. The HTTP layer maps each to one status and one body
+//! (`crate::http::error`); other callers (the command line, workers) read them as they are.
+
+use engine::error::EngineError;
+use engine::preview::PreviewError;
+
+use crate::store::StoreError;
+
+/// What a named thing is, for "not found" and "another provider's" refusals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resource {
+    /// A transaction (the spec's "contract", R-7.4).
+    Contract,
+    /// A stored file.
+    File,
+    /// A cancellation receipt.
+    Receipt,
+}
+
+impl Resource {
+    /// The noun used in messages.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Resource::Contract => "contract",
+            Resource::File => "file",
+            Resource::Receipt => "receipt",
+        }
+    }
+}
+
+/// Why a use-case did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The input broke one or more rules; every message is listed.
+    #[error("validation failed: {}", .0.join("; "))]
+    Invalid(Vec<String>),
+    /// Missing, malformed, unknown or wrong credentials.
+    #[error("invalid credentials")]
+    Unauthenticated,
+    /// The credential lacks the scope named.
+    #[error("insufficient permissions: scope {0} required")]
+    Forbidden(&'static str),
+    /// No such thing (R-7.4 for contracts).
+    #[error("{} not found", .0.noun())]
+    NotFound(Resource),
+    /// The thing belongs to another provider.
+    #[error("unauthorized access to the {}", .0.noun())]
+    OtherProvider(Resource),
+    /// The first request with this idempotency key is still running.
+    #[error("a request with this Idempotency-Key is still in progress")]
+    IdempotencyInProgress,
+    /// The idempotency key was used with another route or body.
+    #[error("Idempotency-Key was already used with a different request")]
+    IdempotencyMismatch,
+    /// The gateway has not told the refund's outcome yet: it stays pending, its items stay
+    /// reserved, and the recovery task completes it.
+    #[error("refund {refund_id} is pending at the gateway and will be completed")]
+    RefundPending {
+        /// The refund id (the gateway's idempotency key).
+        refund_id: String,
+    },
+    /// The store failed; the cause is logged, never shown.
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// Any other internal failure (a broken invariant); logged, never shown.
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// A refusal with one message.
+    pub fn invalid(message: impl Into<String>) -> Error {
+        Error::Invalid(vec![message.into()])
+    }
+
+    /// An engine failure on validated input: amounts out of range are the client's; a broken
+    /// invariant is ours.
+    pub fn from_engine(error: EngineError) -> Error {
+        match error {
+            EngineError::Invariant(_) | EngineError::CurrencyMismatch { .. } => {
+                Error::Internal(error.to_string())
+            }
+            other => Error::invalid(other.to_string()),
+        }
+    }
+
+    /// A refund preview failure: invalid items are the client's, engine failures as above.
+    pub fn from_preview(error: PreviewError) -> Error {
+        match error {
+            PreviewError::Invalid(errors) => Error::Invalid(errors.messages),
+            PreviewError::Engine(error) => Error::from_engine(error),
+        }
+    }
+}

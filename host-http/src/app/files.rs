@@ -1,0 +1,122 @@
+//! Files: attachments uploaded by providers and shared by a capability token, invoice files of
+//! cancellations, and their download by the owner.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::{Error, Principal, Resource, Services};
+use crate::store::cancellation::{FileRecord, NewFile};
+
+/// A file received from a client, read and hashed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadedFile {
+    /// The part's file name, without any directory part, when one was given.
+    pub file_name: Option<String>,
+    /// The part's `Content-Type`, `application/octet-stream` when absent (RFC 7578).
+    pub content_type: String,
+    /// Size in bytes.
+    pub size_bytes: u64,
+    /// SHA-256 of the content, lower-case hex.
+    pub sha256_hex: String,
+    /// The content.
+    pub bytes: Vec<u8>,
+}
+
+/// A stored file's description.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileInfo {
+    /// Id.
+    pub file_id: String,
+    /// Client file name.
+    pub name: Option<String>,
+    /// Content type.
+    pub content_type: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// SHA-256, hex.
+    pub sha256: String,
+    /// Where the owner downloads it.
+    pub url: String,
+}
+
+/// The description of a stored file, with its owner's download path.
+pub fn file_info(file: &FileRecord) -> FileInfo {
+    FileInfo {
+        file_id: file.id.clone(),
+        name: file.name.clone(),
+        content_type: file.content_type.clone(),
+        size: file.size_bytes,
+        sha256: file.sha256_hex.clone(),
+        url: format!("/files/{}", file.id),
+    }
+}
+
+/// A stored attachment: its id and the capability token that lets anyone holding it read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedUpload {
+    /// Id of the file (downloadable by its owner).
+    pub file_id: String,
+    /// 256 random bits, hex.
+    pub token: String,
+}
+
+/// The length of a share token in hex digits.
+const SHARE_TOKEN_HEX_LEN: usize = 64;
+
+impl Services {
+    /// Stores an attachment of the principal's provider with a fresh capability token.
+    pub async fn upload_file(
+        &self,
+        principal: &Principal,
+        file: UploadedFile,
+        now: DateTime<Utc>,
+    ) -> Result<SharedUpload, Error> {
+        let token = share_token();
+        let id = uuid::Uuid::now_v7().hyphenated().to_string();
+        self.cancellations()
+            .store_file(NewFile {
+                id: id.clone(),
+                provider_id: principal.provider_id.clone(),
+                name: file.file_name,
+                content_type: file.content_type,
+                sha256_hex: file.sha256_hex,
+                content: file.bytes,
+                share_token: Some(token.clone()),
+                created_at: now,
+            })
+            .await?;
+        Ok(SharedUpload { file_id: id, token })
+    }
+
+    /// A file for its owner (R-7.4 style: another provider's file → [`Error::OtherProvider`],
+    /// an unknown one → [`Error::NotFound`]). `id` must be a canonical UUID.
+    pub async fn file(&self, principal: &Principal, id: &str) -> Result<FileRecord, Error> {
+        match self.cancellations().file(id.to_owned()).await? {
+            None => Err(Error::NotFound(Resource::File)),
+            Some(file) if file.provider_id != principal.provider_id => {
+                Err(Error::OtherProvider(Resource::File))
+            }
+            Some(file) => Ok(file),
+        }
+    }
+
+    /// A shared file by its capability token; whoever holds the token may read it.
+    pub async fn shared_file(&self, token: &str) -> Result<FileRecord, Error> {
+        let well_formed =
+            token.len() == SHARE_TOKEN_HEX_LEN && token.bytes().all(|b| b.is_ascii_hexdigit());
+        if !well_formed {
+            return Err(Error::NotFound(Resource::File));
+        }
+        self.cancellations()
+            .shared_file(token.to_owned())
+            .await?
+            .ok_or(Error::NotFound(Resource::File))
+    }
+}
+
+/// 256 random bits, hex: the capability of a shared file.
+fn share_token() -> String {
+    let bytes: [u8; 32] = rand::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,138 @@
+//! Idempotency keys: what identifies a request, the replay of a finished one, the 409
+//! of a running one and the 422 of a key reused for another request.
+
+use chrono::{DateTime, Utc};
+use engine::api::CancellationReq;
+use sha2::{Digest, Sha256};
+
+use super::files::UploadedFile;
+use super::{Error, IDEMPOTENCY_TTL, Principal, Services};
+use crate::store::{Claim, IdempotencyKey, IdempotencyRecord, IdempotencyState};
+
+/// The answer stored with a finished key, replayed as it was first given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    /// The first answer's HTTP status.
+    pub status_code: u16,
+    /// The first answer's body.
+    pub body: String,
+}
+
+/// The identity of a request for, when it carries a key.
+pub fn key_of(
+    principal: &Principal,
+    key: Option<String>,
+    route: &str,
+    body_hash: [u8; 32],
+) -> Option<IdempotencyKey> {
+    key.map(|key| IdempotencyKey {
+        provider_id: principal.provider_id.clone(),
+        key,
+        route: route.to_owned(),
+        body_hash,
+    })
+}
+
+/// The hash of a creation: its exact body bytes.
+pub fn body_hash(body: &[u8]) -> [u8; 32] {
+    Sha256::digest(body).into()
+}
+
+/// The hash of a JSON cancellation: the transaction id of the path, then the exact body bytes.
+/// The id belongs to the request: the same key and body sent for another transaction is another
+/// request (422), never a replay of the first one's answer.
+pub fn json_cancellation_hash(id: &str, body: &[u8]) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(id.as_bytes());
+    hasher.update([0]);
+    hasher.update(body);
+    hasher.finalize().into()
+}
+
+/// The hash of a multipart cancellation. Its body is streamed and never held whole, so the raw
+/// bytes cannot be hashed; instead the parsed request (normalised JSON), the transaction id and
+/// the file's name, type and SHA-256 are: two forms that mean the same cancellation hash the
+/// same, whatever their boundaries or field order.
+pub fn form_cancellation_hash(
+    id: &str,
+    request: &CancellationReq,
+    file: Option<&UploadedFile>,
+) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(id.as_bytes());
+    hasher.update([0]);
+    hasher.update(serde_json::to_vec(request).unwrap_or_default());
+    if let Some(file) = file {
+        hasher.update([0]);
+        hasher.update(file.file_name.as_deref().unwrap_or("").as_bytes());
+        hasher.update([0]);
+        hasher.update(file.content_type.as_bytes());
+        hasher.update([0]);
+        hasher.update(file.sha256_hex.as_bytes());
+    }
+    hasher.finalize().into()
+}
+
+/// The answer to a repeat of a stored key: the replay, 409 while running, 422 when the route or
+/// body differs.
+pub fn repeat(existing: &IdempotencyRecord, key: &IdempotencyKey) -> Result<StoredResponse, Error> {
+    if existing.route != key.route || existing.body_hash != key.body_hash {
+        return Err(Error::IdempotencyMismatch);
+    }
+    match &existing.state {
+        IdempotencyState::Running => Err(Error::IdempotencyInProgress),
+        IdempotencyState::Done { status_code, body } => Ok(StoredResponse {
+            status_code: *status_code,
+            body: body.clone(),
+        }),
+    }
+}
+
+impl Services {
+    /// The replay of a request whose key is already stored, or `None` when the key is new (or
+    /// the request carries none).
+    pub async fn replay(
+        &self,
+        key: Option<&IdempotencyKey>,
+        now: DateTime<Utc>,
+    ) -> Result<Option<StoredResponse>, Error> {
+        let Some(key) = key else {
+            return Ok(None);
+        };
+        match self
+            .store
+            .idempotency(key.provider_id.clone(), key.key.clone(), now - IDEMPOTENCY_TTL)
+            .await?
+        {
+            Some(existing) => repeat(&existing, key).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Claims a key as running; `Some` with the replay when an earlier request holds it.
+    pub(crate) async fn claim(
+        &self,
+        key: &IdempotencyKey,
+        now: DateTime<Utc>,
+    ) -> Result<Option<StoredResponse>, Error> {
+        match self
+            .store
+            .claim_idempotency(key.clone(), now, now - IDEMPOTENCY_TTL)
+            .await?
+        {
+            Claim::Claimed => Ok(None),
+            Claim::Existing(existing) => repeat(&existing, key).map(Some),
+        }
+    }
+
+    /// Releases a claim whose request recorded nothing, so that the key may be used again. Best
+    /// effort: a claim left running is also cleared at the next start.
+    pub(crate) async fn release(&self, key: Option<&IdempotencyKey>) {
+        if let Some(key) = key {
+            let _ = self
+                .store
+                .release_idempotency(key.provider_id.clone(), key.key.clone())
+                .await;
+        }
+    }
+}

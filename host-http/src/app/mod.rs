@@ -1,0 +1,58 @@
+//! The application layer: every business process of the service, once, knowing no HTTP.
+//!
+//! A use-case takes typed inputs — the authenticated [`Principal`], a validated request (or,
+//! where the request's exact bytes matter for idempotency, its bytes), the arrival instant
+//! `now` — calls the engine, persists through the store and gateway seams, and returns a
+//! typed outcome or one [`Error`]. The HTTP layer (`crate::http`) parses requests into these
+//! inputs and renders the outcomes; a command line, a payment page or a worker calls the same
+//! functions.
+//!
+//! Dependencies point one way: `http` → `app` → `store`/`gateway` traits → `engine`.
+
+pub mod access;
+pub mod cancellations;
+mod error;
+pub mod files;
+pub mod idempotency;
+pub mod transactions;
+
+use std::sync::Arc;
+
+use chrono::Duration;
+
+pub use error::{Error, Resource};
+
+use crate::auth::Scopes;
+use crate::refunds::Refunds;
+use crate::store::Store;
+use crate::store::cancellation::CancellationStore;
+
+/// How long an idempotency key is honoured (R-9.1: at least 24 hours).
+pub const IDEMPOTENCY_TTL: Duration = Duration::hours(24);
+
+/// What every use-case shares: the stores, the refund process and the mode.
+#[derive(Debug)]
+pub struct Services {
+    /// The store of providers, credentials, transactions and idempotency keys.
+    pub store: Arc<dyn Store>,
+    /// Whether sandbox payments are allowed.
+    pub sandbox: bool,
+    /// The refund process of cancellations, with its cancellation store.
+    pub refunds: Arc<Refunds>,
+}
+
+impl Services {
+    /// The store of cancellations, receipts and files.
+    pub fn cancellations(&self) -> &Arc<dyn CancellationStore> {
+        self.refunds.store()
+    }
+}
+
+/// The authenticated caller: a provider acting through one credential.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    /// Provider of the credential.
+    pub provider_id: String,
+    /// Scopes of the credential.
+    pub scopes: Scopes,
+}

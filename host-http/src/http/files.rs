@@ -1,0 +1,177 @@
+//! Handlers of the file routes: `POST /files` (multipart upload of an attachment),
+//! `GET /files/{fileId}` (the owner's download) and `GET /files/shared/{token}` (the capability
+//! link, without credentials).
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use http_body_util::Full;
+use http_body_util::BodyExt as _;
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::cancellations::form_error;
+use super::error::ApiError;
+use super::multipart;
+use super::request::{authorize, content_type};
+use super::response::{HttpResponse, json};
+use crate::app::files::UploadedFile;
+use crate::app::{Error, Resource, Services};
+use crate::auth::Scope;
+use crate::store::cancellation::FileRecord;
+
+/// The path of a shared file's capability link.
+pub const SHARED_FILES_PREFIX: &str = "/files/shared/";
+
+/// 201 body of `POST /files`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Uploaded {
+    /// Id of the file (downloadable by its owner at `/files/{fileId}`).
+    pub file_id: String,
+    /// Capability link, usable as `Attachment.url`.
+    pub url: String,
+}
+
+/// `POST /files` (multipart, one part `file` ≤ 10 MiB, scope `transactions:write`).
+pub async fn upload(
+    services: &Services,
+    request: Request<Incoming>,
+    now: DateTime<Utc>,
+) -> Result<HttpResponse, ApiError> {
+    let principal = authorize(services, request.headers(), Scope::TransactionsWrite).await?;
+    let content_type = content_type(request.headers());
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let file = read_upload(content_type.as_deref(), request.into_body()).await?;
+    let shared = services.upload_file(&principal, file, now).await?;
+    // R-8.8 wants an absolute URL in `Attachment.url`: built from the Host the client used.
+    let url = match host {
+        Some(host) => format!("http://{host}{SHARED_FILES_PREFIX}{}", shared.token),
+        None => format!("{SHARED_FILES_PREFIX}{}", shared.token),
+    };
+    json(
+        StatusCode::CREATED,
+        &Uploaded {
+            file_id: shared.file_id,
+            url,
+        },
+    )
+}
+
+/// `GET /files/{fileId}`: the owner only (another provider's file → 401, an unknown one → 404).
+pub async fn download(
+    services: &Services,
+    request: Request<Incoming>,
+    id: &str,
+) -> Result<HttpResponse, ApiError> {
+    let principal = authorize(services, request.headers(), Scope::TransactionsRead).await?;
+    if !multipart::is_canonical_uuid(id) {
+        return Err(Error::NotFound(Resource::File).into());
+    }
+    Ok(file_response(services.file(&principal, id).await?))
+}
+
+/// `GET /files/shared/{token}`: whoever holds the link may read the file.
+pub async fn shared(services: &Services, token: &str) -> Result<HttpResponse, ApiError> {
+    Ok(file_response(services.shared_file(token).await?))
+}
+
+fn file_response(file: FileRecord) -> HttpResponse {
+    let mut response = Response::new(Full::new(Bytes::from(file.content)));
+    let headers = response.headers_mut();
+    let content_type = HeaderValue::from_str(&file.content_type)
+        .unwrap_or(HeaderValue::from_static("application/octet-stream"));
+    headers.insert(header::CONTENT_TYPE, content_type);
+    // Stored bytes are the client's: never let a browser render them as a page of ours.
+    headers.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    let name: String = file
+        .name
+        .as_deref()
+        .unwrap_or("file")
+        .chars()
+        .filter(|c| c.is_ascii_graphic() && *c != '"' && *c != '\\' || *c == ' ')
+        .collect();
+    if let Ok(value) = HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
+        headers.insert(header::CONTENT_DISPOSITION, value);
+    }
+    if let Ok(value) = HeaderValue::from_str(&format!("\"{}\"", file.sha256_hex)) {
+        headers.insert(header::ETAG, value);
+    }
+    response
+}
+
+/// Reads the one `file` part of an upload, refusing it (413) the moment it passes 10 MiB.
+async fn read_upload(content_type: Option<&str>, body: Incoming) -> Result<UploadedFile, ApiError> {
+    let boundary = multipart::boundary_of(content_type).map_err(|e| form_error(&e))?;
+    let limit = multipart::MAX_FILE_BYTES;
+    let constraints = multer::Constraints::new().size_limit(
+        multer::SizeLimit::new()
+            .per_field(limit)
+            .whole_stream(limit + 1024 * 1024),
+    );
+    let mut parts =
+        multer::Multipart::with_constraints(body.into_data_stream(), boundary, constraints);
+    let too_large = || ApiError::Refused {
+        status: StatusCode::PAYLOAD_TOO_LARGE,
+        message: format!("file exceeds {limit} bytes"),
+    };
+    let read_error = |e: multer::Error| match e {
+        multer::Error::FieldSizeExceeded { .. } | multer::Error::StreamSizeExceeded { .. } => {
+            too_large()
+        }
+        other => ApiError::invalid(format!("malformed multipart body: {other}")),
+    };
+    let mut file: Option<UploadedFile> = None;
+    let mut messages = Vec::new();
+    while let Some(mut field) = parts.next_field().await.map_err(read_error)? {
+        let name = field.name().unwrap_or("").to_owned();
+        let keep = name == "file" && file.is_none();
+        if name == "file" && file.is_some() {
+            messages.push("file must contain no more than 1 elements".to_owned());
+        } else if name != "file" {
+            messages.push(format!("property {name} should not exist"));
+        }
+        let file_name = field.file_name().map(str::to_owned);
+        let part_type = field
+            .content_type()
+            .map(|m| m.to_string())
+            .unwrap_or_else(|| "application/octet-stream".to_owned());
+        let mut hasher = Sha256::new();
+        let mut bytes = Vec::new();
+        while let Some(chunk) = field.chunk().await.map_err(read_error)? {
+            if keep {
+                hasher.update(&chunk);
+                bytes.extend_from_slice(&chunk);
+            }
+        }
+        if keep && !(bytes.is_empty() && file_name.as_deref().unwrap_or("").is_empty()) {
+            file = Some(UploadedFile {
+                file_name: file_name.map(|n| n.rsplit(['/', '\\']).next().unwrap_or("").to_owned()),
+                content_type: part_type,
+                size_bytes: bytes.len() as u64,
+                sha256_hex: hasher
+                    .finalize()
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect(),
+                bytes,
+            });
+        }
+    }
+    if file.is_none() {
+        messages.insert(0, "file should not be empty".to_owned());
+    }
+    if !messages.is_empty() {
+        return Err(ApiError::Validation(messages));
+    }
+    file.ok_or_else(|| ApiError::invalid("file should not be empty"))
+}

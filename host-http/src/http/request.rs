@@ -1,0 +1,185 @@
+//! Reading requests: credentials, path parameters, headers, query parameters and bounded JSON
+//! bodies, each turned into a typed value or an [`ApiError`].
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::Request;
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderMap};
+
+use super::error::ApiError;
+use crate::app::{Principal, Services};
+use crate::auth::{self, Scope};
+
+/// Largest JSON body.
+pub const MAX_JSON_BODY_BYTES: usize = 1024 * 1024;
+
+/// Authenticates the request's Basic credentials.
+pub async fn authenticate(services: &Services, headers: &HeaderMap) -> Result<Principal, ApiError> {
+    let presented = auth::parse_basic(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()));
+    Ok(services.authenticate(presented).await?)
+}
+
+/// Authenticates and checks one scope (R-7.3: missing scope → 403).
+pub async fn authorize(
+    services: &Services,
+    headers: &HeaderMap,
+    scope: Scope,
+) -> Result<Principal, ApiError> {
+    let principal = authenticate(services, headers).await?;
+    principal.require(scope)?;
+    Ok(principal)
+}
+
+/// Checks a path parameter: a UUID written lower-case and hyphenated.
+pub fn transaction_id(text: &str) -> Result<String, ApiError> {
+    let invalid = || ApiError::invalid("transactionId must be a UUID");
+    let parsed = uuid::Uuid::try_parse(text).map_err(|_| invalid())?;
+    let canonical = parsed.hyphenated().to_string();
+    if canonical == text {
+        Ok(canonical)
+    } else {
+        Err(invalid())
+    }
+}
+
+/// The `Idempotency-Key` header: 1–255 printable ASCII characters.
+pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let bytes = value.as_bytes();
+    if bytes.is_empty() || bytes.len() > 255 || !bytes.iter().all(|b| (0x20..=0x7e).contains(b)) {
+        return Err(ApiError::invalid(
+            "Idempotency-Key must be 1 to 255 printable ASCII characters",
+        ));
+    }
+    Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
+}
+
+/// The `Content-Type` header as text, when readable.
+pub fn content_type(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// Checks `Content-Type: application/json` (parameters such as `charset` allowed).
+fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let essence = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim());
+    match essence {
+        Some(mime) if mime.eq_ignore_ascii_case("application/json") => Ok(()),
+        _ => Err(ApiError::UnsupportedMediaType),
+    }
+}
+
+/// Reads a JSON body of at most [`MAX_JSON_BODY_BYTES`]. The body is read through a
+/// limited body, so a larger one is refused (413) without buffering more than the limit.
+pub async fn read_json_body(request: Request<Incoming>) -> Result<Bytes, ApiError> {
+    require_json(request.headers())?;
+    read_limited(request).await
+}
+
+/// As [`read_json_body`], but an empty body without a content type reads as `{}`.
+pub async fn read_json_body_or_empty(request: Request<Incoming>) -> Result<Bytes, ApiError> {
+    if request.headers().get(header::CONTENT_TYPE).is_none() {
+        let body = read_limited(request).await?;
+        return if body.is_empty() {
+            Ok(Bytes::from_static(b"{}"))
+        } else {
+            Err(ApiError::UnsupportedMediaType)
+        };
+    }
+    read_json_body(request).await
+}
+
+async fn read_limited(request: Request<Incoming>) -> Result<Bytes, ApiError> {
+    let too_large = ApiError::PayloadTooLarge {
+        limit_bytes: MAX_JSON_BODY_BYTES,
+    };
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > MAX_JSON_BODY_BYTES as u64) {
+        return Err(too_large);
+    }
+    match Limited::new(request.into_body(), MAX_JSON_BODY_BYTES)
+        .collect()
+        .await
+    {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) if error.downcast_ref::<LengthLimitError>().is_some() => Err(too_large),
+        Err(error) => Err(ApiError::invalid(format!(
+            "request body could not be read: {error}"
+        ))),
+    }
+}
+
+/// One query parameter, percent-decoded. `+` is kept as `+` (RFC 3986), so an offset such as
+/// `+01:00` written unencoded still reads as an offset.
+pub fn query_param(query: Option<&str>, name: &str) -> Option<String> {
+    query?.split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        (key == name).then(|| percent_decode(value))
+    })
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let decoded = (bytes[i] == b'%')
+            .then(|| bytes.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match decoded {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transaction_ids_must_be_lower_case_hyphenated_uuids_r_3_1() {
+        let id = "0190b6b0-7c3a-7d2e-9f00-00000000abcd";
+        assert_eq!(transaction_id(id).unwrap(), id);
+        for bad in [
+            "0190B6B0-7C3A-7D2E-9F00-00000000ABCD",
+            "0190b6b07c3a7d2e9f0000000000abcd",
+            "{0190b6b0-7c3a-7d2e-9f00-00000000abcd}",
+            "not-a-uuid",
+            "",
+        ] {
+            assert!(transaction_id(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn query_parameters_are_percent_decoded_and_keep_plus() {
+        let query = Some("x=1&at=2026-12-01T10%3A00%3A00+01:00");
+        assert_eq!(
+            query_param(query, "at").as_deref(),
+            Some("2026-12-01T10:00:00+01:00")
+        );
+        assert_eq!(query_param(query, "missing"), None);
+    }
+}

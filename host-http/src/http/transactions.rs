@@ -1,0 +1,122 @@
+//! Handlers of the transaction routes: `GET /status`, `GET /status/{id}`, `POST /initialize`
+//! and `/transactions`, `PUT /{id}`, `POST /quote`, and the sandbox payment. Each parses the
+//! request, calls one use-case of [`crate::app`] and renders its outcome.
+
+use chrono::{DateTime, Utc};
+use engine::api::HealthStatus;
+use hyper::body::Incoming;
+use hyper::{Request, StatusCode};
+
+use super::error::ApiError;
+use super::request::{
+    authenticate, authorize, idempotency_key, read_json_body, read_json_body_or_empty,
+    transaction_id,
+};
+use super::response::{HttpResponse, json, json_text, replayed, set_location};
+use crate::app::Services;
+use crate::app::transactions::{CreateRequest, Creation};
+use crate::auth::Scope;
+
+/// `GET /status`: which provider a valid credential belongs to.
+pub async fn health(
+    services: &Services,
+    request: Request<Incoming>,
+) -> Result<HttpResponse, ApiError> {
+    let principal = authenticate(services, request.headers()).await?;
+    json(
+        StatusCode::OK,
+        &HealthStatus {
+            status: "ready".to_owned(),
+            provider: principal.provider_id,
+        },
+    )
+}
+
+/// `GET /status/{transactionId}`.
+pub async fn status(
+    services: &Services,
+    request: Request<Incoming>,
+    id: &str,
+) -> Result<HttpResponse, ApiError> {
+    let principal = authorize(services, request.headers(), Scope::TransactionsRead).await?;
+    let id = transaction_id(id)?;
+    json(StatusCode::OK, &services.status(&principal, &id).await?)
+}
+
+/// `POST /initialize` and `POST /transactions`.
+pub async fn create(
+    services: &Services,
+    request: Request<Incoming>,
+    route: &'static str,
+    now: DateTime<Utc>,
+) -> Result<HttpResponse, ApiError> {
+    let principal = authorize(services, request.headers(), Scope::TransactionsWrite).await?;
+    let idempotency_key = idempotency_key(request.headers())?;
+    let body = read_json_body(request).await?;
+    let creation = CreateRequest {
+        route,
+        idempotency_key,
+        body: &body,
+    };
+    match services.create(&principal, creation, now).await? {
+        Creation::Created {
+            transaction_id,
+            body,
+        } => {
+            let mut response = json_text(StatusCode::CREATED, body);
+            set_location(&mut response, &transaction_id);
+            Ok(response)
+        }
+        Creation::Replayed(stored) => replayed(stored),
+    }
+}
+
+/// `PUT /{transactionId}`.
+pub async fn update(
+    services: &Services,
+    request: Request<Incoming>,
+    id: &str,
+    now: DateTime<Utc>,
+) -> Result<HttpResponse, ApiError> {
+    let principal = authorize(services, request.headers(), Scope::TransactionsWrite).await?;
+    let id = transaction_id(id)?;
+    services.check_owner(&principal, &id).await?;
+    let body = read_json_body(request).await?;
+    let change = engine::validate::update(&body).map_err(|e| ApiError::Validation(e.messages))?;
+    json(
+        StatusCode::OK,
+        &services.update(&principal, &id, change, now).await?,
+    )
+}
+
+/// `POST /quote`. A quote stores nothing and shows nothing of other providers: any valid
+/// credential may ask for one, as for `GET /status`.
+pub async fn quote(
+    services: &Services,
+    request: Request<Incoming>,
+) -> Result<HttpResponse, ApiError> {
+    let principal = authenticate(services, request.headers()).await?;
+    let body = read_json_body(request).await?;
+    json(StatusCode::OK, &services.quote(&principal, &body).await?)
+}
+
+/// `POST /sandbox/transactions/{transactionId}/pay`. The body is validated by
+/// the engine's schema validation, so that it reports every violation with its path, unknown
+/// properties included.
+pub async fn sandbox_pay(
+    services: &Services,
+    request: Request<Incoming>,
+    id: &str,
+    now: DateTime<Utc>,
+) -> Result<HttpResponse, ApiError> {
+    let principal = authorize(services, request.headers(), Scope::TransactionsWrite).await?;
+    let id = transaction_id(id)?;
+    services.check_owner(&principal, &id).await?;
+    let body = read_json_body_or_empty(request).await?;
+    let payment =
+        engine::validate::payment(&body).map_err(|e| ApiError::Validation(e.messages))?;
+    json(
+        StatusCode::OK,
+        &services.pay(&principal, &id, payment, now).await?,
+    )
+}
