@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::auth::Scopes;
 use crate::providers::{self, AdminError, IssuedCredential, NewProvider, PolicyChange};
+use crate::store::{Db, PoolSettings};
 use crate::{App, Config};
 
 /// `checkout-server serve`.
@@ -21,9 +22,21 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "CHECKOUT_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
-    /// SQLite database file, created on first start.
+    /// Database: an SQLite file path or `sqlite:` URL (created on first start), or a
+    /// `postgres://` / `postgresql://` URL (several instances may share it).
     #[arg(long, env = "CHECKOUT_DB", default_value = "./checkout.db")]
-    pub db: PathBuf,
+    pub db: Db,
+    /// Most PostgreSQL connections this instance keeps open.
+    #[arg(long, env = "CHECKOUT_DB_POOL_SIZE", default_value_t = PoolSettings::default().max_connections)]
+    pub db_pool_size: usize,
+    /// PostgreSQL statement timeout in milliseconds (0 = none).
+    #[arg(long, env = "CHECKOUT_DB_STATEMENT_TIMEOUT_MS",
+          default_value_t = PoolSettings::default().statement_timeout_ms)]
+    pub db_statement_timeout_ms: u64,
+    /// How long a request waits for a free PostgreSQL connection before a 503.
+    #[arg(long, env = "CHECKOUT_DB_ACQUIRE_TIMEOUT_MS",
+          default_value_t = PoolSettings::default().acquire_timeout_ms)]
+    pub db_acquire_timeout_ms: u64,
     /// Enable the sandbox routes (POST /sandbox/transactions/{id}/pay).
     #[arg(long, env = "CHECKOUT_SANDBOX", action = ArgAction::SetTrue,
           value_parser = BoolishValueParser::new())]
@@ -38,12 +51,13 @@ pub struct ServeArgs {
     pub refunds: crate::refunds::GatewayArgs,
 }
 
-/// `--db` of the provider commands.
+/// `--db` of the provider and migrate commands.
 #[derive(Debug, Clone, Args)]
 pub struct DbArg {
-    /// SQLite database file (created if missing).
+    /// Database: an SQLite file path or `sqlite:` URL (created if missing), or a
+    /// `postgres://` / `postgresql://` URL.
     #[arg(long, env = "CHECKOUT_DB", default_value = "./checkout.db")]
-    pub db: PathBuf,
+    pub db: Db,
 }
 
 /// `checkout-server provider …`.
@@ -155,6 +169,11 @@ pub fn serve(args: ServeArgs) -> ExitCode {
             None
         };
         let mut config = Config::new(args.listen, args.db.clone());
+        config.pool = PoolSettings {
+            max_connections: args.db_pool_size,
+            statement_timeout_ms: args.db_statement_timeout_ms,
+            acquire_timeout_ms: args.db_acquire_timeout_ms,
+        };
         config.sandbox = args.sandbox || args.demo;
         config.refunds = match args.refunds.settings() {
             Ok(settings) => settings,
@@ -172,6 +191,28 @@ pub fn serve(args: ServeArgs) -> ExitCode {
             Err(error) => fail(&error),
         }
     })
+}
+
+/// `checkout-server migrate`: brings the database's schema up to date and prints its version.
+pub fn migrate(args: DbArg) -> ExitCode {
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => return fail(&error),
+    };
+    match runtime.block_on(crate::store::migrate(&args.db)) {
+        Ok(version) => {
+            println!(
+                "{{\"database\":{:?},\"schemaVersion\":{version}}}",
+                args.db.to_string()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => fail(&format!("database {}: {error}", args.db)),
+    }
 }
 
 fn print_demo(issued: &IssuedCredential, addr: SocketAddr) {

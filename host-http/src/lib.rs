@@ -1,12 +1,15 @@
-//! Library of the checkout-server host: the HTTP service ([`App`]), its SQLite store, and the
-//! provider administration used by the command line.
+//! Library of the checkout-server host: the HTTP service ([`App`]), its stores (SQLite, the
+//! embedded default, and PostgreSQL for several instances on one database), and the provider
+//! administration used by the command line.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), host_http::AppError> {
-//! let config = host_http::Config::new("127.0.0.1:0".parse().unwrap(), "checkout.db".into());
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let db = host_http::store::Db::parse("checkout.db")?;
+//! let config = host_http::Config::new("127.0.0.1:0".parse().unwrap(), db);
 //! let app = host_http::App::build(config).await?;
 //! println!("listening on {}", app.local_addr());
-//! app.run().await
+//! app.run().await?;
+//! # Ok(())
 //! # }
 //! ```
 
@@ -21,23 +24,23 @@ pub mod refunds;
 pub mod store;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
 
 use crate::app::Services;
-use crate::store::StoreError;
-use crate::store::sqlite::SqliteStore;
+use crate::store::{Db, PoolSettings, StoreError};
 
 /// Settings of a server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// Address to listen on; port 0 picks a free port.
     pub listen: SocketAddr,
-    /// SQLite database file, created on first start.
-    pub db_path: PathBuf,
+    /// The database: an SQLite file (created on first start) or a PostgreSQL URL.
+    pub db: Db,
+    /// Pool size and statement timeout (PostgreSQL).
+    pub pool: PoolSettings,
     /// Whether the sandbox routes exist (R-3.6).
     pub sandbox: bool,
     /// How long a client may take to send a request's headers.
@@ -50,10 +53,11 @@ pub struct Config {
 
 impl Config {
     /// Defaults: no sandbox, 10 s to send headers, 10 s of grace on shutdown.
-    pub fn new(listen: SocketAddr, db_path: PathBuf) -> Config {
+    pub fn new(listen: SocketAddr, db: impl Into<Db>) -> Config {
         Config {
             listen,
-            db_path,
+            db: db.into(),
+            pool: PoolSettings::default(),
             sandbox: false,
             header_read_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(10),
@@ -66,10 +70,10 @@ impl Config {
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
     /// The database could not be opened or migrated.
-    #[error("database {path}: {source}")]
+    #[error("database {db}: {source}")]
     Store {
-        /// The file.
-        path: PathBuf,
+        /// The database (without a password).
+        db: Db,
         /// The cause.
         source: StoreError,
     },
@@ -99,20 +103,34 @@ pub struct App {
 impl App {
     /// Opens (creating and migrating) the database and binds the address.
     pub async fn build(config: Config) -> Result<App, AppError> {
-        let store = SqliteStore::open(&config.db_path).map_err(|source| AppError::Store {
-            path: config.db_path.clone(),
+        let store_error = |source| AppError::Store {
+            db: config.db.clone(),
             source,
-        })?;
-        let gateway = refunds::open_gateway(&config.refunds.gateway, &config.db_path).await?;
-        let cancellations: Arc<dyn store::cancellation::CancellationStore> = store.clone();
-        // Claims of cancel requests that stopped before recording anything (R-9.1).
-        cancellations
-            .release_orphan_claims(app::cancellations::CANCEL_ROUTES.map(str::to_owned).to_vec())
+        };
+        let opened = store::open(&config.db, &config.pool)
             .await
-            .map_err(|source| AppError::Store {
-                path: config.db_path.clone(),
-                source,
-            })?;
+            .map_err(store_error)?;
+        let gateway = refunds::open_gateway(&config.refunds.gateway, opened.ledger)?;
+        let cancellations = opened.cancellations;
+        // Claims of cancel requests that stopped before recording anything (R-9.1). On a
+        // database other instances share, only claims older than any request may run: younger
+        // ones may belong to a request another instance is serving right now.
+        let now = chrono::Utc::now();
+        let before = if config.db.is_shared() {
+            now - store::postgres::STALE_CLAIM_AFTER
+        } else {
+            now
+        };
+        cancellations
+            .release_orphan_claims(
+                app::cancellations::CANCEL_ROUTES
+                    .map(str::to_owned)
+                    .to_vec(),
+                before,
+            )
+            .await
+            .map_err(store_error)?;
+        let store = opened.store;
         let (refunds, recovery) = refunds::Refunds::new(gateway, cancellations, &config.refunds);
         let listen_error = |source| AppError::Listen {
             addr: config.listen,

@@ -35,9 +35,11 @@ enum Command {
     Preview,
     /// Run the HTTP service.
     Serve(cli::ServeArgs),
-    /// Manage providers and their credentials on a database file.
+    /// Manage providers and their credentials on a database (SQLite file or PostgreSQL URL).
     #[command(subcommand)]
     Provider(cli::ProviderCommand),
+    /// Bring a database's schema up to date (serve also does this at start).
+    Migrate(cli::DbArg),
     /// Writes the JSON Schemas of every body and openapi.json into a directory.
     Schemas {
         /// Output directory.
@@ -52,6 +54,7 @@ fn main() -> ExitCode {
         Command::Preview => offline::run(engine::lines::preview_line),
         Command::Serve(args) => cli::serve(args),
         Command::Provider(command) => cli::provider(command),
+        Command::Migrate(db) => cli::migrate(db),
         Command::Schemas { out } => match schemas_cmd::run(&out) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

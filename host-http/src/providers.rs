@@ -1,10 +1,10 @@
 //! Provider administration on a database file: create providers, set their policies, add and
 //! revoke credentials (R-7.1). Used by `checkout-server provider …` and by `serve --demo`.
 //!
-//! These functions open their own connection to the file. A server running on the same file
-//! reads credentials and provider settings from the database on every request, so a change made
-//! here takes effect on its next request without a restart; the server's busy timeout covers
-//! the moment this connection holds the write lock.
+//! These functions work on the database `--db` names, SQLite or PostgreSQL, through the
+//! [`crate::store::AdminStore`] seam. A server on the same database reads credentials and
+//! provider settings from it on every request, so a change made here takes effect on every
+//! instance at its next request without a restart.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -12,12 +12,12 @@ use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
 use engine::api::{CancellationPolicy, Category};
-use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use serde::Serialize;
 
 use crate::auth::{Scopes, UnknownScope, new_credential};
-use crate::store::sqlite::{open_migrated, read_provider};
-use crate::store::{StoreError, format_instant};
+use crate::store::{self, Db, NewCredential, ProviderRow, StoreError, format_instant};
+
+pub use crate::store::CredentialListing as CredentialSummary;
 
 /// Name of the provider `serve --demo` creates or reuses.
 pub const DEMO_PROVIDER_NAME: &str = "demo";
@@ -64,12 +64,6 @@ pub enum AdminError {
     UnknownWidget(String),
 }
 
-impl From<rusqlite::Error> for AdminError {
-    fn from(error: rusqlite::Error) -> Self {
-        AdminError::Store(StoreError::Sqlite(error))
-    }
-}
-
 /// What `provider create` makes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewProvider {
@@ -105,20 +99,6 @@ impl std::fmt::Debug for IssuedCredential {
             .field("backend_secret", &"<redacted>")
             .finish()
     }
-}
-
-/// One credential as listed (never its secret or hash).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CredentialSummary {
-    /// Public widget ID.
-    pub widget_id: String,
-    /// Comma-separated scopes.
-    pub scopes: String,
-    /// Creation instant.
-    pub created_at: String,
-    /// Revocation instant, or null while active.
-    pub revoked_at: Option<String>,
 }
 
 /// One provider as listed by `provider list`.
@@ -206,93 +186,70 @@ pub fn read_category_policy(argument: &str) -> Result<(Category, CancellationPol
     Ok((category, read_policy_file(Path::new(file))?))
 }
 
-fn json<T: Serialize>(value: &T) -> Result<String, AdminError> {
-    serde_json::to_string(value).map_err(|e| {
-        AdminError::Store(StoreError::Corrupt {
-            column: "json",
-            detail: e.to_string(),
-        })
-    })
-}
-
-fn insert_credential(
-    tx: &rusqlite::Transaction<'_>,
+fn issue(
     provider_id: &str,
     scopes: Scopes,
-    now: &str,
-) -> Result<IssuedCredential, AdminError> {
+    now: DateTime<Utc>,
+) -> (NewCredential, IssuedCredential) {
     let credential = new_credential();
-    tx.execute(
-        "INSERT INTO credentials (widget_id, provider_id, secret_hash, scopes, created_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![
-            credential.widget_id,
-            provider_id,
-            &credential.secret_hash[..],
-            scopes.to_string(),
-            now
-        ],
-    )?;
-    Ok(IssuedCredential {
+    let stored = NewCredential {
+        widget_id: credential.widget_id.clone(),
+        provider_id: provider_id.to_owned(),
+        secret_hash: credential.secret_hash,
+        scopes: scopes.to_string(),
+        created_at: now,
+    };
+    let issued = IssuedCredential {
         provider_id: provider_id.to_owned(),
         widget_id: credential.widget_id,
         backend_secret: credential.secret,
-    })
+    };
+    (stored, issued)
 }
 
 /// Creates a provider with its first credential (`provider create`).
 pub fn create_provider(
-    db: &Path,
+    db: impl Into<Db>,
     provider: &NewProvider,
     now: DateTime<Utc>,
 ) -> Result<IssuedCredential, AdminError> {
     check_time_zone(&provider.time_zone)?;
-    let mut conn = open_migrated(db)?;
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let admin = store::admin(&db.into())?;
     let id = uuid::Uuid::now_v7().to_string();
-    let now = format_instant(now);
-    tx.execute(
-        "INSERT INTO providers (id, name, time_zone, default_policy, category_policies, \
-         created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![
-            id,
-            provider.name,
-            provider.time_zone,
-            provider.default_policy.as_ref().map(json).transpose()?,
-            json(&provider.category_policies)?,
-            now
-        ],
-    )?;
-    let issued = insert_credential(&tx, &id, provider.scopes, &now)?;
-    tx.commit()?;
+    let row = ProviderRow {
+        id: id.clone(),
+        name: provider.name.clone(),
+        time_zone: provider.time_zone.clone(),
+        default_policy: provider.default_policy.clone(),
+        category_policies: provider.category_policies.clone(),
+        created_at: format_instant(now),
+    };
+    let (stored, issued) = issue(&id, provider.scopes, now);
+    admin.create_provider(&row, &stored)?;
     Ok(issued)
 }
 
 /// Adds a further active credential to a provider, for rotation (`provider add-credential`).
 pub fn add_credential(
-    db: &Path,
+    db: impl Into<Db>,
     provider_id: &str,
     scopes: Scopes,
     now: DateTime<Utc>,
 ) -> Result<IssuedCredential, AdminError> {
-    let mut conn = open_migrated(db)?;
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    if read_provider(&tx, provider_id)?.is_none() {
+    let (stored, issued) = issue(provider_id, scopes, now);
+    if !store::admin(&db.into())?.add_credential(&stored)? {
         return Err(AdminError::UnknownProvider(provider_id.to_owned()));
     }
-    let issued = insert_credential(&tx, provider_id, scopes, &format_instant(now))?;
-    tx.commit()?;
     Ok(issued)
 }
 
 /// Revokes a credential; refused from its next request on (`provider revoke-credential`).
-pub fn revoke_credential(db: &Path, widget_id: &str, now: DateTime<Utc>) -> Result<(), AdminError> {
-    let conn = open_migrated(db)?;
-    let changed = conn.execute(
-        "UPDATE credentials SET revoked_at = COALESCE(revoked_at, ?2) WHERE widget_id = ?1",
-        params![widget_id, format_instant(now)],
-    )?;
-    if changed == 0 {
+pub fn revoke_credential(
+    db: impl Into<Db>,
+    widget_id: &str,
+    now: DateTime<Utc>,
+) -> Result<(), AdminError> {
+    if !store::admin(&db.into())?.revoke_credential(widget_id, now)? {
         return Err(AdminError::UnknownWidget(widget_id.to_owned()));
     }
     Ok(())
@@ -313,68 +270,40 @@ pub struct PolicyChange {
 }
 
 /// Applies a [`PolicyChange`].
-pub fn set_policy(db: &Path, provider_id: &str, change: &PolicyChange) -> Result<(), AdminError> {
+pub fn set_policy(
+    db: impl Into<Db>,
+    provider_id: &str,
+    change: &PolicyChange,
+) -> Result<(), AdminError> {
     if let Some(zone) = &change.time_zone {
         check_time_zone(zone)?;
     }
-    let mut conn = open_migrated(db)?;
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let Some(mut provider) = read_provider(&tx, provider_id)? else {
-        return Err(AdminError::UnknownProvider(provider_id.to_owned()));
+    let apply = |provider: &mut ProviderRow| {
+        if let Some(default_policy) = &change.default_policy {
+            provider.default_policy = default_policy.clone();
+        }
+        for category in &change.clear_categories {
+            provider.category_policies.remove(category);
+        }
+        provider
+            .category_policies
+            .extend(change.set_categories.clone());
+        if let Some(zone) = &change.time_zone {
+            provider.time_zone = zone.clone();
+        }
     };
-    if let Some(default_policy) = &change.default_policy {
-        provider.default_policy = default_policy.clone();
+    if !store::admin(&db.into())?.update_provider(provider_id, &apply)? {
+        return Err(AdminError::UnknownProvider(provider_id.to_owned()));
     }
-    for category in &change.clear_categories {
-        provider.category_policies.remove(category);
-    }
-    provider
-        .category_policies
-        .extend(change.set_categories.clone());
-    if let Some(zone) = &change.time_zone {
-        provider.time_zone = zone.clone();
-    }
-    tx.execute(
-        "UPDATE providers SET time_zone = ?2, default_policy = ?3, category_policies = ?4 \
-         WHERE id = ?1",
-        params![
-            provider_id,
-            provider.time_zone,
-            provider.default_policy.as_ref().map(json).transpose()?,
-            json(&provider.category_policies)?
-        ],
-    )?;
-    tx.commit()?;
     Ok(())
 }
 
 /// Every provider with its credentials (`provider list`).
-pub fn list_providers(db: &Path) -> Result<Vec<ProviderSummary>, AdminError> {
-    let conn = open_migrated(db)?;
-    let ids: Vec<String> = conn
-        .prepare("SELECT id FROM providers ORDER BY created_at, id")?
-        .query_map([], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
-    let mut credentials_of = conn.prepare(
-        "SELECT widget_id, scopes, created_at, revoked_at FROM credentials \
-         WHERE provider_id = ?1 ORDER BY created_at, widget_id",
-    )?;
-    let mut providers = Vec::with_capacity(ids.len());
-    for id in ids {
-        let Some(provider) = read_provider(&conn, &id)? else {
-            continue;
-        };
-        let credentials = credentials_of
-            .query_map([&id], |r| {
-                Ok(CredentialSummary {
-                    widget_id: r.get(0)?,
-                    scopes: r.get(1)?,
-                    created_at: r.get(2)?,
-                    revoked_at: r.get(3)?,
-                })
-            })?
-            .collect::<Result<_, _>>()?;
-        providers.push(ProviderSummary {
+pub fn list_providers(db: impl Into<Db>) -> Result<Vec<ProviderSummary>, AdminError> {
+    let listed = store::admin(&db.into())?.list_providers()?;
+    Ok(listed
+        .into_iter()
+        .map(|(provider, credentials)| ProviderSummary {
             provider_id: provider.id,
             name: provider.name,
             time_zone: provider.time_zone,
@@ -382,26 +311,23 @@ pub fn list_providers(db: &Path) -> Result<Vec<ProviderSummary>, AdminError> {
             category_policies: provider.category_policies,
             credentials,
             created_at: provider.created_at,
-        });
-    }
-    Ok(providers)
+        })
+        .collect())
 }
 
 /// Creates the demo provider, or reuses the oldest one named [`DEMO_PROVIDER_NAME`], and
 /// issues it a fresh credential: secrets are stored only hashed, so an earlier one cannot be
 /// shown again.
-pub fn demo_credential(db: &Path, now: DateTime<Utc>) -> Result<IssuedCredential, AdminError> {
-    let existing: Option<String> = open_migrated(db)?
-        .query_row(
-            "SELECT id FROM providers WHERE name = ?1 ORDER BY created_at, id LIMIT 1",
-            [DEMO_PROVIDER_NAME],
-            |r| r.get(0),
-        )
-        .optional()?;
+pub fn demo_credential(
+    db: impl Into<Db>,
+    now: DateTime<Utc>,
+) -> Result<IssuedCredential, AdminError> {
+    let db = db.into();
+    let existing = store::admin(&db)?.provider_named(DEMO_PROVIDER_NAME)?;
     match existing {
-        Some(id) => add_credential(db, &id, Scopes::all(), now),
+        Some(id) => add_credential(&db, &id, Scopes::all(), now),
         None => create_provider(
-            db,
+            &db,
             &NewProvider {
                 name: DEMO_PROVIDER_NAME.to_owned(),
                 time_zone: "UTC".to_owned(),

@@ -4,20 +4,24 @@
 //! the gateway answers for good. On start-up the recovery task picks up every refund still
 //! pending, so a crash anywhere between steps 3 and 5 neither loses nor duplicates a refund.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::fault;
 use crate::gateway::{
-    GatewayOutcome, HttpGateway, HttpGatewayConfig, LedgerGateway, RefundGateway, RefundRequest,
-    RetryPolicy, send_with_retries,
+    GatewayOutcome, HttpGateway, HttpGatewayConfig, RefundGateway, RefundRequest, RetryPolicy,
+    send_with_retries,
 };
 use crate::store::StoreError;
-use crate::store::cancellation::{CancellationStore, CancellationView, Settlement};
+use crate::store::cancellation::{CancellationStore, CancellationView, Lease, Settlement};
+
+/// Most pending refunds one scan of the recovery task claims.
+const CLAIM_BATCH: u32 = 100;
 
 /// Which refund gateway `serve --gateway` chose.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +43,10 @@ pub struct RefundSettings {
     pub recovery_base_delay_ms: u64,
     /// Ceiling of the recovery task's pause.
     pub recovery_max_delay_ms: u64,
+    /// How long an instance holds a pending refund without renewing it; after that another
+    /// instance may take it over. Also the longest a refund left by a stopped instance
+    /// waits before another one completes it.
+    pub lease_ms: u64,
 }
 
 impl Default for RefundSettings {
@@ -50,6 +58,7 @@ impl Default for RefundSettings {
             retry: RetryPolicy::default(),
             recovery_base_delay_ms: 1_000,
             recovery_max_delay_ms: 60_000,
+            lease_ms: 30_000,
         }
     }
 }
@@ -65,15 +74,41 @@ pub enum GatewaySetupError {
     Http(#[from] crate::gateway::HttpGatewayConfigError),
 }
 
-/// Opens the chosen gateway; the ledger lives in the service's database file.
-pub async fn open_gateway(
+/// Opens the chosen gateway; the ledger lives in the service's database, opened with it.
+pub fn open_gateway(
     choice: &GatewayChoice,
-    db_path: &std::path::Path,
+    ledger: Arc<dyn RefundGateway>,
 ) -> Result<Arc<dyn RefundGateway>, GatewaySetupError> {
     Ok(match choice {
-        GatewayChoice::Ledger => Arc::new(LedgerGateway::open(db_path).await?),
+        GatewayChoice::Ledger => ledger,
         GatewayChoice::Http(config) => Arc::new(HttpGateway::new(config)?),
     })
+}
+
+/// This instance's hold on pending refunds: its id and the lease length.
+#[derive(Debug, Clone)]
+pub struct Leases {
+    /// Id of this instance (UUID v7, new at every start).
+    pub owner: String,
+    /// Lease length.
+    pub length: Duration,
+}
+
+impl Leases {
+    /// A lease of this instance from `now`.
+    pub fn from(&self, now: DateTime<Utc>) -> Lease {
+        let length = chrono::Duration::from_std(self.length).unwrap_or(chrono::Duration::MAX);
+        Lease {
+            owner: self.owner.clone(),
+            until: now.checked_add_signed(length).unwrap_or(now),
+        }
+    }
+
+    /// How often the recovery task looks for refunds whose lease ran out, and renews its own:
+    /// three times per lease.
+    fn beat(&self) -> Duration {
+        (self.length / 3).max(Duration::from_millis(10))
+    }
 }
 
 /// How one drive of a refund ended.
@@ -92,6 +127,7 @@ pub struct Refunds {
     store: Arc<dyn CancellationStore>,
     retry: RetryPolicy,
     recovery: mpsc::UnboundedSender<CancellationView>,
+    leases: Leases,
 }
 
 /// The recovery task, to be run beside the server ([`RecoveryTask::run`]).
@@ -102,6 +138,7 @@ pub struct RecoveryTask {
     queue: mpsc::UnboundedReceiver<CancellationView>,
     base_delay: Duration,
     max_delay: Duration,
+    leases: Leases,
 }
 
 /// The refund as the gateway sees it; the refund id is the idempotency key.
@@ -133,11 +170,16 @@ impl Refunds {
         settings: &RefundSettings,
     ) -> (Refunds, RecoveryTask) {
         let (sender, receiver) = mpsc::unbounded_channel();
+        let leases = Leases {
+            owner: uuid::Uuid::now_v7().hyphenated().to_string(),
+            length: Duration::from_millis(settings.lease_ms.max(30)),
+        };
         let refunds = Refunds {
             gateway: Arc::clone(&gateway),
             store: Arc::clone(&store),
             retry: settings.retry,
             recovery: sender,
+            leases: leases.clone(),
         };
         let task = RecoveryTask {
             gateway,
@@ -149,8 +191,35 @@ impl Refunds {
                     .recovery_max_delay_ms
                     .max(settings.recovery_base_delay_ms.max(1)),
             ),
+            leases,
         };
         (refunds, task)
+    }
+
+    /// Runs `work` while renewing this instance's lease of the refund at every beat, so that no
+    /// other instance takes over a refund this one is still sending, however long the gateway
+    /// takes.
+    async fn holding_lease<T>(&self, refund_id: &str, work: impl Future<Output = T>) -> T {
+        let mut work = std::pin::pin!(work);
+        let mut beat = tokio::time::interval(self.leases.beat());
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        beat.tick().await;
+        loop {
+            tokio::select! {
+                done = &mut work => return done,
+                _ = beat.tick() => {
+                    let lease = self.leases.from(Utc::now());
+                    if let Err(error) = self.store.renew_lease(refund_id.to_owned(), lease).await {
+                        tracing::warn!(%refund_id, %error, "could not renew the lease of a refund");
+                    }
+                }
+            }
+        }
+    }
+
+    /// A lease of this instance from `now`, for a refund it is about to record.
+    pub fn lease(&self, now: DateTime<Utc>) -> Lease {
+        self.leases.from(now)
     }
 
     /// The cancellation store.
@@ -163,7 +232,12 @@ impl Refunds {
     pub async fn drive(&self, view: CancellationView) -> Result<Driven, StoreError> {
         let request = request_of(&view);
         fault::point(fault::BEFORE_GATEWAY);
-        let outcome = send_with_retries(self.gateway.as_ref(), &request, &self.retry).await;
+        let outcome = self
+            .holding_lease(
+                &view.refund_id,
+                send_with_retries(self.gateway.as_ref(), &request, &self.retry),
+            )
+            .await;
         fault::point(fault::AFTER_GATEWAY);
         let Some(settlement) = settlement_of(outcome) else {
             if self.recovery.send(view.clone()).is_err() {
@@ -186,8 +260,10 @@ impl Refunds {
 }
 
 impl RecoveryTask {
-    /// Drives every pending refund (those found at start-up, then those handed over by
-    /// requests) to a definite end, each in its own task, until aborted.
+    /// Drives pending refunds to a definite end until aborted: those requests hand over, and,
+    /// three times per lease, those whose lease ran out (left by a stopped instance, or found at
+    /// start-up). Each refund is driven by one task holding its lease; a refund already driven
+    /// here is not claimed twice.
     pub async fn run(self) {
         let RecoveryTask {
             gateway,
@@ -195,34 +271,56 @@ impl RecoveryTask {
             mut queue,
             base_delay,
             max_delay,
+            leases,
         } = self;
-        let recover = |view| {
-            recover(
-                Arc::clone(&gateway),
-                Arc::clone(&store),
-                view,
-                base_delay,
-                max_delay,
-            )
-        };
+        let driving: Arc<Mutex<HashSet<String>>> = Arc::default();
         let mut drivers = JoinSet::new();
-        match store.pending_refunds().await {
-            Ok(pending) => {
-                if !pending.is_empty() {
-                    tracing::info!(count = pending.len(), "recovering pending refunds");
-                }
-                for view in pending {
-                    drivers.spawn(recover(view));
-                }
+        let spawn = |drivers: &mut JoinSet<()>, view: CancellationView| {
+            let fresh = driving
+                .lock()
+                .map(|mut set| set.insert(view.refund_id.clone()))
+                .unwrap_or(false);
+            if !fresh {
+                return;
             }
-            Err(error) => tracing::error!(%error, "could not list pending refunds"),
-        }
+            let driver = Driver {
+                gateway: Arc::clone(&gateway),
+                store: Arc::clone(&store),
+                leases: leases.clone(),
+                base: base_delay,
+                max: max_delay,
+            };
+            let driving = Arc::clone(&driving);
+            drivers.spawn(async move {
+                let refund_id = view.refund_id.clone();
+                driver.recover(view).await;
+                if let Ok(mut set) = driving.lock() {
+                    set.remove(&refund_id);
+                }
+            });
+        };
+        let mut scan = tokio::time::interval(leases.beat());
+        scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 next = queue.recv() => match next {
-                    Some(view) => { drivers.spawn(recover(view)); }
+                    Some(view) => spawn(&mut drivers, view),
                     None => break,
                 },
+                _ = scan.tick() => {
+                    let now = Utc::now();
+                    match store.claim_pending(leases.from(now), now, CLAIM_BATCH).await {
+                        Ok(claimed) => {
+                            if !claimed.is_empty() {
+                                tracing::info!(count = claimed.len(), "recovering pending refunds");
+                            }
+                            for view in claimed {
+                                spawn(&mut drivers, view);
+                            }
+                        }
+                        Err(error) => tracing::warn!(%error, "could not claim pending refunds"),
+                    }
+                }
                 Some(_) = drivers.join_next(), if !drivers.is_empty() => {}
             }
         }
@@ -230,39 +328,77 @@ impl RecoveryTask {
     }
 }
 
-/// One refund: the same refund id until the gateway answers for good, with doubling pauses.
-async fn recover(
+/// What one recovering refund needs.
+struct Driver {
     gateway: Arc<dyn RefundGateway>,
     store: Arc<dyn CancellationStore>,
-    view: CancellationView,
+    leases: Leases,
     base: Duration,
     max: Duration,
-) {
-    let request = request_of(&view);
-    let mut delay = base;
-    loop {
-        let outcome = gateway.send(&request).await;
-        if let Some(settlement) = settlement_of(outcome.clone()) {
-            match store
-                .settle(view.refund_id.clone(), settlement, Utc::now())
-                .await
-            {
-                Ok(_) => {
-                    tracing::info!(refund_id = %view.refund_id, "pending refund settled");
+}
+
+impl Driver {
+    /// Renews this instance's lease; `false` when another instance holds the refund now, or it
+    /// is settled: this task then stops, as the holder drives it.
+    async fn renew(&self, refund_id: &str) -> bool {
+        match self
+            .store
+            .renew_lease(refund_id.to_owned(), self.leases.from(Utc::now()))
+            .await
+        {
+            Ok(held) => held,
+            // The database is unreachable: keep going; the settle will tell.
+            Err(error) => {
+                tracing::warn!(%refund_id, %error, "could not renew the lease of a refund");
+                true
+            }
+        }
+    }
+
+    /// One refund: the same refund id until the gateway answers for good, with doubling
+    /// pauses, renewing the lease all along.
+    async fn recover(&self, view: CancellationView) {
+        let request = request_of(&view);
+        let mut delay = self.base;
+        loop {
+            if !self.renew(&view.refund_id).await {
+                tracing::info!(refund_id = %view.refund_id,
+                    "pending refund held by another instance or settled; leaving it");
+                return;
+            }
+            let outcome = self.gateway.send(&request).await;
+            if let Some(settlement) = settlement_of(outcome.clone()) {
+                match self
+                    .store
+                    .settle(view.refund_id.clone(), settlement, Utc::now())
+                    .await
+                {
+                    Ok(_) => {
+                        tracing::info!(refund_id = %view.refund_id, "pending refund settled");
+                        return;
+                    }
+                    Err(StoreError::Closed) => return,
+                    Err(error) => {
+                        tracing::error!(refund_id = %view.refund_id, %error,
+                            "settling a recovered refund failed; retrying");
+                    }
+                }
+            } else if let GatewayOutcome::Unknown { detail } = outcome {
+                tracing::info!(refund_id = %view.refund_id, %detail,
+                    "refund still unknown at the gateway; retrying later");
+            }
+            // Sleep in beats, renewing the lease, so that a long pause never lets it lapse.
+            let mut left = delay;
+            while !left.is_zero() {
+                let step = left.min(self.leases.beat());
+                tokio::time::sleep(step).await;
+                left -= step;
+                if !left.is_zero() && !self.renew(&view.refund_id).await {
                     return;
                 }
-                Err(StoreError::Closed) => return,
-                Err(error) => {
-                    tracing::error!(refund_id = %view.refund_id, %error,
-                        "settling a recovered refund failed; retrying");
-                }
             }
-        } else if let GatewayOutcome::Unknown { detail } = outcome {
-            tracing::info!(refund_id = %view.refund_id, %detail,
-                "refund still unknown at the gateway; retrying later");
+            delay = (delay * 2).min(self.max);
         }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(max);
     }
 }
 
@@ -301,6 +437,10 @@ pub struct GatewayArgs {
     /// Ceiling of the recovery task's pause.
     #[arg(long, env = "CHECKOUT_RECOVERY_MAX_DELAY_MS", default_value_t = 60_000)]
     pub recovery_max_delay_ms: u64,
+    /// How long an instance holds a pending refund without renewing it before another instance
+    /// (or this one after a restart) may take it over.
+    #[arg(long, env = "CHECKOUT_REFUND_LEASE_MS", default_value_t = 30_000)]
+    pub refund_lease_ms: u64,
 }
 
 impl GatewayArgs {
@@ -328,6 +468,7 @@ impl GatewayArgs {
             },
             recovery_base_delay_ms: self.recovery_base_delay_ms,
             recovery_max_delay_ms: self.recovery_max_delay_ms,
+            lease_ms: self.refund_lease_ms,
         })
     }
 }

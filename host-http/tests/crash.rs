@@ -57,6 +57,7 @@ fn spawn(db: &Path, gateway_url: &str, fault: Option<&str>) -> Server {
         .args(["--refund-attempts", "1"])
         .args(["--recovery-base-delay-ms", "20"])
         .args(["--recovery-max-delay-ms", "100"])
+        .args(["--refund-lease-ms", "300"])
         .env_remove(host_http::fault::FAULT_ENV)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())

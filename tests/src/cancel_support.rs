@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 use crate::http::{Creds, HttpClient, Reply, create_provider, send_request};
 
 /// Refund settings for tests: the fake gateway, 2 calls 10 ms apart while the client waits,
-/// 300 ms read timeout, recovery every 20–100 ms.
+/// 300 ms read timeout, recovery every 20–100 ms, leases of 300 ms.
 pub fn fast_settings(gateway_url: &str) -> RefundSettings {
     RefundSettings {
         gateway: GatewayChoice::Http(HttpGatewayConfig {
@@ -38,6 +38,9 @@ pub fn fast_settings(gateway_url: &str) -> RefundSettings {
         },
         recovery_base_delay_ms: 20,
         recovery_max_delay_ms: 100,
+        // A restarted server is a new instance: it takes over the refunds its predecessor held
+        // once their lease has run out.
+        lease_ms: 300,
     }
 }
 

@@ -106,6 +106,7 @@ impl Services {
             invoice_file,
             idempotency: c.key.clone(),
             requested_at: now,
+            lease: self.refunds.lease(now),
         };
         let reserved = match self.cancellations().reserve(new).await {
             Ok(reserved) => reserved,

@@ -101,7 +101,11 @@ impl Services {
         };
         match self
             .store
-            .idempotency(key.provider_id.clone(), key.key.clone(), now - IDEMPOTENCY_TTL)
+            .idempotency(
+                key.provider_id.clone(),
+                key.key.clone(),
+                now - IDEMPOTENCY_TTL,
+            )
             .await?
         {
             Some(existing) => repeat(&existing, key).map(Some),

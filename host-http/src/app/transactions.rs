@@ -3,8 +3,8 @@
 
 use chrono::{DateTime, Utc};
 use engine::api::{
-    Amounts, CheckoutEmail, CheckoutInfo, CorporateCheckout, Created, PaymentReq,
-    ProviderSettings, QuoteResult, StatusItem, StatusRecord, UpdateResult, UpdateTransaction,
+    Amounts, CheckoutEmail, CheckoutInfo, CorporateCheckout, Created, PaymentReq, ProviderSettings,
+    QuoteResult, StatusItem, StatusRecord, UpdateResult, UpdateTransaction,
 };
 
 use super::idempotency::{StoredResponse, body_hash, key_of};

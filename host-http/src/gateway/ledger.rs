@@ -191,6 +191,27 @@ fn select(
         .optional()
 }
 
+/// The answer to a refund once its entry is recorded: the same id with other details means the
+/// caller reused a key for a different refund, and refusing it is the only answer that cannot
+/// pay out twice. Shared with the PostgreSQL ledger.
+pub(crate) fn outcome_of(stored: &LedgerEntry, refund: &RefundRequest) -> GatewayOutcome {
+    if stored.transaction_id != refund.transaction_id
+        || stored.amount != refund.amount.to_string()
+        || stored.currency != refund.currency
+    {
+        GatewayOutcome::Declined {
+            reason: format!(
+                "refund id {} was already used for a different refund",
+                refund.refund_id
+            ),
+        }
+    } else {
+        GatewayOutcome::Succeeded {
+            gateway_reference: Some(format!("ledger:{}", stored.refund_id)),
+        }
+    }
+}
+
 impl RefundGateway for LedgerGateway {
     fn name(&self) -> &'static str {
         "ledger"
@@ -199,23 +220,7 @@ impl RefundGateway for LedgerGateway {
     fn send<'a>(&'a self, refund: &'a RefundRequest) -> BoxFuture<'a, GatewayOutcome> {
         Box::pin(async move {
             match self.record(refund).await {
-                // The same id with other details means the caller reused a key for a different
-                // refund; refusing it is the only answer that cannot pay out twice.
-                Ok(stored)
-                    if stored.transaction_id != refund.transaction_id
-                        || stored.amount != refund.amount.to_string()
-                        || stored.currency != refund.currency =>
-                {
-                    GatewayOutcome::Declined {
-                        reason: format!(
-                            "refund id {} was already used for a different refund",
-                            refund.refund_id
-                        ),
-                    }
-                }
-                Ok(stored) => GatewayOutcome::Succeeded {
-                    gateway_reference: Some(format!("ledger:{}", stored.refund_id)),
-                },
+                Ok(stored) => outcome_of(&stored, refund),
                 Err(error) => GatewayOutcome::Unknown {
                     detail: error.to_string(),
                 },

@@ -81,6 +81,10 @@ impl ApiError {
                 app::Error::NotFound(_) => StatusCode::NOT_FOUND,
                 app::Error::IdempotencyInProgress => StatusCode::CONFLICT,
                 app::Error::IdempotencyMismatch => StatusCode::UNPROCESSABLE_ENTITY,
+                // The database is unreachable: nothing was written; the client may retry.
+                app::Error::Store(store) if store.is_unavailable() => {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
                 app::Error::RefundPending { .. }
                 | app::Error::Store(_)
                 | app::Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -106,6 +110,9 @@ impl ApiError {
         let message = match self {
             ApiError::App(app::Error::Invalid(messages)) | ApiError::Validation(messages) => {
                 return ErrorBody::bad_request(messages.clone());
+            }
+            ApiError::App(app::Error::Store(store)) if store.is_unavailable() => {
+                "service temporarily unavailable; retry the request".to_owned()
             }
             ApiError::App(app::Error::Store(_) | app::Error::Internal(_))
             | ApiError::Internal(_) => "internal server error".to_owned(),

@@ -4,8 +4,8 @@
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use http_body_util::Full;
 use http_body_util::BodyExt as _;
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};

@@ -74,6 +74,11 @@ pub fn error_response(error: &ApiError) -> HttpResponse {
             HeaderValue::from_static(r#"Basic realm="checkout""#),
         );
     }
+    if error.status() == hyper::StatusCode::SERVICE_UNAVAILABLE {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
     if let ApiError::MethodNotAllowed { allow } = error {
         response
             .headers_mut()

@@ -225,7 +225,10 @@ mod tests {
             let values: Vec<u8> = Vec::new();
             // An out-of-bounds index stands for any bug in a handler.
             let _ = values[usize::from(values.is_empty())];
-            Ok(crate::http::response::json_text(StatusCode::OK, String::new()))
+            Ok(crate::http::response::json_text(
+                StatusCode::OK,
+                String::new(),
+            ))
         })
         .await;
         let error = result.unwrap_err();

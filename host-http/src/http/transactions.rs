@@ -113,8 +113,7 @@ pub async fn sandbox_pay(
     let id = transaction_id(id)?;
     services.check_owner(&principal, &id).await?;
     let body = read_json_body_or_empty(request).await?;
-    let payment =
-        engine::validate::payment(&body).map_err(|e| ApiError::Validation(e.messages))?;
+    let payment = engine::validate::payment(&body).map_err(|e| ApiError::Validation(e.messages))?;
     json(
         StatusCode::OK,
         &services.pay(&principal, &id, payment, now).await?,

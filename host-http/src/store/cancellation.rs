@@ -1,6 +1,7 @@
 //! The storage seam of cancellations: reserving items under a pending refund,
 //! completing or failing it, the receipts and the stored files. A separate trait
-//! from [`super::Store`], implemented for SQLite in [`super::sqlite_cancellation`].
+//! from [`super::Store`], implemented for SQLite in `sqlite::cancellation` and for PostgreSQL
+//! in `postgres::cancellation`.
 //!
 //! Each step of the refund process that changes state is one method and one write transaction,
 //! so that every invariant (R-4.5: Σ refunds ≤ paid; an item is in at most one live refund) is
@@ -124,6 +125,19 @@ pub struct NewCancellation {
     pub idempotency: Option<IdempotencyKey>,
     /// Arrival instant of the request.
     pub requested_at: DateTime<Utc>,
+    /// The instance that records the refund holds it while it calls the gateway.
+    pub lease: Lease,
+}
+
+/// Who drives a pending refund, and until when: one instance at a time. An instance
+/// renews its lease while it works on the refund; once the lease has run out (the instance
+/// died or stalled), any instance may claim the refund.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The holding instance's id.
+    pub owner: String,
+    /// End of the lease.
+    pub until: DateTime<Utc>,
 }
 
 /// A cancellation as stored: what responses, receipts and the recovery task need.
@@ -215,14 +229,33 @@ pub trait CancellationStore: Send + Sync + std::fmt::Debug + 'static {
         now: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<Option<CancellationView>, StoreError>>;
 
-    /// Every refund still PENDING, oldest first (start-up recovery).
+    /// Every refund still PENDING, oldest first.
     fn pending_refunds(&self) -> BoxFuture<'_, Result<Vec<CancellationView>, StoreError>>;
 
-    /// Drops running idempotency claims of cancel routes that no pending refund carries: their
-    /// request stopped before it reserved anything (start-up).
+    /// Takes the lease of up to `limit` PENDING refunds whose lease has run out at `now` (or
+    /// that never had one), oldest first, for `lease.owner` until `lease.until`. A refund
+    /// another instance is claiming at the same moment is skipped, never waited for.
+    fn claim_pending(
+        &self,
+        lease: Lease,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<CancellationView>, StoreError>>;
+
+    /// Extends the lease of a PENDING refund this owner holds; `false` when it no longer holds
+    /// it (another instance took it over, or it is settled).
+    fn renew_lease(
+        &self,
+        refund_id: String,
+        lease: Lease,
+    ) -> BoxFuture<'_, Result<bool, StoreError>>;
+
+    /// Drops running idempotency claims of cancel routes, made before `before`, that no pending
+    /// refund carries: their request stopped before it reserved anything.
     fn release_orphan_claims(
         &self,
         routes: Vec<String>,
+        before: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<usize, StoreError>>;
 
     /// A cancellation by refund id.
@@ -277,4 +310,80 @@ pub fn result_of(view: &CancellationView) -> engine::api::CancellationResult {
         receipt_number: view.receipt_number.clone(),
         transaction_status: view.transaction_status,
     }
+}
+
+/// What a reservation re-checks inside its write transaction, the same on every store (R-3.4,
+/// the transaction's status, that it was not paid in between, that every item
+/// is still ACTIVE, and that Σ succeeded and pending refunds + this one ≤ paid. `items` are the
+/// stored items' order numbers and statuses; `committed` is Σ of the PENDING and SUCCESS refunds.
+/// `Err` holds the 400 messages.
+pub fn check_reservation(
+    c: &NewCancellation,
+    status: TransactionStatus,
+    paid: Option<Decimal>,
+    items: &[(u32, engine::api::ItemStatus)],
+    committed: Decimal,
+) -> Result<(), Vec<String>> {
+    if status == TransactionStatus::Cancelled {
+        return Err(vec![
+            "contract status CANCELLED does not allow cancellation".to_owned(),
+        ]);
+    }
+    if paid.is_some() != c.paid {
+        // Paid between the computation and this transaction: the refund computed for an unpaid
+        // transaction (0) no longer holds.
+        return Err(vec![format!(
+            "contract status changed to {} during the cancellation; retry the request",
+            status.as_str()
+        )]);
+    }
+    // re-checked where no concurrent request can interleave: an item reserved by a
+    // pending refund counts as already cancelled (its refund is being completed).
+    let mut messages = Vec::new();
+    for (position, line) in c.items.iter().enumerate() {
+        match items.iter().find(|(order, _)| *order == line.order) {
+            Some((_, engine::api::ItemStatus::Active)) => {}
+            Some(_) => messages.push(format!(
+                "itemsOrder.{position} item {} is already cancelled",
+                line.order
+            )),
+            None => messages.push(format!(
+                "itemsOrder.{position} item {} does not exist",
+                line.order
+            )),
+        }
+    }
+    if !messages.is_empty() {
+        return Err(messages);
+    }
+    // Σ succeeded and pending refunds + this ≤ paid, held by the store.
+    if let Some(paid) = paid {
+        let fits = committed
+            .checked_add(c.refund)
+            .is_some_and(|after| after <= paid);
+        if !fits {
+            return Err(vec![format!(
+                "amount must not exceed the refundable amount {}",
+                paid - committed
+            )]);
+        }
+    }
+    Ok(())
+}
+
+/// the status after a refund completes, from the status before it and the number of
+/// items not yet CANCELLED. PENDING stays PENDING (a void) until nothing is left; PAID and
+/// PARTIALLY_CANCELLED move to PARTIALLY_CANCELLED or CANCELLED. Items CANCELLING under another
+/// refund still count as not cancelled: that refund's completion makes the last move.
+pub fn status_after(status: TransactionStatus, remaining: i64) -> TransactionStatus {
+    match (status, remaining) {
+        (_, 0) => TransactionStatus::Cancelled,
+        (TransactionStatus::Pending, _) => TransactionStatus::Pending,
+        _ => TransactionStatus::PartiallyCancelled,
+    }
+}
+
+/// Receipt numbers: `CR-` and at least six digits, counted per provider.
+pub fn receipt_number(sequence: i64) -> String {
+    format!("CR-{sequence:06}")
 }

@@ -1,15 +1,21 @@
-//! The seam between the HTTP host and its storage: the [`Store`] trait, the records it reads
-//! and writes, and its errors. SQLite ([`sqlite::SqliteStore`]) is the embedded default; a
-//! PostgreSQL store for multi-instance deployments implements the same trait.
+//! The seam between the application and its storage: the [`Store`], [`CancellationStore`] and
+//! [`AdminStore`] traits, the records they read and write, and their errors. SQLite
+//! ([`sqlite::SqliteStore`]) is the embedded default; PostgreSQL ([`postgres::PgStore`]) lets
+//! several instances share one database. [`Db`] names one of them (`--db`), and [`open`] opens
+//! it; this module is the only place where the two differ.
+//!
+//! [`CancellationStore`]: cancellation::CancellationStore
 //!
 //! Every method that names a transaction on behalf of a provider answers [`Owned::NotFound`]
 //! or [`Owned::OtherProvider`] itself, inside its own write transaction, so that the ownership
 //! check and the change are one atomic step.
 
+pub mod admin;
 pub mod cancellation;
-pub mod migrations;
+pub mod postgres;
 pub mod sqlite;
-pub mod sqlite_cancellation;
+
+pub use admin::{AdminStore, CredentialListing, NewCredential};
 
 use std::collections::BTreeMap;
 
@@ -29,9 +35,19 @@ pub enum StoreError {
     /// SQLite refused a statement.
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// PostgreSQL refused a statement, or the connection broke.
+    #[error("postgres: {0}")]
+    Postgres(#[from] tokio_postgres::Error),
+    /// No database connection could be had (the pool timed out, the server is down or
+    /// restarting): the request is refused with 503 and may be retried.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    /// A `--db` value that names no store.
+    #[error("{0}")]
+    Config(String),
     /// The schema could not be brought up to date.
     #[error(transparent)]
-    Migration(#[from] migrations::MigrationError),
+    Migration(#[from] sqlite::migrations::MigrationError),
     /// A stored value could not be read back (corrupt JSON or decimal text).
     #[error("corrupt stored value in {column}: {detail}")]
     Corrupt {
@@ -49,6 +65,188 @@ pub enum StoreError {
     /// File system trouble opening the database.
     #[error("database file: {0}")]
     Io(#[from] std::io::Error),
+}
+
+impl StoreError {
+    /// Whether the failure is the database being unreachable rather than a statement's fault:
+    /// a lost or refused connection, a server shutting down or starting, a pool timeout. Such a
+    /// request changed nothing (its transaction did not commit) and may be retried.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StoreError::Unavailable(_) => true,
+            StoreError::Postgres(error) => postgres::is_connection_error(error),
+            _ => false,
+        }
+    }
+}
+
+/// Which database a command works on: `--db` (env `CHECKOUT_DB`). A file path or a `sqlite:`
+/// URL is SQLite; a `postgres://` or `postgresql://` URL is PostgreSQL.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Db {
+    /// An SQLite database file, created on first use.
+    Sqlite(std::path::PathBuf),
+    /// A PostgreSQL connection URL (libpq form).
+    Postgres(String),
+}
+
+impl Db {
+    /// Reads a `--db` value.
+    pub fn parse(text: &str) -> Result<Db, StoreError> {
+        let text = text.trim();
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            return Ok(Db::Postgres(text.to_owned()));
+        }
+        let path = text
+            .strip_prefix("sqlite://")
+            .or_else(|| text.strip_prefix("sqlite:"))
+            .unwrap_or(text);
+        if path.is_empty() {
+            return Err(StoreError::Config(
+                "--db must be a file path, a sqlite: URL or a postgres:// URL".to_owned(),
+            ));
+        }
+        Ok(Db::Sqlite(path.into()))
+    }
+
+    /// Whether several server instances may share this database (PostgreSQL): then no
+    /// instance may assume that a running request it finds at start-up is a dead one.
+    pub fn is_shared(&self) -> bool {
+        matches!(self, Db::Postgres(_))
+    }
+
+    /// The SQLite file, when this is SQLite.
+    pub fn sqlite_path(&self) -> Option<&std::path::Path> {
+        match self {
+            Db::Sqlite(path) => Some(path),
+            Db::Postgres(_) => None,
+        }
+    }
+}
+
+impl std::str::FromStr for Db {
+    type Err = StoreError;
+    fn from_str(text: &str) -> Result<Db, StoreError> {
+        Db::parse(text)
+    }
+}
+
+impl From<&std::path::Path> for Db {
+    fn from(path: &std::path::Path) -> Db {
+        Db::Sqlite(path.to_owned())
+    }
+}
+
+impl From<std::path::PathBuf> for Db {
+    fn from(path: std::path::PathBuf) -> Db {
+        Db::Sqlite(path)
+    }
+}
+
+impl From<&std::path::PathBuf> for Db {
+    fn from(path: &std::path::PathBuf) -> Db {
+        Db::Sqlite(path.clone())
+    }
+}
+
+impl From<&Db> for Db {
+    fn from(db: &Db) -> Db {
+        db.clone()
+    }
+}
+
+/// Shows the database without a password.
+impl std::fmt::Display for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Db::Sqlite(path) => write!(f, "{}", path.display()),
+            Db::Postgres(url) => f.write_str(&postgres::redact_url(url)),
+        }
+    }
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Db({self})")
+    }
+}
+
+/// Settings of a database pool (PostgreSQL; SQLite has one writer and a few readers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSettings {
+    /// Most connections one instance keeps open.
+    pub max_connections: usize,
+    /// Longest a statement may run before the server cancels it (0 = no limit).
+    pub statement_timeout_ms: u64,
+    /// Longest a request waits for a free connection before it is refused with 503.
+    pub acquire_timeout_ms: u64,
+}
+
+impl Default for PoolSettings {
+    /// 16 connections, statements cut at 5 s, 5 s to get a connection.
+    fn default() -> Self {
+        PoolSettings {
+            max_connections: 16,
+            statement_timeout_ms: 5_000,
+            acquire_timeout_ms: 5_000,
+        }
+    }
+}
+
+/// An opened database: every seam of it, sharing one pool or writer.
+#[derive(Debug, Clone)]
+pub struct Opened {
+    /// Providers, credentials, transactions, idempotency keys.
+    pub store: std::sync::Arc<dyn Store>,
+    /// Cancellations, receipts, files.
+    pub cancellations: std::sync::Arc<dyn cancellation::CancellationStore>,
+    /// The `ledger` refund gateway, which records refunds in this database.
+    pub ledger: std::sync::Arc<dyn crate::gateway::RefundGateway>,
+}
+
+/// Opens (creating and migrating) the database `db` names.
+pub async fn open(db: &Db, pool: &PoolSettings) -> Result<Opened, StoreError> {
+    match db {
+        Db::Sqlite(path) => {
+            let store = sqlite::SqliteStore::open(path)?;
+            let ledger = crate::gateway::LedgerGateway::open(path)
+                .await
+                .map_err(|e| StoreError::Config(e.to_string()))?;
+            Ok(Opened {
+                store: store.clone(),
+                cancellations: store,
+                ledger: std::sync::Arc::new(ledger),
+            })
+        }
+        Db::Postgres(url) => {
+            let store = postgres::PgStore::open(url, pool).await?;
+            Ok(Opened {
+                store: store.clone(),
+                cancellations: store.clone(),
+                ledger: std::sync::Arc::new(postgres::PgLedger::new(store)),
+            })
+        }
+    }
+}
+
+/// Brings the schema of `db` up to date; returns its version (`checkout-server migrate`).
+pub async fn migrate(db: &Db) -> Result<u32, StoreError> {
+    match db {
+        Db::Sqlite(path) => {
+            let mut conn = rusqlite::Connection::open(path)?;
+            sqlite::configure(&conn)?;
+            Ok(sqlite::migrations::migrate(&mut conn)?)
+        }
+        Db::Postgres(url) => postgres::migrate_url(url).await,
+    }
+}
+
+/// The administration of providers and credentials on `db` (the `provider` commands).
+pub fn admin(db: &Db) -> Result<Box<dyn AdminStore>, StoreError> {
+    match db {
+        Db::Sqlite(path) => Ok(Box::new(sqlite::SqliteAdmin::open(path)?)),
+        Db::Postgres(url) => Ok(Box::new(postgres::PgAdmin::new(url.clone()))),
+    }
 }
 
 /// A credential as stored: only the hash of its secret.

@@ -2,25 +2,20 @@
 //! method one write transaction, R-4.8) and its reader pool.
 
 use chrono::{DateTime, Utc};
-use engine::api::{CancelledItem, ItemStatus, TransactionStatus};
+use engine::api::{CancelledItem, ItemStatus};
 use futures_util::future::BoxFuture;
 use rusqlite::{Connection, OptionalExtension, params};
 use rust_decimal::Decimal;
 
-use super::cancellation::{
-    CancellationStore, CancellationView, FileRecord, NewCancellation, NewFile, Reserved,
-    Settlement, outcome, result_of,
-};
-use super::sqlite::{
+use super::{
     SqliteStore, decimal, finish_idempotency, from_json, owner_check, read_items, to_json,
     transaction_status,
 };
-use super::{IdempotencyKey, IdempotentResponse, Owned, StoreError, format_instant};
-
-/// Receipt numbers: `CR-` and at least six digits, counted per provider (R-10.2).
-pub fn receipt_number(sequence: i64) -> String {
-    format!("CR-{sequence:06}")
-}
+use crate::store::cancellation::{
+    CancellationStore, CancellationView, FileRecord, Lease, NewCancellation, NewFile, Reserved,
+    Settlement, check_reservation, outcome, receipt_number, result_of, status_after,
+};
+use crate::store::{IdempotencyKey, IdempotentResponse, Owned, StoreError, format_instant};
 
 fn corrupt(column: &'static str, detail: impl Into<String>) -> StoreError {
     StoreError::Corrupt {
@@ -240,83 +235,34 @@ fn reserve(conn: &Connection, c: &NewCancellation) -> Result<Owned<Reserved>, St
         .prepare_cached("SELECT status, paid_amount FROM transactions WHERE id = ?1")?
         .query_row([&c.transaction_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
     let status = transaction_status(&status)?;
-    let refuse =
-        |conn: &Connection, messages: Vec<String>| -> Result<Owned<Reserved>, StoreError> {
-            // A request refused by validation is not kept (R-9.1).
-            if let Some(key) = &c.idempotency {
-                conn.prepare_cached(
-                    "DELETE FROM idempotency_keys WHERE provider_id = ?1 AND key = ?2 \
-                 AND state = 'running'",
-                )?
-                .execute(params![key.provider_id, key.key])?;
-            }
-            Ok(Owned::Done(Reserved::Refused(messages)))
-        };
-    if status == TransactionStatus::Cancelled {
-        return refuse(
-            conn,
-            vec!["contract status CANCELLED does not allow cancellation".to_owned()],
-        );
-    }
     let paid = paid_amount
         .map(|p| decimal("transactions.paid_amount", &p))
         .transpose()?;
-    if paid.is_some() != c.paid {
-        // Paid between the computation and this transaction: the refund computed for an unpaid
-        // transaction (0) no longer holds.
-        return refuse(
-            conn,
-            vec![format!(
-                "contract status changed to {} during the cancellation; retry the request",
-                status.as_str()
-            )],
-        );
-    }
-    // R-4.1 re-checked here, where no concurrent request can interleave: an item reserved by a
-    // pending refund counts as already cancelled (its refund is being completed).
-    let items = read_items(conn, &c.transaction_id)?;
-    let mut messages = Vec::new();
-    for (position, line) in c.items.iter().enumerate() {
-        match items.iter().find(|item| item.order_no == line.order) {
-            Some(item) if item.status == ItemStatus::Active => {}
-            Some(_) => messages.push(format!(
-                "itemsOrder.{position} item {} is already cancelled",
-                line.order
-            )),
-            None => messages.push(format!(
-                "itemsOrder.{position} item {} does not exist",
-                line.order
-            )),
-        }
-    }
-    if !messages.is_empty() {
-        return refuse(conn, messages);
-    }
-    // R-4.5: Σ succeeded and pending refunds + this ≤ paid, held by the store.
-    if let Some(paid) = paid {
-        let refunds: Vec<String> = conn
-            .prepare_cached(
-                "SELECT refund FROM cancellations WHERE transaction_id = ?1 \
-                 AND outcome IN ('PENDING', 'SUCCESS')",
+    let items: Vec<(u32, ItemStatus)> = read_items(conn, &c.transaction_id)?
+        .into_iter()
+        .map(|item| (item.order_no, item.status))
+        .collect();
+    let refunds: Vec<String> = conn
+        .prepare_cached(
+            "SELECT refund FROM cancellations WHERE transaction_id = ?1 \
+             AND outcome IN ('PENDING', 'SUCCESS')",
+        )?
+        .query_map([&c.transaction_id], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    let committed = sum(refunds
+        .iter()
+        .map(|r| decimal("cancellations.refund", r))
+        .collect::<Result<Vec<_>, _>>()?)?;
+    if let Err(messages) = check_reservation(c, status, paid, &items, committed) {
+        // A request refused by validation is not kept (R-9.1).
+        if let Some(key) = &c.idempotency {
+            conn.prepare_cached(
+                "DELETE FROM idempotency_keys WHERE provider_id = ?1 AND key = ?2 \
+                 AND state = 'running'",
             )?
-            .query_map([&c.transaction_id], |r| r.get(0))?
-            .collect::<Result<_, _>>()?;
-        let committed = sum(refunds
-            .iter()
-            .map(|r| decimal("cancellations.refund", r))
-            .collect::<Result<Vec<_>, _>>()?)?;
-        let after = committed
-            .checked_add(c.refund)
-            .ok_or_else(|| corrupt("cancellations.refund", "sum overflows"))?;
-        if after > paid {
-            return refuse(
-                conn,
-                vec![format!(
-                    "amount must not exceed the refundable amount {}",
-                    paid - committed
-                )],
-            );
+            .execute(params![key.provider_id, key.key])?;
         }
+        return Ok(Owned::Done(Reserved::Refused(messages)));
     }
 
     if let Some(file) = &c.invoice_file {
@@ -328,9 +274,9 @@ fn reserve(conn: &Connection, c: &NewCancellation) -> Result<Owned<Reserved>, St
         "INSERT INTO cancellations (id, transaction_id, provider_id, receipt_number, items, \
          breakdown, refund, outcome, error_message, invoice_title, invoice_number, gateway_key, \
          created_at, updated_at, currency, payment_reference, invoice_file_id, \
-         idempotency_key, idempotency_route, idempotency_hash) \
+         idempotency_key, idempotency_route, idempotency_hash, lease_owner, lease_until) \
          VALUES (?1, ?2, ?3, NULL, ?4, ?5, ?6, 'PENDING', NULL, ?7, ?8, ?1, ?9, ?9, ?10, ?11, \
-         ?12, ?13, ?14, ?15)",
+         ?12, ?13, ?14, ?15, ?16, ?17)",
     )?
     .execute(params![
         c.refund_id,
@@ -348,6 +294,8 @@ fn reserve(conn: &Connection, c: &NewCancellation) -> Result<Owned<Reserved>, St
         c.idempotency.as_ref().map(|k| k.key.clone()),
         c.idempotency.as_ref().map(|k| k.route.clone()),
         c.idempotency.as_ref().map(|k| k.body_hash.to_vec()),
+        c.lease.owner,
+        format_instant(c.lease.until),
     ])?;
     let mut reserve_item = conn.prepare_cached(
         "UPDATE items SET status = 'CANCELLING' WHERE transaction_id = ?1 AND order_no = ?2 \
@@ -397,14 +345,7 @@ fn succeed(
             "SELECT count(*) FROM items WHERE transaction_id = ?1 AND status <> 'CANCELLED'",
         )?
         .query_row([&view.transaction_id], |r| r.get(0))?;
-    // R-3.3: PENDING→PENDING or →CANCELLED (voids); PAID/PARTIALLY_CANCELLED→
-    // PARTIALLY_CANCELLED or →CANCELLED. Items CANCELLING under another refund still count as
-    // not cancelled: that refund's completion makes the last move.
-    let next = match (status, remaining) {
-        (_, 0) => TransactionStatus::Cancelled,
-        (TransactionStatus::Pending, _) => TransactionStatus::Pending,
-        _ => TransactionStatus::PartiallyCancelled,
-    };
+    let next = status_after(status, remaining);
     let refunded = decimal("transactions.refunded_amount", &refunded)?
         .checked_add(view.refund)
         .ok_or_else(|| corrupt("transactions.refunded_amount", "sum overflows"))?;
@@ -534,21 +475,70 @@ impl CancellationStore for SqliteStore {
         Box::pin(std::future::ready(result))
     }
 
+    fn claim_pending(
+        &self,
+        lease: Lease,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<CancellationView>, StoreError>> {
+        let (now, until) = (format_instant(now), format_instant(lease.until));
+        Box::pin(self.writer.execute(move |conn| {
+            // The single writer makes the select-then-update one step; a second process on
+            // the same file waits for the write lock.
+            let ids: Vec<String> = conn
+                .prepare_cached(
+                    "SELECT id FROM cancellations WHERE outcome = 'PENDING' \
+                     AND (lease_until IS NULL OR lease_until < ?1) \
+                     ORDER BY created_at, id LIMIT ?2",
+                )?
+                .query_map(params![now, limit], |r| r.get(0))?
+                .collect::<Result<_, _>>()?;
+            let mut take = conn.prepare_cached(
+                "UPDATE cancellations SET lease_owner = ?2, lease_until = ?3 WHERE id = ?1",
+            )?;
+            let mut views = Vec::with_capacity(ids.len());
+            for id in ids {
+                take.execute(params![id, lease.owner, until])?;
+                views.extend(read_view(conn, &id)?);
+            }
+            Ok(views)
+        }))
+    }
+
+    fn renew_lease(
+        &self,
+        refund_id: String,
+        lease: Lease,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        let until = format_instant(lease.until);
+        Box::pin(self.writer.execute(move |conn| {
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE cancellations SET lease_until = ?3 WHERE id = ?1 \
+                     AND lease_owner = ?2 AND outcome = 'PENDING'",
+                )?
+                .execute(params![refund_id, lease.owner, until])?;
+            Ok(changed == 1)
+        }))
+    }
+
     fn release_orphan_claims(
         &self,
         routes: Vec<String>,
+        before: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<usize, StoreError>> {
+        let before = format_instant(before);
         Box::pin(self.writer.execute(move |conn| {
             let mut released = 0;
             for route in &routes {
                 released += conn
                     .prepare_cached(
                         "DELETE FROM idempotency_keys WHERE state = 'running' AND route = ?1 \
-                         AND NOT EXISTS (SELECT 1 FROM cancellations c \
+                         AND created_at < ?2 AND NOT EXISTS (SELECT 1 FROM cancellations c \
                          WHERE c.outcome = 'PENDING' AND c.provider_id = idempotency_keys.provider_id \
                          AND c.idempotency_key = idempotency_keys.key)",
                     )?
-                    .execute([route])?;
+                    .execute(params![route, before])?;
             }
             Ok(released)
         }))

@@ -118,7 +118,7 @@ CREATE INDEX idempotency_keys_created ON idempotency_keys(created_at);
     Migration {
         version: 2,
         description: "cancellation refunds: invoice files, receipts, idempotency of cancellations",
-        sql: super::cancellation::CANCELLATION_MIGRATION,
+        sql: crate::store::cancellation::CANCELLATION_MIGRATION,
     },
     Migration {
         version: 3,
@@ -130,6 +130,13 @@ CREATE INDEX idempotency_keys_created ON idempotency_keys(created_at);
         description: "provider time zone fixed on each transaction at creation (R-3.5)",
         // Rows created before this migration have NULL and keep reading the provider's zone.
         sql: "ALTER TABLE transactions ADD COLUMN time_zone TEXT;",
+    },
+    Migration {
+        version: 5,
+        description: "leases of pending refunds: one instance drives each at a time (R-4.8)",
+        // Refunds pending before this migration have no lease: the first recovery claims them.
+        sql: "ALTER TABLE cancellations ADD COLUMN lease_owner TEXT;
+              ALTER TABLE cancellations ADD COLUMN lease_until TEXT;",
     },
 ];
 

@@ -30,10 +30,16 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
 
+pub mod admin;
+pub mod cancellation;
+pub mod migrations;
+
+pub use admin::SqliteAdmin;
+
 use super::{
     Claim, CredentialRow, IdempotencyKey, IdempotencyRecord, IdempotencyState, IdempotentResponse,
     ItemRecord, NewTransaction, Owned, PayOutcome, PaymentDetails, ProviderRow, Store, StoreError,
-    TransactionRecord, format_instant, migrations,
+    TransactionRecord, format_instant,
 };
 
 /// How long a connection waits for a lock held by another process (the provider CLI) before
@@ -331,7 +337,7 @@ fn item_status(text: &str) -> Result<ItemStatus, StoreError> {
 const REFERENCE_ALPHABET: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
 /// A fresh `CHK-XXXXXXXX` reference; 40 random bits.
-fn random_reference() -> String {
+pub(super) fn random_reference() -> String {
     let mut rng = rand::rng();
     let mut reference = String::with_capacity(12);
     reference.push_str("CHK-");

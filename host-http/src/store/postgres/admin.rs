@@ -1,0 +1,234 @@
+//! Provider administration on PostgreSQL ([`AdminStore`]): each call migrates (under the
+//! advisory lock), connects, and writes in one transaction that locks the provider row it
+//! changes. Calls block: each runs on a short-lived runtime of its own thread, so that the
+//! synchronous command line and tests inside a runtime can both use them.
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::{GenericClient, Object};
+
+use super::{build_pool, migrate_url, parse_instant, pool_error, provider_of, read_provider};
+use crate::store::admin::{AdminStore, CredentialListing, NewCredential, ProviderChange};
+use crate::store::sqlite::to_json;
+use crate::store::{PoolSettings, ProviderRow, StoreError, format_instant};
+
+/// [`AdminStore`] on a PostgreSQL database.
+#[derive(Debug, Clone)]
+pub struct PgAdmin {
+    url: String,
+}
+
+impl PgAdmin {
+    /// Administration of the database at `url`; nothing is opened until a call.
+    pub fn new(url: String) -> PgAdmin {
+        PgAdmin { url }
+    }
+
+    /// Runs `work` with a fresh connection on a runtime of its own thread.
+    fn run<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send,
+        F: AsyncFnOnce(&mut Object) -> Result<T, StoreError> + Send,
+    {
+        let url = self.url.as_str();
+        std::thread::scope(|scope| {
+            scope
+                .spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()?;
+                    runtime.block_on(async move {
+                        migrate_url(url).await?;
+                        let settings = PoolSettings {
+                            max_connections: 1,
+                            ..PoolSettings::default()
+                        };
+                        let pool = build_pool(url, &settings)?;
+                        let mut client = pool.get().await.map_err(pool_error)?;
+                        work(&mut client).await
+                    })
+                })
+                .join()
+                .unwrap_or_else(|_| {
+                    Err(StoreError::Unavailable(
+                        "the administration thread panicked".to_owned(),
+                    ))
+                })
+        })
+    }
+}
+
+async fn insert_credential(
+    client: &impl GenericClient,
+    credential: &NewCredential,
+) -> Result<(), StoreError> {
+    client
+        .execute(
+            "INSERT INTO credentials (widget_id, provider_id, secret_hash, scopes, created_at) \
+             VALUES ($1, $2, $3, $4, $5)",
+            &[
+                &credential.widget_id,
+                &credential.provider_id,
+                &&credential.secret_hash[..],
+                &credential.scopes,
+                &credential.created_at,
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+impl AdminStore for PgAdmin {
+    fn create_provider(
+        &self,
+        provider: &ProviderRow,
+        credential: &NewCredential,
+    ) -> Result<(), StoreError> {
+        let created_at = parse_instant("providers.created_at", &provider.created_at)?;
+        let default_policy = provider.default_policy.as_ref().map(to_json).transpose()?;
+        let categories = to_json(&provider.category_policies)?;
+        self.run(async move |client: &mut Object| {
+            let tx = client.transaction().await?;
+            tx.execute(
+                "INSERT INTO providers (id, name, time_zone, default_policy, category_policies, \
+                 created_at) VALUES ($1, $2, $3, $4::text::jsonb, $5::text::jsonb, $6)",
+                &[
+                    &provider.id,
+                    &provider.name,
+                    &provider.time_zone,
+                    &default_policy,
+                    &categories,
+                    &created_at,
+                ],
+            )
+            .await?;
+            insert_credential(&tx, credential).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    fn add_credential(&self, credential: &NewCredential) -> Result<bool, StoreError> {
+        self.run(async move |client: &mut Object| {
+            let tx = client.transaction().await?;
+            let exists = tx
+                .query_opt(
+                    "SELECT 1 FROM providers WHERE id = $1 FOR SHARE",
+                    &[&credential.provider_id],
+                )
+                .await?
+                .is_some();
+            if !exists {
+                return Ok(false);
+            }
+            insert_credential(&tx, credential).await?;
+            tx.commit().await?;
+            Ok(true)
+        })
+    }
+
+    fn revoke_credential(&self, widget_id: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        self.run(async move |client: &mut Object| {
+            let changed = client
+                .execute(
+                    "UPDATE credentials SET revoked_at = COALESCE(revoked_at, $2) \
+                     WHERE widget_id = $1",
+                    &[&widget_id, &now],
+                )
+                .await?;
+            Ok(changed > 0)
+        })
+    }
+
+    fn update_provider(
+        &self,
+        provider_id: &str,
+        change: ProviderChange<'_>,
+    ) -> Result<bool, StoreError> {
+        self.run(async move |client: &mut Object| {
+            let tx = client.transaction().await?;
+            tx.execute(
+                "SELECT 1 FROM providers WHERE id = $1 FOR UPDATE",
+                &[&provider_id],
+            )
+            .await?;
+            let Some(mut provider) = read_provider(&tx, provider_id).await? else {
+                return Ok(false);
+            };
+            change(&mut provider);
+            let default_policy = provider.default_policy.as_ref().map(to_json).transpose()?;
+            let categories = to_json(&provider.category_policies)?;
+            tx.execute(
+                "UPDATE providers SET name = $2, time_zone = $3, \
+                 default_policy = $4::text::jsonb, category_policies = $5::text::jsonb \
+                 WHERE id = $1",
+                &[
+                    &provider_id,
+                    &provider.name,
+                    &provider.time_zone,
+                    &default_policy,
+                    &categories,
+                ],
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(true)
+        })
+    }
+
+    fn list_providers(&self) -> Result<Vec<(ProviderRow, Vec<CredentialListing>)>, StoreError> {
+        self.run(async move |client: &mut Object| {
+            let tx = client
+                .build_transaction()
+                .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()
+                .await?;
+            let providers = tx
+                .query(
+                    "SELECT id, name, time_zone, default_policy::text, \
+                     category_policies::text, created_at FROM providers ORDER BY created_at, id",
+                    &[],
+                )
+                .await?;
+            let mut listed = Vec::with_capacity(providers.len());
+            for row in &providers {
+                let provider = provider_of(row)?;
+                let credentials = tx
+                    .query(
+                        "SELECT widget_id, scopes, created_at, revoked_at FROM credentials \
+                         WHERE provider_id = $1 ORDER BY created_at, widget_id",
+                        &[&provider.id],
+                    )
+                    .await?
+                    .iter()
+                    .map(|r| {
+                        Ok(CredentialListing {
+                            widget_id: r.try_get(0)?,
+                            scopes: r.try_get(1)?,
+                            created_at: format_instant(r.try_get(2)?),
+                            revoked_at: r
+                                .try_get::<_, Option<DateTime<Utc>>>(3)?
+                                .map(format_instant),
+                        })
+                    })
+                    .collect::<Result<Vec<_>, StoreError>>()?;
+                listed.push((provider, credentials));
+            }
+            tx.commit().await?;
+            Ok(listed)
+        })
+    }
+
+    fn provider_named(&self, name: &str) -> Result<Option<String>, StoreError> {
+        self.run(async move |client: &mut Object| {
+            Ok(client
+                .query_opt(
+                    "SELECT id FROM providers WHERE name = $1 ORDER BY created_at, id LIMIT 1",
+                    &[&name],
+                )
+                .await?
+                .map(|row| row.try_get(0))
+                .transpose()?)
+        })
+    }
+}

@@ -1,0 +1,260 @@
+//! The PostgreSQL schema as a static, versioned list of migrations, tracked in the table
+//! `schema_migrations` and applied under a session advisory lock, so that instances starting
+//! together migrate once and the others wait, then find the schema up to date.
+//!
+//! A migration is never edited once released: a change of the schema is a new entry at the end.
+//! The schema matches the SQLite one table for table (see `store::sqlite::migrations`); types
+//! are PostgreSQL's own: `NUMERIC` amounts (R-1.1), `timestamptz` instants, `jsonb` documents,
+//! `json` where a provider's object is echoed with its keys in the order written.
+
+use tokio_postgres::{Client, NoTls};
+
+use crate::store::StoreError;
+use crate::store::sqlite::migrations::{Migration, MigrationError};
+
+/// Key of the advisory lock held while migrating (any constant unique to this schema).
+const MIGRATION_LOCK: i64 = 0x0C4E_C0D7_5EC0_0001;
+
+/// Every migration, oldest first.
+pub static MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    description: "providers, credentials, transactions, items, files, cancellations with \
+                  leases, idempotency keys, the ledger gateway's refunds",
+    sql: r#"
+CREATE TABLE providers (
+    id                 text PRIMARY KEY,
+    name               text NOT NULL,
+    time_zone          text NOT NULL DEFAULT 'UTC',
+    default_policy     jsonb,                          -- CancellationPolicy or NULL (R-5.1)
+    category_policies  jsonb NOT NULL DEFAULT '{}',    -- {CATEGORY: CancellationPolicy}
+    next_receipt_no    bigint NOT NULL DEFAULT 1,      -- receipt numbers per provider (R-10.2)
+    created_at         timestamptz NOT NULL
+);
+CREATE INDEX providers_name ON providers(name, created_at);
+
+CREATE TABLE credentials (
+    widget_id    text PRIMARY KEY,
+    provider_id  text NOT NULL REFERENCES providers(id),
+    secret_hash  bytea NOT NULL CHECK (length(secret_hash) = 32),  -- SHA-256 (R-7.1)
+    scopes       text NOT NULL,                                    -- comma-separated (R-7.3)
+    created_at   timestamptz NOT NULL,
+    revoked_at   timestamptz
+);
+CREATE INDEX credentials_provider ON credentials(provider_id);
+
+CREATE TABLE transactions (
+    id               text PRIMARY KEY,                 -- UUID v7, lower-case (R-3.1)
+    provider_id      text NOT NULL REFERENCES providers(id),
+    reference        text NOT NULL UNIQUE,             -- CHK-XXXXXXXX (R-3.2)
+    status           text NOT NULL,
+    title            text NOT NULL,
+    currency         text NOT NULL,
+    ref_ids          json NOT NULL,                    -- as written: keys keep their order
+    note             text,
+    attachments      jsonb NOT NULL,
+    email            jsonb,
+    payload          text NOT NULL,                    -- creation body exactly as received
+    time_zone        text,                             -- provider zone at creation (R-3.5)
+    total            numeric NOT NULL,
+    paid_amount      numeric,
+    refunded_amount  numeric NOT NULL DEFAULT 0,
+    paid_at          timestamptz,
+    payment          json,                             -- payment, customer, card, … as written
+    created_at       timestamptz NOT NULL,
+    updated_at       timestamptz NOT NULL
+);
+CREATE INDEX transactions_provider ON transactions(provider_id, created_at);
+
+CREATE TABLE items (
+    transaction_id  text NOT NULL REFERENCES transactions(id),
+    order_no        integer NOT NULL CHECK (order_no >= 1),        -- from 1 (R-4.1)
+    name            text,
+    category        text,
+    total           numeric NOT NULL,
+    policy          jsonb,                             -- effective policy at creation (R-3.5)
+    period          jsonb,
+    status          text NOT NULL DEFAULT 'ACTIVE',    -- ACTIVE, CANCELLING, CANCELLED
+    refunded        numeric NOT NULL DEFAULT 0,
+    PRIMARY KEY (transaction_id, order_no)
+);
+
+CREATE TABLE files (
+    id            text PRIMARY KEY,
+    provider_id   text NOT NULL REFERENCES providers(id),
+    name          text,
+    content_type  text NOT NULL,
+    size_bytes    bigint NOT NULL CHECK (size_bytes >= 0),
+    sha256        text NOT NULL,
+    share_token   text UNIQUE,
+    content       bytea NOT NULL,
+    created_at    timestamptz NOT NULL
+);
+CREATE INDEX files_provider ON files(provider_id, created_at);
+
+CREATE TABLE cancellations (
+    id                  text PRIMARY KEY,              -- refund id, the gateway's key (R-4.8)
+    transaction_id      text NOT NULL REFERENCES transactions(id),
+    provider_id         text NOT NULL REFERENCES providers(id),
+    receipt_number      text,                          -- CR-000042 once SUCCESS
+    items               jsonb NOT NULL,                -- order numbers
+    breakdown           jsonb NOT NULL,                -- per-item penalty and refund lines
+    refund              numeric NOT NULL,
+    currency            text NOT NULL,
+    outcome             text NOT NULL,                 -- PENDING, SUCCESS, FAILED
+    error_message       text,
+    invoice_title       text,
+    invoice_number      text,
+    invoice_file_id     text REFERENCES files(id),
+    payment_reference   text,
+    transaction_status  text,
+    gateway_reference   text,
+    idempotency_key     text,
+    idempotency_route   text,
+    idempotency_hash    bytea,
+    lease_owner         text,                          -- instance driving the refund
+    lease_until         timestamptz,
+    created_at          timestamptz NOT NULL,
+    updated_at          timestamptz NOT NULL,
+    completed_at        timestamptz
+);
+CREATE INDEX cancellations_transaction ON cancellations(transaction_id, created_at, id);
+CREATE UNIQUE INDEX cancellations_receipt ON cancellations(provider_id, receipt_number)
+    WHERE receipt_number IS NOT NULL;
+CREATE INDEX cancellations_pending ON cancellations(created_at, id) WHERE outcome = 'PENDING';
+
+CREATE TABLE idempotency_keys (
+    provider_id    text NOT NULL REFERENCES providers(id),
+    key            text NOT NULL,
+    route          text NOT NULL,
+    body_hash      bytea NOT NULL,
+    state          text NOT NULL,                      -- running, done
+    status_code    integer,
+    response_body  text,
+    created_at     timestamptz NOT NULL,
+    PRIMARY KEY (provider_id, key)
+);
+CREATE INDEX idempotency_keys_created ON idempotency_keys(created_at);
+
+CREATE TABLE ledger_refunds (
+    refund_id       text PRIMARY KEY,
+    transaction_id  text NOT NULL,
+    amount          text NOT NULL,
+    currency        text NOT NULL,
+    recorded_at     text NOT NULL
+);
+CREATE INDEX ledger_refunds_by_transaction ON ledger_refunds(transaction_id);
+"#,
+}];
+
+/// Latest schema version this build knows.
+pub fn latest_version() -> u32 {
+    MIGRATIONS.last().map_or(0, |m| m.version)
+}
+
+/// Connects to `url` on a connection of its own (not a pooled one: the advisory lock belongs
+/// to the session) and migrates.
+pub async fn migrate_url(url: &str) -> Result<u32, StoreError> {
+    let (mut client, connection) = tokio_postgres::connect(url, NoTls).await?;
+    let driver = tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::warn!(%error, "migration connection ended");
+        }
+    });
+    let result = migrate(&mut client).await;
+    drop(client);
+    let _ = driver.await;
+    result
+}
+
+/// Applies every migration newer than the database's version, each in its own transaction,
+/// while holding the advisory lock; returns the version reached.
+pub async fn migrate(client: &mut Client) -> Result<u32, StoreError> {
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+        .await?;
+    let result = apply(client).await;
+    // Unlocked explicitly; the lock would also end with the session.
+    let unlocked = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
+        .await;
+    let version = result?;
+    unlocked?;
+    Ok(version)
+}
+
+async fn apply(client: &mut Client) -> Result<u32, StoreError> {
+    client
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (
+                 version      integer PRIMARY KEY,
+                 description  text NOT NULL,
+                 applied_at   timestamptz NOT NULL DEFAULT now()
+             )",
+        )
+        .await?;
+    let current: i32 = client
+        .query_one(
+            "SELECT COALESCE(max(version), 0) FROM schema_migrations",
+            &[],
+        )
+        .await?
+        .try_get(0)?;
+    let current = u32::try_from(current).unwrap_or(0);
+    if current > latest_version() {
+        return Err(MigrationError::TooNew {
+            found: current,
+            known: latest_version(),
+        }
+        .into());
+    }
+    for migration in MIGRATIONS.iter().filter(|m| m.version > current) {
+        let tx = client.transaction().await?;
+        tx.batch_execute(migration.sql).await?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, description) VALUES ($1, $2)",
+            &[
+                &i32::try_from(migration.version).unwrap_or(i32::MAX),
+                &migration.description,
+            ],
+        )
+        .await?;
+        tx.commit().await?;
+        tracing::info!(
+            version = migration.version,
+            description = migration.description,
+            "database migrated"
+        );
+    }
+    Ok(latest_version())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_numbered_from_one_without_gaps() {
+        for (index, migration) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(
+                migration.version as usize,
+                index + 1,
+                "{}",
+                migration.description
+            );
+        }
+    }
+
+    #[test]
+    fn amounts_are_never_floating_point() {
+        for migration in MIGRATIONS {
+            let sql = migration.sql.to_lowercase();
+            for float in ["real", "double precision", "float"] {
+                assert!(
+                    !sql.contains(float),
+                    "{float} in migration {}",
+                    migration.version
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,818 @@
+//! The PostgreSQL store: several `checkout-server` instances share one database.
+//!
+//! A pool of connections (deadpool-postgres) per instance; every change is one database
+//! transaction. Invariants that span rows of one checkout transaction (R-3.4, R-4.1, R-4.5) are
+//! kept by locking that transaction's row first (`SELECT … FOR UPDATE`), so concurrent requests
+//! on any instance take turns per transaction and never per table. Lock order, everywhere:
+//! transaction row → cancellation row → provider row (receipt counter). Amounts are `NUMERIC`
+//! (R-1.1), instants `timestamptz`, documents `jsonb` or, where a provider's own object is
+//! echoed as written, `json`.
+
+pub mod admin;
+pub mod cancellation;
+pub mod ledger;
+pub mod migrations;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod};
+use engine::api::{
+    Attachment, CancellationPolicy, CancellationRecord, Category, CheckoutEmail, ItemStatus,
+    Period, RefIds, TransactionStatus, UpdateTransaction,
+};
+use futures_util::future::BoxFuture;
+use rust_decimal::Decimal;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{NoTls, Row};
+
+pub use admin::PgAdmin;
+pub use ledger::PgLedger;
+pub use migrations::migrate_url;
+
+use super::sqlite::{from_json, opt_json, to_json};
+use super::{
+    Claim, CredentialRow, IdempotencyKey, IdempotencyRecord, IdempotencyState, IdempotentResponse,
+    ItemRecord, NewTransaction, Owned, PayOutcome, PaymentDetails, PoolSettings, ProviderRow,
+    Store, StoreError, TransactionRecord, format_instant,
+};
+
+/// A running claim older than this, that no pending refund carries, belongs to a request whose
+/// instance stopped before finishing it; a new request with the same key may take it over
+/// (R-9.1). Longer than any request may run (the gateway's bounded retries included).
+pub const STALE_CLAIM_AFTER: chrono::Duration = chrono::Duration::minutes(2);
+
+/// Whether an error means the database could not be reached or the connection broke, rather
+/// than a statement's fault: connection exceptions (class 08), the server shutting down or
+/// starting (57P01–57P03), too many connections (53300), a closed connection or an I/O error.
+pub fn is_connection_error(error: &tokio_postgres::Error) -> bool {
+    if error.is_closed() {
+        return true;
+    }
+    if let Some(code) = error.code() {
+        let code = code.code();
+        return code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "53300");
+    }
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if cause.is::<std::io::Error>() {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
+/// The URL without its password, for logs and messages.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.split_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+fn pool_error(error: PoolError) -> StoreError {
+    match error {
+        PoolError::Backend(error) => StoreError::Postgres(error),
+        other => StoreError::Unavailable(other.to_string()),
+    }
+}
+
+fn corrupt(column: &'static str, detail: impl Into<String>) -> StoreError {
+    StoreError::Corrupt {
+        column,
+        detail: detail.into(),
+    }
+}
+
+fn parse_instant(column: &'static str, text: &str) -> Result<DateTime<Utc>, StoreError> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|at| at.with_timezone(&Utc))
+        .map_err(|e| corrupt(column, e.to_string()))
+}
+
+fn transaction_status(text: &str) -> Result<TransactionStatus, StoreError> {
+    super::sqlite::transaction_status(text)
+}
+
+fn item_status(text: &str) -> Result<ItemStatus, StoreError> {
+    from_json("items.status", &format!("\"{text}\""))
+}
+
+fn hash32(column: &'static str, bytes: Vec<u8>) -> Result<[u8; 32], StoreError> {
+    bytes
+        .try_into()
+        .map_err(|_| corrupt(column, "not 32 bytes"))
+}
+
+fn instant(at: Option<DateTime<Utc>>) -> Option<String> {
+    at.map(format_instant)
+}
+
+/// Opens a pool on `url` with the pool settings; connections carry the statement timeout.
+fn build_pool(url: &str, settings: &PoolSettings) -> Result<Pool, StoreError> {
+    let mut config = tokio_postgres::Config::from_str(url)
+        .map_err(|e| StoreError::Config(format!("invalid PostgreSQL URL: {e}")))?;
+    if settings.statement_timeout_ms > 0 {
+        config.options(format!(
+            "-c statement_timeout={}",
+            settings.statement_timeout_ms
+        ));
+    }
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_millis(settings.acquire_timeout_ms.max(1)));
+    }
+    config.application_name("checkout-server");
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            // A connection the server closed (restart, pg_terminate_backend) is dropped at its
+            // next checkout; a new one is made, so an instance heals once the database is back.
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    let wait = Duration::from_millis(settings.acquire_timeout_ms.max(1));
+    Pool::builder(manager)
+        .max_size(settings.max_connections.max(1))
+        .wait_timeout(Some(wait))
+        .create_timeout(Some(wait))
+        .recycle_timeout(Some(wait))
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()
+        .map_err(|e| StoreError::Config(e.to_string()))
+}
+
+/// The PostgreSQL implementation of [`Store`] and
+/// [`CancellationStore`](super::cancellation::CancellationStore).
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    pool: Pool,
+}
+
+impl PgStore {
+    /// Migrates the database (under an advisory lock, so that instances starting together are
+    /// safe) and opens a pool.
+    pub async fn open(url: &str, settings: &PoolSettings) -> Result<Arc<PgStore>, StoreError> {
+        migrate_url(url).await?;
+        let pool = build_pool(url, settings)?;
+        // One connection now, so that a wrong URL or a database that is down fails the start.
+        drop(pool.get().await.map_err(pool_error)?);
+        Ok(Arc::new(PgStore { pool }))
+    }
+
+    /// A connection from the pool.
+    pub(super) async fn client(&self) -> Result<Object, StoreError> {
+        self.pool.get().await.map_err(pool_error)
+    }
+}
+
+async fn read_provider(
+    client: &impl GenericClient,
+    id: &str,
+) -> Result<Option<ProviderRow>, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "SELECT id, name, time_zone, default_policy::text, category_policies::text, \
+             created_at FROM providers WHERE id = $1",
+        )
+        .await?;
+    let Some(row) = client.query_opt(&statement, &[&id]).await? else {
+        return Ok(None);
+    };
+    provider_of(&row).map(Some)
+}
+
+fn provider_of(row: &Row) -> Result<ProviderRow, StoreError> {
+    Ok(ProviderRow {
+        id: row.try_get(0)?,
+        name: row.try_get(1)?,
+        time_zone: row.try_get(2)?,
+        default_policy: opt_json("providers.default_policy", row.try_get(3)?)?,
+        category_policies: from_json::<std::collections::BTreeMap<Category, CancellationPolicy>>(
+            "providers.category_policies",
+            &row.try_get::<_, String>(4)?,
+        )?,
+        created_at: format_instant(row.try_get(5)?),
+    })
+}
+
+/// Reads a transaction with its items and cancellations; run inside one transaction so that
+/// the three reads see one snapshot.
+async fn read_transaction(
+    client: &impl GenericClient,
+    id: &str,
+) -> Result<Option<TransactionRecord>, StoreError> {
+    let head = client
+        .prepare_cached(
+            "SELECT provider_id, reference, status, title, currency, ref_ids::text, note, \
+             attachments::text, email::text, payload, total, paid_amount, refunded_amount, \
+             paid_at, payment::text, created_at, updated_at, time_zone \
+             FROM transactions WHERE id = $1",
+        )
+        .await?;
+    let Some(row) = client.query_opt(&head, &[&id]).await? else {
+        return Ok(None);
+    };
+    let items = read_items(client, id).await?;
+    let cancellations = read_cancellations(client, id).await?;
+    Ok(Some(TransactionRecord {
+        id: id.to_owned(),
+        provider_id: row.try_get(0)?,
+        reference: row.try_get(1)?,
+        status: transaction_status(row.try_get(2)?)?,
+        title: row.try_get(3)?,
+        currency: row.try_get(4)?,
+        ref_ids: from_json::<RefIds>("transactions.ref_ids", row.try_get(5)?)?,
+        note: row.try_get(6)?,
+        attachments: from_json::<Vec<Attachment>>("transactions.attachments", row.try_get(7)?)?,
+        email: opt_json::<CheckoutEmail>("transactions.email", row.try_get(8)?)?,
+        payload: row.try_get(9)?,
+        total: row.try_get(10)?,
+        paid_amount: row.try_get(11)?,
+        refunded_amount: row.try_get(12)?,
+        paid_at: instant(row.try_get(13)?),
+        payment: opt_json::<PaymentDetails>("transactions.payment", row.try_get(14)?)?,
+        items,
+        cancellations,
+        created_at: format_instant(row.try_get(15)?),
+        updated_at: format_instant(row.try_get(16)?),
+        time_zone: row.try_get(17)?,
+    }))
+}
+
+pub(super) async fn read_items(
+    client: &impl GenericClient,
+    transaction_id: &str,
+) -> Result<Vec<ItemRecord>, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "SELECT order_no, name, category, total, policy::text, period::text, status, \
+             refunded FROM items WHERE transaction_id = $1 ORDER BY order_no",
+        )
+        .await?;
+    let rows = client.query(&statement, &[&transaction_id]).await?;
+    rows.iter()
+        .map(|row| {
+            let category: Option<String> = row.try_get(2)?;
+            let category = match category {
+                Some(text) => Some(
+                    Category::parse(&text)
+                        .ok_or_else(|| corrupt("items.category", text.clone()))?,
+                ),
+                None => None,
+            };
+            let order_no: i32 = row.try_get(0)?;
+            Ok(ItemRecord {
+                order_no: u32::try_from(order_no)
+                    .map_err(|e| corrupt("items.order_no", e.to_string()))?,
+                name: row.try_get(1)?,
+                category,
+                total: row.try_get(3)?,
+                policy: opt_json::<CancellationPolicy>("items.policy", row.try_get(4)?)?,
+                period: opt_json::<Period>("items.period", row.try_get(5)?)?,
+                status: item_status(row.try_get(6)?)?,
+                refunded: row.try_get(7)?,
+            })
+        })
+        .collect()
+}
+
+async fn read_cancellations(
+    client: &impl GenericClient,
+    transaction_id: &str,
+) -> Result<Vec<CancellationRecord>, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "SELECT receipt_number, items::text, refund, outcome, created_at FROM cancellations \
+             WHERE transaction_id = $1 ORDER BY created_at, id",
+        )
+        .await?;
+    let rows = client.query(&statement, &[&transaction_id]).await?;
+    rows.iter()
+        .map(|row| {
+            Ok(CancellationRecord {
+                receipt_number: row.try_get(0)?,
+                items: from_json("cancellations.items", row.try_get(1)?)?,
+                refund: row.try_get(2)?,
+                outcome: row.try_get(3)?,
+                created_at: format_instant(row.try_get(4)?),
+            })
+        })
+        .collect()
+}
+
+async fn read_idempotency(
+    client: &impl GenericClient,
+    provider_id: &str,
+    key: &str,
+    not_before: DateTime<Utc>,
+) -> Result<Option<IdempotencyRecord>, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "SELECT route, body_hash, state, status_code, response_body FROM idempotency_keys \
+             WHERE provider_id = $1 AND key = $2 AND created_at >= $3",
+        )
+        .await?;
+    let Some(row) = client
+        .query_opt(&statement, &[&provider_id, &key, &not_before])
+        .await?
+    else {
+        return Ok(None);
+    };
+    let state: String = row.try_get(2)?;
+    let status_code: Option<i32> = row.try_get(3)?;
+    let body: Option<String> = row.try_get(4)?;
+    let state = match (state.as_str(), status_code, body) {
+        ("done", Some(code), Some(body)) => IdempotencyState::Done {
+            status_code: u16::try_from(code)
+                .map_err(|e| corrupt("idempotency_keys.status_code", e.to_string()))?,
+            body,
+        },
+        ("running", _, _) => IdempotencyState::Running,
+        _ => return Err(corrupt("idempotency_keys.state", state)),
+    };
+    Ok(Some(IdempotencyRecord {
+        route: row.try_get(0)?,
+        body_hash: hash32("idempotency_keys.body_hash", row.try_get(1)?)?,
+        state,
+    }))
+}
+
+/// Locks a transaction's row for the rest of the database transaction and checks its owner
+/// (R-7.4). Every change of a checkout transaction starts here, so changes of one transaction
+/// take turns across instances.
+pub(super) async fn lock_owned(
+    client: &impl GenericClient,
+    id: &str,
+    provider_id: &str,
+) -> Result<Owned<()>, StoreError> {
+    let statement = client
+        .prepare_cached("SELECT provider_id FROM transactions WHERE id = $1 FOR UPDATE")
+        .await?;
+    let owner: Option<String> = client
+        .query_opt(&statement, &[&id])
+        .await?
+        .map(|row| row.try_get(0))
+        .transpose()?;
+    Ok(match owner {
+        None => Owned::NotFound,
+        Some(owner) if owner == provider_id => Owned::Done(()),
+        Some(_) => Owned::OtherProvider,
+    })
+}
+
+/// Stores the response of a claimed key, completing it (R-9.1).
+pub(super) async fn finish_idempotency(
+    client: &impl GenericClient,
+    response: &IdempotentResponse,
+) -> Result<(), StoreError> {
+    let statement = client
+        .prepare_cached(
+            "UPDATE idempotency_keys SET state = 'done', status_code = $3, response_body = $4 \
+             WHERE provider_id = $1 AND key = $2",
+        )
+        .await?;
+    client
+        .execute(
+            &statement,
+            &[
+                &response.key.provider_id,
+                &response.key.key,
+                &i32::from(response.status_code),
+                &response.body,
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Deletes a running claim (a request refused by validation is not kept, R-9.1).
+pub(super) async fn drop_claim(
+    client: &impl GenericClient,
+    provider_id: &str,
+    key: &str,
+) -> Result<(), StoreError> {
+    let statement = client
+        .prepare_cached(
+            "DELETE FROM idempotency_keys WHERE provider_id = $1 AND key = $2 \
+             AND state = 'running'",
+        )
+        .await?;
+    client.execute(&statement, &[&provider_id, &key]).await?;
+    Ok(())
+}
+
+impl PgStore {
+    async fn claim(
+        &self,
+        key: &IdempotencyKey,
+        now: DateTime<Utc>,
+        not_before: DateTime<Utc>,
+    ) -> Result<Claim, StoreError> {
+        let client = self.client().await?;
+        // The primary key (provider, key) makes the claim one atomic step on every instance:
+        // the insert wins, or takes over an expired record or a stale claim of a request that
+        // never finished, or finds the record another request holds.
+        let insert = client
+            .prepare_cached(
+                "INSERT INTO idempotency_keys (provider_id, key, route, body_hash, state, \
+                 created_at) VALUES ($1, $2, $3, $4, 'running', $5) \
+                 ON CONFLICT (provider_id, key) DO UPDATE SET route = EXCLUDED.route, \
+                 body_hash = EXCLUDED.body_hash, state = 'running', status_code = NULL, \
+                 response_body = NULL, created_at = EXCLUDED.created_at \
+                 WHERE idempotency_keys.created_at < $6 \
+                 OR (idempotency_keys.state = 'running' AND idempotency_keys.created_at < $7 \
+                 AND NOT EXISTS (SELECT 1 FROM cancellations c WHERE c.outcome = 'PENDING' \
+                 AND c.provider_id = idempotency_keys.provider_id \
+                 AND c.idempotency_key = idempotency_keys.key)) \
+                 RETURNING 1",
+            )
+            .await?;
+        let stale = now - STALE_CLAIM_AFTER;
+        for _ in 0..3 {
+            let claimed = client
+                .query_opt(
+                    &insert,
+                    &[
+                        &key.provider_id,
+                        &key.key,
+                        &key.route,
+                        &&key.body_hash[..],
+                        &now,
+                        &not_before,
+                        &stale,
+                    ],
+                )
+                .await?;
+            if claimed.is_some() {
+                return Ok(Claim::Claimed);
+            }
+            if let Some(existing) =
+                read_idempotency(&client, &key.provider_id, &key.key, not_before).await?
+            {
+                return Ok(Claim::Existing(existing));
+            }
+            // Released between the two statements: claim again.
+        }
+        Err(StoreError::Unavailable(
+            "idempotency key kept changing while being claimed".to_owned(),
+        ))
+    }
+
+    async fn insert_transaction(
+        &self,
+        transaction: &NewTransaction,
+        response: Option<&IdempotentResponse>,
+    ) -> Result<String, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let insert = tx
+            .prepare_cached(
+                "INSERT INTO transactions (id, provider_id, reference, status, title, currency, \
+                 ref_ids, note, attachments, email, payload, total, refunded_amount, created_at, \
+                 updated_at, time_zone) VALUES ($1, $2, $3, 'PENDING', $4, $5, $6::text::json, \
+                 $7, $8::text::jsonb, $9::text::jsonb, $10, $11, 0, $12, $12, $13) \
+                 ON CONFLICT (reference) DO NOTHING",
+            )
+            .await?;
+        let ref_ids = to_json(&transaction.ref_ids)?;
+        let attachments = to_json(&transaction.attachments)?;
+        let email = transaction.email.as_ref().map(to_json).transpose()?;
+        let reference = loop {
+            // 40 random bits (R-3.2): a collision is rare, and the unique index settles it.
+            let reference = super::sqlite::random_reference();
+            let inserted = tx
+                .execute(
+                    &insert,
+                    &[
+                        &transaction.id,
+                        &transaction.provider_id,
+                        &reference,
+                        &transaction.title,
+                        &transaction.currency,
+                        &ref_ids,
+                        &transaction.note,
+                        &attachments,
+                        &email,
+                        &transaction.payload,
+                        &transaction.total,
+                        &transaction.created_at,
+                        &transaction.time_zone,
+                    ],
+                )
+                .await?;
+            if inserted == 1 {
+                break reference;
+            }
+        };
+        let insert_item = tx
+            .prepare_cached(
+                "INSERT INTO items (transaction_id, order_no, name, category, total, policy, \
+                 period, status, refunded) VALUES ($1, $2, $3, $4, $5, $6::text::jsonb, \
+                 $7::text::jsonb, 'ACTIVE', 0)",
+            )
+            .await?;
+        for (index, item) in transaction.items.iter().enumerate() {
+            let order_no = i32::try_from(index + 1).unwrap_or(i32::MAX);
+            let policy = item.policy.as_ref().map(to_json).transpose()?;
+            let period = item.period.as_ref().map(to_json).transpose()?;
+            tx.execute(
+                &insert_item,
+                &[
+                    &transaction.id,
+                    &order_no,
+                    &item.name,
+                    &item.category.map(Category::as_str),
+                    &item.total,
+                    &policy,
+                    &period,
+                ],
+            )
+            .await?;
+        }
+        if let Some(response) = response {
+            finish_idempotency(&tx, response).await?;
+        }
+        tx.commit().await?;
+        Ok(reference)
+    }
+
+    async fn update(
+        &self,
+        id: &str,
+        provider_id: &str,
+        update: &UpdateTransaction,
+        now: DateTime<Utc>,
+    ) -> Result<Owned<()>, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let owned = lock_owned(&tx, id, provider_id).await?;
+        if owned != Owned::Done(()) {
+            return Ok(owned);
+        }
+        // R-8.6: each given field replaces the stored one; absent fields stay (COALESCE).
+        let statement = tx
+            .prepare_cached(
+                "UPDATE transactions SET ref_ids = COALESCE($2::text::json, ref_ids), \
+                 title = COALESCE($3, title), note = COALESCE($4, note), \
+                 attachments = COALESCE($5::text::jsonb, attachments), updated_at = $6 \
+                 WHERE id = $1",
+            )
+            .await?;
+        let ref_ids = update.external_ids.as_ref().map(to_json).transpose()?;
+        let attachments = update.attachments.as_ref().map(to_json).transpose()?;
+        tx.execute(
+            &statement,
+            &[
+                &id,
+                &ref_ids,
+                &update.title,
+                &update.note,
+                &attachments,
+                &now,
+            ],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Owned::Done(()))
+    }
+
+    async fn pay(
+        &self,
+        id: &str,
+        provider_id: &str,
+        details: &PaymentDetails,
+        paid_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Owned<PayOutcome>, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        match lock_owned(&tx, id, provider_id).await? {
+            Owned::Done(()) => {}
+            Owned::NotFound => return Ok(Owned::NotFound),
+            Owned::OtherProvider => return Ok(Owned::OtherProvider),
+        }
+        let row = tx
+            .query_one(
+                "SELECT status, currency FROM transactions WHERE id = $1",
+                &[&id],
+            )
+            .await?;
+        let status: String = row.try_get(0)?;
+        let currency: String = row.try_get(1)?;
+        if status != TransactionStatus::Pending.as_str() {
+            return Ok(Owned::Done(PayOutcome::NotPayable(format!(
+                "contract status {status} does not allow payment"
+            ))));
+        }
+        let active: Vec<Decimal> = read_items(&tx, id)
+            .await?
+            .into_iter()
+            .filter(|item| item.status == ItemStatus::Active)
+            .map(|item| item.total)
+            .collect();
+        if active.is_empty() {
+            return Ok(Owned::Done(PayOutcome::NotPayable(
+                "contract has no active items to pay".to_owned(),
+            )));
+        }
+        let paid = active
+            .into_iter()
+            .try_fold(Decimal::ZERO, |sum, total| sum.checked_add(total))
+            .ok_or_else(|| corrupt("items.total", "sum overflows"))?;
+        // R-1.4: the amount paid is written at the currency's scale.
+        let scale = engine::money::minor_units(&currency).unwrap_or(2);
+        let paid = engine::money::round_to_scale(paid, scale);
+        let details = to_json(details)?;
+        tx.execute(
+            "UPDATE transactions SET status = 'PAID', paid_amount = $2, paid_at = $3, \
+             payment = $4::text::json, updated_at = $5 WHERE id = $1",
+            &[&id, &paid, &paid_at, &details, &now],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Owned::Done(PayOutcome::Paid(paid)))
+    }
+}
+
+impl Store for PgStore {
+    fn credential(
+        &self,
+        widget_id: String,
+    ) -> BoxFuture<'_, Result<Option<CredentialRow>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let statement = client
+                .prepare_cached(
+                    "SELECT provider_id, secret_hash, scopes FROM credentials \
+                     WHERE widget_id = $1 AND revoked_at IS NULL",
+                )
+                .await?;
+            let Some(row) = client.query_opt(&statement, &[&widget_id]).await? else {
+                return Ok(None);
+            };
+            Ok(Some(CredentialRow {
+                widget_id,
+                provider_id: row.try_get(0)?,
+                secret_hash: hash32("credentials.secret_hash", row.try_get(1)?)?,
+                scopes: row.try_get(2)?,
+            }))
+        })
+    }
+
+    fn provider(
+        &self,
+        provider_id: String,
+    ) -> BoxFuture<'_, Result<Option<ProviderRow>, StoreError>> {
+        Box::pin(async move { read_provider(&self.client().await?, &provider_id).await })
+    }
+
+    fn idempotency(
+        &self,
+        provider_id: String,
+        key: String,
+        not_before: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<Option<IdempotencyRecord>, StoreError>> {
+        Box::pin(async move {
+            read_idempotency(&self.client().await?, &provider_id, &key, not_before).await
+        })
+    }
+
+    fn claim_idempotency(
+        &self,
+        key: IdempotencyKey,
+        now: DateTime<Utc>,
+        not_before: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<Claim, StoreError>> {
+        Box::pin(async move { self.claim(&key, now, not_before).await })
+    }
+
+    fn release_idempotency(
+        &self,
+        provider_id: String,
+        key: String,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move { drop_claim(&self.client().await?, &provider_id, &key).await })
+    }
+
+    fn create_transaction(
+        &self,
+        transaction: NewTransaction,
+        response: Option<IdempotentResponse>,
+    ) -> BoxFuture<'_, Result<String, StoreError>> {
+        Box::pin(async move {
+            self.insert_transaction(&transaction, response.as_ref())
+                .await
+        })
+    }
+
+    fn transaction_owner(&self, id: String) -> BoxFuture<'_, Result<Option<String>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let statement = client
+                .prepare_cached("SELECT provider_id FROM transactions WHERE id = $1")
+                .await?;
+            Ok(client
+                .query_opt(&statement, &[&id])
+                .await?
+                .map(|row| row.try_get(0))
+                .transpose()?)
+        })
+    }
+
+    fn transaction(
+        &self,
+        id: String,
+    ) -> BoxFuture<'_, Result<Option<TransactionRecord>, StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client
+                .build_transaction()
+                .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()
+                .await?;
+            let record = read_transaction(&tx, &id).await?;
+            tx.commit().await?;
+            Ok(record)
+        })
+    }
+
+    fn update_transaction(
+        &self,
+        id: String,
+        provider_id: String,
+        change: UpdateTransaction,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<Owned<()>, StoreError>> {
+        Box::pin(async move { self.update(&id, &provider_id, &change, now).await })
+    }
+
+    fn record_payment(
+        &self,
+        id: String,
+        provider_id: String,
+        details: PaymentDetails,
+        paid_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<Owned<PayOutcome>, StoreError>> {
+        Box::pin(async move { self.pay(&id, &provider_id, &details, paid_at, now).await })
+    }
+
+    fn prune_idempotency(&self, before: DateTime<Utc>) -> BoxFuture<'_, Result<usize, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let deleted = client
+                .execute(
+                    "DELETE FROM idempotency_keys WHERE created_at < $1",
+                    &[&before],
+                )
+                .await?;
+            Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
+        })
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            self.pool.close();
+        })
+    }
+}
+
+/// SQLSTATE of a unique violation, for callers that retry on one.
+pub fn is_unique_violation(error: &tokio_postgres::Error) -> bool {
+    error.code() == Some(&SqlState::UNIQUE_VIOLATION)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_show() {
+        assert_eq!(
+            redact_url("postgres://app:s3cret@db:5432/checkout"),
+            "postgres://app:***@db:5432/checkout"
+        );
+        assert_eq!(
+            redact_url("postgres://root@127.0.0.1/test"),
+            "postgres://root@127.0.0.1/test"
+        );
+    }
+
+    #[test]
+    fn provider_instants_parse() {
+        assert!(parse_instant("providers.created_at", "2026-11-23T10:00:00.000000Z").is_ok());
+        assert!(parse_instant("providers.created_at", "yesterday").is_err());
+    }
+}

@@ -1,0 +1,159 @@
+//! Provider administration on an SQLite file ([`AdminStore`]): each call opens its own
+//! connection and writes in one IMMEDIATE transaction; a server on the same file waits for it
+//! within its busy timeout.
+
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+
+use super::{open_migrated, read_provider, to_json};
+use crate::store::admin::{AdminStore, CredentialListing, NewCredential, ProviderChange};
+use crate::store::{ProviderRow, StoreError, format_instant};
+
+/// [`AdminStore`] on an SQLite file.
+#[derive(Debug)]
+pub struct SqliteAdmin {
+    path: PathBuf,
+}
+
+impl SqliteAdmin {
+    /// Opens (creating and migrating) the file once, so that errors show before any change.
+    pub fn open(path: &Path) -> Result<SqliteAdmin, StoreError> {
+        drop(open_migrated(path)?);
+        Ok(SqliteAdmin {
+            path: path.to_owned(),
+        })
+    }
+
+    fn connection(&self) -> Result<Connection, StoreError> {
+        open_migrated(&self.path)
+    }
+}
+
+fn insert_credential(conn: &Connection, credential: &NewCredential) -> Result<(), StoreError> {
+    conn.execute(
+        "INSERT INTO credentials (widget_id, provider_id, secret_hash, scopes, created_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![
+            credential.widget_id,
+            credential.provider_id,
+            &credential.secret_hash[..],
+            credential.scopes,
+            format_instant(credential.created_at)
+        ],
+    )?;
+    Ok(())
+}
+
+impl AdminStore for SqliteAdmin {
+    fn create_provider(
+        &self,
+        provider: &ProviderRow,
+        credential: &NewCredential,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.connection()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute(
+            "INSERT INTO providers (id, name, time_zone, default_policy, category_policies, \
+             created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                provider.id,
+                provider.name,
+                provider.time_zone,
+                provider.default_policy.as_ref().map(to_json).transpose()?,
+                to_json(&provider.category_policies)?,
+                provider.created_at
+            ],
+        )?;
+        insert_credential(&tx, credential)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn add_credential(&self, credential: &NewCredential) -> Result<bool, StoreError> {
+        let mut conn = self.connection()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        if read_provider(&tx, &credential.provider_id)?.is_none() {
+            return Ok(false);
+        }
+        insert_credential(&tx, credential)?;
+        tx.commit()?;
+        Ok(true)
+    }
+
+    fn revoke_credential(&self, widget_id: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        let changed = self.connection()?.execute(
+            "UPDATE credentials SET revoked_at = COALESCE(revoked_at, ?2) WHERE widget_id = ?1",
+            params![widget_id, format_instant(now)],
+        )?;
+        Ok(changed > 0)
+    }
+
+    fn update_provider(
+        &self,
+        provider_id: &str,
+        change: ProviderChange<'_>,
+    ) -> Result<bool, StoreError> {
+        let mut conn = self.connection()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let Some(mut provider) = read_provider(&tx, provider_id)? else {
+            return Ok(false);
+        };
+        change(&mut provider);
+        tx.execute(
+            "UPDATE providers SET name = ?2, time_zone = ?3, default_policy = ?4, \
+             category_policies = ?5 WHERE id = ?1",
+            params![
+                provider_id,
+                provider.name,
+                provider.time_zone,
+                provider.default_policy.as_ref().map(to_json).transpose()?,
+                to_json(&provider.category_policies)?
+            ],
+        )?;
+        tx.commit()?;
+        Ok(true)
+    }
+
+    fn list_providers(&self) -> Result<Vec<(ProviderRow, Vec<CredentialListing>)>, StoreError> {
+        let conn = self.connection()?;
+        let ids: Vec<String> = conn
+            .prepare("SELECT id FROM providers ORDER BY created_at, id")?
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        let mut credentials_of = conn.prepare(
+            "SELECT widget_id, scopes, created_at, revoked_at FROM credentials \
+             WHERE provider_id = ?1 ORDER BY created_at, widget_id",
+        )?;
+        let mut providers = Vec::with_capacity(ids.len());
+        for id in ids {
+            let Some(provider) = read_provider(&conn, &id)? else {
+                continue;
+            };
+            let credentials = credentials_of
+                .query_map([&id], |r| {
+                    Ok(CredentialListing {
+                        widget_id: r.get(0)?,
+                        scopes: r.get(1)?,
+                        created_at: r.get(2)?,
+                        revoked_at: r.get(3)?,
+                    })
+                })?
+                .collect::<Result<_, _>>()?;
+            providers.push((provider, credentials));
+        }
+        Ok(providers)
+    }
+
+    fn provider_named(&self, name: &str) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .connection()?
+            .query_row(
+                "SELECT id FROM providers WHERE name = ?1 ORDER BY created_at, id LIMIT 1",
+                [name],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+}
