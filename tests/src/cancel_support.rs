@@ -3,7 +3,6 @@
 //! stays fast, multipart bodies, and waiting for the recovery task.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -11,6 +10,7 @@ use host_http::auth::Scopes;
 use host_http::gateway::testing::FakeGateway;
 use host_http::gateway::{HttpGatewayConfig, RetryPolicy};
 use host_http::refunds::{GatewayChoice, RefundSettings};
+use host_http::store::Db;
 use host_http::{App, Config};
 use hyper::Method;
 use hyper_util::client::legacy::Client;
@@ -20,7 +20,7 @@ use tempfile::TempDir;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::http::{Creds, HttpClient, Reply, create_provider, send_request};
+use crate::http::{Creds, HttpClient, Reply, TestDb, create_provider, send_request};
 
 /// Refund settings for tests: the fake gateway, 2 calls 10 ms apart while the client waits,
 /// 300 ms read timeout, recovery every 20–100 ms, leases of 300 ms.
@@ -49,8 +49,9 @@ pub fn fast_settings(gateway_url: &str) -> RefundSettings {
 pub struct CancelServer {
     /// Where it listens.
     pub addr: SocketAddr,
-    /// Its database.
-    pub db_path: PathBuf,
+    /// Its database (`--db`).
+    pub db: Db,
+    store: TestDb,
     /// The gateway it sends refunds to.
     pub gateway: FakeGateway,
     _dir: TempDir,
@@ -63,13 +64,13 @@ impl CancelServer {
     /// A fresh database, a fresh fake gateway that accepts.
     pub async fn start() -> CancelServer {
         let dir = tempfile::tempdir().expect("temp dir");
-        let db_path = dir.path().join("checkout.db");
+        let store = TestDb::fresh(dir.path());
         let gateway = FakeGateway::start().await.expect("fake gateway");
-        CancelServer::launch(dir, db_path, gateway).await
+        CancelServer::launch(dir, store, gateway).await
     }
 
-    async fn launch(dir: TempDir, db_path: PathBuf, gateway: FakeGateway) -> CancelServer {
-        let mut config = Config::new("127.0.0.1:0".parse().expect("address"), db_path.clone());
+    async fn launch(dir: TempDir, store: TestDb, gateway: FakeGateway) -> CancelServer {
+        let mut config = Config::new("127.0.0.1:0".parse().expect("address"), &store.db);
         config.sandbox = true;
         config.shutdown_grace = Duration::from_secs(2);
         config.refunds = fast_settings(&gateway.url());
@@ -85,7 +86,8 @@ impl CancelServer {
         });
         CancelServer {
             addr,
-            db_path,
+            db: store.db.clone(),
+            store,
             gateway,
             _dir: dir,
             stop: Some(stop),
@@ -108,7 +110,7 @@ impl CancelServer {
             &mut self.gateway,
             FakeGateway::start().await.expect("fake gateway"),
         );
-        CancelServer::launch(dir, self.db_path.clone(), gateway).await
+        CancelServer::launch(dir, self.store.clone(), gateway).await
     }
 
     /// A provider with every scope.
@@ -118,7 +120,7 @@ impl CancelServer {
 
     /// A provider whose credential has `scopes`.
     pub fn provider_with_scopes(&self, name: &str, scopes: Scopes) -> Creds {
-        create_provider(&self.db_path, name, scopes)
+        create_provider(&self.db, name, scopes)
     }
 
     /// Sends a request with raw body bytes.

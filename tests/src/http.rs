@@ -1,5 +1,9 @@
-//! Black-box HTTP helpers: start the real server on port 0 with a fresh database file, create
-//! providers on that file, and talk to the server with a real HTTP client.
+//! Black-box HTTP helpers: start the real server on port 0 with a fresh database, create
+//! providers on it, and talk to the server with a real HTTP client.
+//!
+//! The store is SQLite (a fresh file), or, with `CHECKOUT_TEST_STORE=postgres`, a fresh
+//! PostgreSQL database on the server `CHECKOUT_TEST_PG_URL` names: the same black-box tests run
+//! against both stores.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -7,8 +11,12 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use bytes::Bytes;
+use std::sync::Arc;
+
 use host_http::auth::Scopes;
 use host_http::providers::{self, IssuedCredential, NewProvider};
+use host_http::store::Db;
+use host_http::store::postgres::testing::TestDatabase;
 use host_http::{App, Config};
 use http_body_util::{BodyExt, Full};
 use hyper::header::HeaderMap;
@@ -20,13 +28,66 @@ use tempfile::TempDir;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+/// The environment variable that selects the store of the black-box tests: `sqlite` (default)
+/// or `postgres`.
+pub const STORE_VAR: &str = "CHECKOUT_TEST_STORE";
+
+/// A fresh database for one test: an SQLite file in a temporary directory, or a PostgreSQL
+/// database dropped with the last clone of this handle.
+#[derive(Debug, Clone)]
+pub struct TestDb {
+    /// What `--db` would name.
+    pub db: Db,
+    pg: Option<Arc<TestDatabase>>,
+}
+
+impl TestDb {
+    /// A fresh database of the store [`STORE_VAR`] selects; `dir` holds an SQLite file.
+    pub fn fresh(dir: &Path) -> TestDb {
+        match std::env::var(STORE_VAR).as_deref() {
+            Ok("postgres") => {
+                let pg = TestDatabase::create("black-box test")
+                    .unwrap_or_else(|| panic!("{STORE_VAR}=postgres needs CHECKOUT_TEST_PG_URL"));
+                TestDb {
+                    db: Db::Postgres(pg.url().to_owned()),
+                    pg: Some(Arc::new(pg)),
+                }
+            }
+            Ok("sqlite") | Err(_) => TestDb {
+                db: Db::Sqlite(dir.join("checkout.db")),
+                pg: None,
+            },
+            Ok(other) => panic!("{STORE_VAR}={other}: expected sqlite or postgres"),
+        }
+    }
+
+    /// The PostgreSQL database, when the store is PostgreSQL.
+    pub fn postgres(&self) -> Option<&TestDatabase> {
+        self.pg.as_deref()
+    }
+}
+
+/// Whether a test that reads the SQLite file itself runs; on PostgreSQL it says it is skipped
+/// (its subject, the file's contents, is SQLite's alone).
+pub fn sqlite_only(db: &Db, test: &str) -> bool {
+    if db.sqlite_path().is_some() {
+        true
+    } else {
+        eprintln!("skipped {test} on PostgreSQL: it reads the SQLite file");
+        false
+    }
+}
+
 /// A running server on a temporary database.
 #[derive(Debug)]
 pub struct TestServer {
     /// Where it listens.
     pub addr: SocketAddr,
-    /// Its database file.
+    /// Its database (`--db`).
+    pub db: Db,
+    /// Its SQLite file (SQLite store only; unused on PostgreSQL).
     pub db_path: PathBuf,
+    store: TestDb,
     dir: TempDir,
     sandbox: bool,
     stop: Option<oneshot::Sender<()>>,
@@ -69,9 +130,9 @@ pub async fn send_request(
 
 /// Creates a provider (zone UTC, no policies) on a database file, with one credential of
 /// `scopes`.
-pub fn create_provider(db_path: &Path, name: &str, scopes: Scopes) -> Creds {
+pub fn create_provider(db: &Db, name: &str, scopes: Scopes) -> Creds {
     providers::create_provider(
-        db_path,
+        db,
         &NewProvider {
             name: name.to_owned(),
             time_zone: "UTC".to_owned(),
@@ -194,24 +255,24 @@ impl TestServer {
     /// Starts a server on a fresh database, with or without the sandbox routes.
     pub async fn start_with(sandbox: bool) -> TestServer {
         let dir = tempfile::tempdir().expect("temp dir");
-        let db_path = dir.path().join("checkout.db");
-        TestServer::launch(dir, db_path, sandbox, Duration::from_secs(10)).await
+        let store = TestDb::fresh(dir.path());
+        TestServer::launch(dir, store, sandbox, Duration::from_secs(10)).await
     }
 
     /// Starts a server whose header read timeout is `timeout`.
     pub async fn start_with_header_timeout(timeout: Duration) -> TestServer {
         let dir = tempfile::tempdir().expect("temp dir");
-        let db_path = dir.path().join("checkout.db");
-        TestServer::launch(dir, db_path, true, timeout).await
+        let store = TestDb::fresh(dir.path());
+        TestServer::launch(dir, store, true, timeout).await
     }
 
     async fn launch(
         dir: TempDir,
-        db_path: PathBuf,
+        store: TestDb,
         sandbox: bool,
         header_read_timeout: Duration,
     ) -> TestServer {
-        let mut config = Config::new("127.0.0.1:0".parse().expect("address"), db_path.clone());
+        let mut config = Config::new("127.0.0.1:0".parse().expect("address"), &store.db);
         config.sandbox = sandbox;
         config.header_read_timeout = header_read_timeout;
         config.shutdown_grace = Duration::from_secs(5);
@@ -227,7 +288,12 @@ impl TestServer {
         });
         TestServer {
             addr,
-            db_path,
+            db: store.db.clone(),
+            db_path: store
+                .db
+                .sqlite_path()
+                .map_or_else(|| dir.path().join("unused.db"), Path::to_owned),
+            store,
             dir,
             sandbox,
             stop: Some(stop),
@@ -242,7 +308,7 @@ impl TestServer {
         let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir"));
         TestServer::launch(
             dir,
-            self.db_path.clone(),
+            self.store.clone(),
             self.sandbox,
             Duration::from_secs(10),
         )
@@ -271,7 +337,12 @@ impl TestServer {
 
     /// Creates a provider whose first credential has `scopes`.
     pub fn provider_with_scopes(&self, name: &str, scopes: Scopes) -> Creds {
-        create_provider(&self.db_path, name, scopes)
+        create_provider(&self.db, name, scopes)
+    }
+
+    /// The PostgreSQL database, when the store is PostgreSQL.
+    pub fn postgres(&self) -> Option<&TestDatabase> {
+        self.store.postgres()
     }
 
     /// Sends a request; `auth` is a whole `Authorization` value.
@@ -319,7 +390,43 @@ impl TestServer {
             .to_owned()
     }
 
-    /// Opens the database file directly (to check what was stored).
+    /// One value of a query in SQL both stores read alike (for checks of what was stored), as
+    /// text; `None` for SQL NULL.
+    pub fn scalar(&self, sql: &str) -> Option<String> {
+        match self.store.postgres() {
+            Some(pg) => pg
+                .query(sql)
+                .into_iter()
+                .next()
+                .and_then(|row| row.into_iter().next())
+                .flatten(),
+            None => self
+                .db()
+                .query_row(sql, [], |r| {
+                    let value: rusqlite::types::Value = r.get(0)?;
+                    Ok(match value {
+                        rusqlite::types::Value::Null => None,
+                        rusqlite::types::Value::Integer(i) => Some(i.to_string()),
+                        rusqlite::types::Value::Text(t) => Some(t),
+                        other => Some(format!("{other:?}")),
+                    })
+                })
+                .expect("query"),
+        }
+    }
+
+    /// Runs a statement in SQL both stores read alike, behind the server's back.
+    pub fn execute_sql(&self, sql: &str) {
+        match self.store.postgres() {
+            Some(pg) => pg.execute(sql),
+            None => {
+                self.db().execute_batch(sql).expect("statement");
+            }
+        }
+    }
+
+    /// Opens the SQLite file directly (to check what was stored); SQLite store only, see
+    /// [`sqlite_only`].
     pub fn db(&self) -> rusqlite::Connection {
         rusqlite::Connection::open(&self.db_path).expect("open db")
     }

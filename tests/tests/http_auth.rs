@@ -37,7 +37,7 @@ async fn missing_scope_is_403_r_7_3() {
     let id = server.create(&full, &checkout_body("T")).await;
     let read_only = Creds::from(
         providers::add_credential(
-            &server.db_path,
+            &server.db,
             &full.provider_id,
             Scopes::parse("transactions:read").unwrap(),
             chrono::Utc::now(),
@@ -46,7 +46,7 @@ async fn missing_scope_is_403_r_7_3() {
     );
     let write_only = Creds::from(
         providers::add_credential(
-            &server.db_path,
+            &server.db,
             &full.provider_id,
             Scopes::parse("transactions:write").unwrap(),
             chrono::Utc::now(),
@@ -127,7 +127,7 @@ async fn rotation_two_secrets_valid_then_revoked_one_refused_r_7_1() {
     // Added on the same file while the server runs: valid on its next request.
     let second = Creds::from(
         providers::add_credential(
-            &server.db_path,
+            &server.db,
             &first.provider_id,
             Scopes::all(),
             chrono::Utc::now(),
@@ -141,7 +141,7 @@ async fn rotation_two_secrets_valid_then_revoked_one_refused_r_7_1() {
     assert_eq!(reply.json()["provider"], first.provider_id);
 
     // Revoked while the server runs: refused on its next request, the other one still works.
-    providers::revoke_credential(&server.db_path, &first.widget_id, chrono::Utc::now()).unwrap();
+    providers::revoke_credential(&server.db, &first.widget_id, chrono::Utc::now()).unwrap();
     server.get("/status", &first).await.expect_error(401);
     assert_eq!(server.get("/status", &second).await.status, 200);
 

@@ -527,7 +527,7 @@ async fn a_later_provider_zone_change_does_not_move_existing_thresholds_r_3_5() 
     // In Pacific/Kiritimati (UTC+14) the penalty would apply from 2026-01-10T10:00Z; in the
     // zone at creation (UTC) only from 2026-01-11T00:00Z.
     host_http::providers::set_policy(
-        &server.db_path,
+        &server.db,
         &acme.provider_id,
         &host_http::providers::PolicyChange {
             time_zone: Some("Pacific/Kiritimati".to_owned()),
@@ -560,7 +560,7 @@ async fn a_provider_fixed_amount_must_fit_the_checkout_currency_r_1_5() {
     }))
     .expect("policy");
     let acme: tests::http::Creds = host_http::providers::create_provider(
-        &server.db_path,
+        &server.db,
         &host_http::providers::NewProvider {
             name: "acme".to_owned(),
             time_zone: "UTC".to_owned(),

@@ -56,25 +56,17 @@ async fn payload_is_stored_exactly_as_written_r_1_1() {
     let acme = server.provider("acme");
     let body = r#"{"title":"Exact","currency":"EUR","items":[{"price":100.50,"quantity":{"amount":1.0},"taxes":[{"value":0.1}]}]}"#;
     let id = server.create(&acme, body).await;
-    let (payload, total): (String, String) = server
-        .db()
-        .query_row(
-            "SELECT payload, total FROM transactions WHERE id = ?1",
-            [&id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .unwrap();
-    assert_eq!(payload, body);
-    assert_eq!(total, "100.60");
-    let item_total: String = server
-        .db()
-        .query_row(
-            "SELECT total FROM items WHERE transaction_id = ?1 AND order_no = 1",
-            [&id],
-            |r| r.get(0),
-        )
-        .unwrap();
-    assert_eq!(item_total, "100.60");
+    let payload = server.scalar(&format!(
+        "SELECT payload FROM transactions WHERE id = '{id}'"
+    ));
+    assert_eq!(payload.as_deref(), Some(body));
+    // Decimal text (SQLite) or NUMERIC (PostgreSQL): the same digits, never a float (R-1.1).
+    let total = server.scalar(&format!("SELECT total FROM transactions WHERE id = '{id}'"));
+    assert_eq!(total.as_deref(), Some("100.60"));
+    let item_total = server.scalar(&format!(
+        "SELECT total FROM items WHERE transaction_id = '{id}' AND order_no = 1"
+    ));
+    assert_eq!(item_total.as_deref(), Some("100.60"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,7 +74,7 @@ async fn provider_policy_is_resolved_at_creation_and_kept_r_3_5() {
     let server = TestServer::start().await;
     let acme = server.provider("acme");
     providers::set_policy(
-        &server.db_path,
+        &server.db,
         &acme.provider_id,
         &PolicyChange {
             default_policy: Some(Some(policy(10))),
@@ -93,7 +85,7 @@ async fn provider_policy_is_resolved_at_creation_and_kept_r_3_5() {
     let id = server.create(&acme, &tests::http::checkout_body("P")).await;
     // A later change of the provider's configuration does not touch the contract.
     providers::set_policy(
-        &server.db_path,
+        &server.db,
         &acme.provider_id,
         &PolicyChange {
             default_policy: Some(Some(policy(90))),

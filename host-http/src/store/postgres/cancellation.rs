@@ -12,7 +12,7 @@ use rust_decimal::Decimal;
 use tokio_postgres::Row;
 
 use super::{
-    PgStore, corrupt, drop_claim, finish_idempotency, instant, lock_owned, read_items,
+    Numeric, PgStore, corrupt, drop_claim, finish_idempotency, instant, lock_owned, read_items,
     transaction_status,
 };
 use crate::store::cancellation::{
@@ -231,7 +231,7 @@ async fn reserve(
             &c.provider_id,
             &orders_json,
             &breakdown,
-            &c.refund,
+            &Numeric(c.refund),
             &c.currency,
             &c.invoice_title,
             &c.invoice_number,
@@ -284,7 +284,10 @@ async fn succeed(
     for line in &view.items {
         let order = i32::try_from(line.order).unwrap_or(i32::MAX);
         client
-            .execute(&cancel_item, &[&view.transaction_id, &order, &line.refund])
+            .execute(
+                &cancel_item,
+                &[&view.transaction_id, &order, &Numeric(line.refund)],
+            )
             .await?;
     }
     let row = client
@@ -306,7 +309,12 @@ async fn succeed(
         .execute(
             "UPDATE transactions SET status = $2, refunded_amount = $3, updated_at = $4 \
              WHERE id = $1",
-            &[&view.transaction_id, &next.as_str(), &refunded, &now],
+            &[
+                &view.transaction_id,
+                &next.as_str(),
+                &Numeric(refunded),
+                &now,
+            ],
         )
         .await?;
     // The provider's row lock serialises receipts of one provider; a rollback gives the

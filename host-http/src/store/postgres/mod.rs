@@ -12,6 +12,8 @@ pub mod admin;
 pub mod cancellation;
 pub mod ledger;
 pub mod migrations;
+#[cfg(feature = "test-support")]
+pub mod testing;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -78,6 +80,37 @@ pub fn redact_url(url: &str) -> String {
         },
         None => url.to_owned(),
     }
+}
+
+/// A decimal written to a `NUMERIC` column with its scale kept, zero included: rust_decimal
+/// writes every zero as `0`, which would read back as `0` where `0.00` was stored (R-1.4: an
+/// amount keeps the currency's scale).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Numeric(pub Decimal);
+
+impl tokio_postgres::types::ToSql for Numeric {
+    fn to_sql(
+        &self,
+        ty: &tokio_postgres::types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        if !self.0.is_zero() {
+            return self.0.to_sql(ty, out);
+        }
+        use bytes::BufMut as _;
+        // No digit groups, weight 0, positive, and the display scale of the value.
+        out.put_u16(0);
+        out.put_i16(0);
+        out.put_u16(0);
+        out.put_u16(u16::try_from(self.0.scale()).unwrap_or(0));
+        Ok(tokio_postgres::types::IsNull::No)
+    }
+
+    fn accepts(ty: &tokio_postgres::types::Type) -> bool {
+        <Decimal as tokio_postgres::types::ToSql>::accepts(ty)
+    }
+
+    tokio_postgres::types::to_sql_checked!();
 }
 
 fn pool_error(error: PoolError) -> StoreError {
@@ -505,7 +538,7 @@ impl PgStore {
                         &attachments,
                         &email,
                         &transaction.payload,
-                        &transaction.total,
+                        &Numeric(transaction.total),
                         &transaction.created_at,
                         &transaction.time_zone,
                     ],
@@ -533,7 +566,7 @@ impl PgStore {
                     &order_no,
                     &item.name,
                     &item.category.map(Category::as_str),
-                    &item.total,
+                    &Numeric(item.total),
                     &policy,
                     &period,
                 ],
@@ -637,7 +670,7 @@ impl PgStore {
         tx.execute(
             "UPDATE transactions SET status = 'PAID', paid_amount = $2, paid_at = $3, \
              payment = $4::text::json, updated_at = $5 WHERE id = $1",
-            &[&id, &paid, &paid_at, &details, &now],
+            &[&id, &Numeric(paid), &paid_at, &details, &now],
         )
         .await?;
         tx.commit().await?;

@@ -1,0 +1,139 @@
+//! Throw-away PostgreSQL databases for tests (feature `test-support`): each test gets a fresh
+//! database on the server named by `CHECKOUT_TEST_PG_URL`, dropped when the handle is dropped.
+//! Without the variable, tests that need PostgreSQL say that they were skipped.
+
+use tokio_postgres::NoTls;
+
+/// The environment variable naming the PostgreSQL server of the tests, as a URL of a database
+/// the tests may connect to in order to create others, e.g.
+/// `postgres://postgres@127.0.0.1:5432/postgres`.
+pub const TEST_URL_VAR: &str = "CHECKOUT_TEST_PG_URL";
+
+/// A fresh database, dropped (with its connections) when this is dropped.
+#[derive(Debug)]
+pub struct TestDatabase {
+    admin_url: String,
+    name: String,
+    url: String,
+}
+
+/// The URL of `url` with its database name replaced by `name`.
+fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, format!("?{query}")),
+        None => (url, String::new()),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let host_part = match base[scheme_end..].find('/') {
+        Some(slash) => &base[..scheme_end + slash],
+        None => base,
+    };
+    format!("{host_part}/{name}{query}")
+}
+
+/// Runs a future on a runtime of its own thread, so that both synchronous code and code inside
+/// a runtime (a `Drop` in an async test) can wait for it.
+fn block_on<T: Send>(future: impl Future<Output = T> + Send) -> T {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("test runtime")
+                    .block_on(future)
+            })
+            .join()
+            .expect("test database thread")
+    })
+}
+
+async fn execute(url: &str, sql: &str) -> Result<(), tokio_postgres::Error> {
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
+    let driver = tokio::spawn(connection);
+    let result = client.batch_execute(sql).await;
+    drop(client);
+    let _ = driver.await;
+    result
+}
+
+impl TestDatabase {
+    /// A fresh, empty database, or `None` (with a line on stderr saying why the caller is
+    /// skipped) when `CHECKOUT_TEST_PG_URL` is unset.
+    pub fn create(test: &str) -> Option<TestDatabase> {
+        let Ok(admin_url) = std::env::var(TEST_URL_VAR) else {
+            eprintln!("skipped {test}: set {TEST_URL_VAR} to run it against PostgreSQL");
+            return None;
+        };
+        let name = format!("checkout_test_{}", uuid::Uuid::new_v4().simple());
+        let sql = format!("CREATE DATABASE {name}");
+        block_on(execute(&admin_url, &sql))
+            .unwrap_or_else(|e| panic!("creating test database on {admin_url}: {e}"));
+        let url = with_database(&admin_url, &name);
+        Some(TestDatabase {
+            admin_url,
+            name,
+            url,
+        })
+    }
+
+    /// The URL of this database.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Runs SQL on this database (for checks and for killing connections).
+    pub fn execute(&self, sql: &str) {
+        block_on(execute(&self.url, sql)).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// The rows of a query, every column read as text.
+    pub fn query(&self, sql: &str) -> Vec<Vec<Option<String>>> {
+        block_on(async {
+            let (client, connection) = tokio_postgres::connect(&self.url, NoTls).await?;
+            let driver = tokio::spawn(connection);
+            let messages = client.simple_query(sql).await;
+            drop(client);
+            let _ = driver.await;
+            messages
+        })
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .into_iter()
+        .filter_map(|message| match message {
+            tokio_postgres::SimpleQueryMessage::Row(row) => Some(
+                (0..row.len())
+                    .map(|i| row.get(i).map(str::to_owned))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect()
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        if let Err(error) = block_on(execute(&self.admin_url, &sql)) {
+            eprintln!("could not drop test database {}: {error}", self.name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_database;
+
+    #[test]
+    fn the_database_name_is_replaced() {
+        assert_eq!(
+            with_database("postgres://root@127.0.0.1:5432/test", "x"),
+            "postgres://root@127.0.0.1:5432/x"
+        );
+        assert_eq!(
+            with_database("postgresql://u:p@h/db?application_name=a", "x"),
+            "postgresql://u:p@h/x?application_name=a"
+        );
+        assert_eq!(with_database("postgres://h", "x"), "postgres://h/x");
+    }
+}
