@@ -8,134 +8,34 @@
 //! in `Cargo.toml`). `cargo test --workspace` turns them on: the `tests` package asks for them
 //! as a dev-dependency, and cargo unifies a package's features across the packages it builds.
 
-use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod support;
+
 use std::time::Duration;
 
-use bytes::Bytes;
 use host_http::auth::Scopes;
 use host_http::gateway::testing::{FakeBehavior, FakeGateway};
 use host_http::providers::{self, IssuedCredential, NewProvider};
-use http_body_util::{BodyExt, Full};
-use hyper::{Method, Request, StatusCode};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use host_http::store::Db;
+use host_http::store::postgres::testing::TestDatabase;
+use hyper::{Method, StatusCode};
 use rust_decimal::Decimal;
 use serde_json::{Value, json};
-
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr")
-}
-
-fn spawn(db: &Path, gateway_url: &str, fault: Option<&str>) -> Server {
-    let addr = free_port();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_checkout-server"));
-    command
-        .args(["serve", "--sandbox", "--gateway", "http"])
-        .arg("--listen")
-        .arg(addr.to_string())
-        .arg("--db")
-        .arg(db)
-        .args(["--gateway-url", gateway_url])
-        .args(["--gateway-connect-timeout-ms", "200"])
-        .args(["--gateway-read-timeout-ms", "300"])
-        .args(["--refund-attempts", "1"])
-        .args(["--recovery-base-delay-ms", "20"])
-        .args(["--recovery-max-delay-ms", "100"])
-        .args(["--refund-lease-ms", "300"])
-        .env_remove(host_http::fault::FAULT_ENV)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    if let Some(point) = fault {
-        command.env(host_http::fault::FAULT_ENV, point);
-    }
-    Server {
-        child: command.spawn().expect("spawn checkout-server"),
-        addr,
-    }
-}
-
-struct Http {
-    client: Client<HttpConnector, Full<Bytes>>,
-    auth: String,
-}
-
-impl Http {
-    async fn send(
-        &self,
-        addr: SocketAddr,
-        method: Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> Result<(StatusCode, Value), String> {
-        let request = Request::builder()
-            .method(method)
-            .uri(format!("http://{addr}{path}"))
-            .header("authorization", &self.auth)
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(
-                body.map(|b| b.to_string()).unwrap_or_default(),
-            )))
-            .map_err(|e| e.to_string())?;
-        let response = self
-            .client
-            .request(request)
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = response.status();
-        let bytes = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Ok((status, value))
-    }
-
-    async fn wait_ready(&self, addr: SocketAddr) {
-        for _ in 0..200 {
-            if let Ok((StatusCode::OK, _)) = self.send(addr, Method::GET, "/healthz", None).await {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("server at {addr} did not start");
-    }
-
-    async fn status(&self, addr: SocketAddr, id: &str) -> Value {
-        let (status, body) = self
-            .send(addr, Method::GET, &format!("/status/{id}"), None)
-            .await
-            .expect("status");
-        assert_eq!(status, StatusCode::OK, "{body}");
-        body
-    }
-}
+use support::{Http, Launch, spawn};
 
 fn decimal(value: &Value) -> Decimal {
     value.to_string().parse().expect("decimal")
 }
 
 /// Kills the server at `point` during a cancellation, restarts it, and checks the invariants.
-async fn crash_at(db: &Path, gateway: &FakeGateway, http: &Http, point: Option<&str>) {
-    let server = spawn(db, &gateway.url(), point);
+async fn crash_at(db: &str, gateway: &FakeGateway, http: &Http, point: Option<&str>) {
+    let url = gateway.url();
+    let launch = |fault| Launch {
+        db,
+        gateway_url: Some(&url),
+        fault,
+        ..Launch::default()
+    };
+    let server = spawn(&launch(point));
     http.wait_ready(server.addr).await;
     let body = json!({"title": "Trip", "currency": "EUR",
         "items": [{"name": "A", "price": 100}, {"name": "B", "price": 50}]});
@@ -192,7 +92,7 @@ async fn crash_at(db: &Path, gateway: &FakeGateway, http: &Http, point: Option<&
     }
     drop(server);
 
-    let server = spawn(db, &gateway.url(), None);
+    let server = spawn(&launch(None));
     http.wait_ready(server.addr).await;
     let mut record = http.status(server.addr, &id).await;
     for _ in 0..200 {
@@ -240,10 +140,8 @@ async fn crash_at(db: &Path, gateway: &FakeGateway, http: &Http, point: Option<&
     assert_eq!(gateway.new_refunds_for(&keys[0]), 1, "{label}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_anywhere_in_the_refund_neither_loses_nor_duplicates_it_r_4_8() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let db: PathBuf = dir.path().join("checkout.db");
+/// Every fault point, then a SIGKILL, each followed by a restart on the same database.
+async fn crash_everywhere(db: Db) {
     let issued: IssuedCredential = providers::create_provider(
         &db,
         &NewProvider {
@@ -256,18 +154,12 @@ async fn a_crash_anywhere_in_the_refund_neither_loses_nor_duplicates_it_r_4_8() 
         chrono::Utc::now(),
     )
     .expect("provider");
-    let auth = format!(
-        "Basic {}",
-        base64::Engine::encode(
-            &base64::engine::general_purpose::STANDARD,
-            format!("{}:{}", issued.widget_id, issued.backend_secret)
-        )
-    );
-    let http = Http {
-        client: Client::builder(TokioExecutor::new()).build_http(),
-        auth,
-    };
+    let http = Http::new(&issued.widget_id, &issued.backend_secret);
     let gateway = FakeGateway::start().await.expect("fake gateway");
+    let db = match &db {
+        Db::Sqlite(path) => path.display().to_string(),
+        Db::Postgres(url) => url.clone(),
+    };
     for point in [
         Some(host_http::fault::BEFORE_GATEWAY),
         Some(host_http::fault::AFTER_GATEWAY),
@@ -276,4 +168,18 @@ async fn a_crash_anywhere_in_the_refund_neither_loses_nor_duplicates_it_r_4_8() 
     ] {
         crash_at(&db, &gateway, &http, point).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_anywhere_in_the_refund_neither_loses_nor_duplicates_it_r_4_8() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    crash_everywhere(Db::Sqlite(dir.path().join("checkout.db"))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_anywhere_in_the_refund_neither_loses_nor_duplicates_it_on_postgres_r_4_8() {
+    let Some(pg) = TestDatabase::create("crash test on PostgreSQL") else {
+        return;
+    };
+    crash_everywhere(Db::Postgres(pg.url().to_owned())).await;
 }

@@ -1,0 +1,455 @@
+//! Several `checkout-server` processes on one PostgreSQL database: every promise of the service
+//! holds across instances. No double refund and no lost one (R-4.5), one execution per
+//! idempotency key (R-9.1), one driver per pending refund and a take-over when an instance dies
+//! (R-4.8), unique gap-free receipt numbers (R-10.2), credentials changed by the command line
+//! applied everywhere at the next request (R-7.1), and a lost database connection answered with
+//! a 503 and healed without a restart.
+//!
+//! Each test makes its own database on the server `CHECKOUT_TEST_PG_URL` names and says it was
+//! skipped when the variable is unset. Built with the features `fault-injection` and
+//! `test-support`, like the crash test.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use host_http::auth::Scopes;
+use host_http::gateway::testing::{FakeBehavior, FakeGateway};
+use host_http::providers::{self, IssuedCredential, NewProvider};
+use host_http::store::Db;
+use host_http::store::postgres::testing::TestDatabase;
+use hyper::{Method, StatusCode};
+use serde_json::{Value, json};
+use support::{Http, Launch, Server, spawn};
+
+fn provider(db: &Db, name: &str) -> IssuedCredential {
+    providers::create_provider(
+        db,
+        &NewProvider {
+            name: name.to_owned(),
+            time_zone: "UTC".to_owned(),
+            default_policy: None,
+            category_policies: Default::default(),
+            scopes: Scopes::all(),
+        },
+        chrono::Utc::now(),
+    )
+    .expect("provider")
+}
+
+/// A fresh database, a provider on it, and two instances started at the same moment (so that
+/// both migrate at once: the advisory lock makes that safe).
+async fn two_instances(
+    test: &str,
+    gateway_url: Option<&str>,
+) -> Option<(TestDatabase, Http, Server, Server)> {
+    let pg = TestDatabase::create(test)?;
+    let launch = Launch {
+        db: pg.url(),
+        gateway_url,
+        ..Launch::default()
+    };
+    let (a, b) = (spawn(&launch), spawn(&launch));
+    let issued = provider(&Db::Postgres(pg.url().to_owned()), "acme");
+    let http = Http::new(&issued.widget_id, &issued.backend_secret);
+    http.wait_ready(a.addr).await;
+    http.wait_ready(b.addr).await;
+    Some((pg, http, a, b))
+}
+
+fn is_error_body(body: &Value, status: StatusCode) -> bool {
+    body["statusCode"] == status.as_u16()
+        && (body["message"].is_string() || body["message"].is_array())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_starting_together_migrate_once() {
+    let Some((pg, http, a, b)) = two_instances("migrate once", None).await else {
+        return;
+    };
+    let versions = pg.query("SELECT version, count(*) FROM schema_migrations GROUP BY version");
+    assert!(!versions.is_empty());
+    assert!(
+        versions.iter().all(|row| row[1].as_deref() == Some("1")),
+        "{versions:?}"
+    );
+    // Both serve the same data.
+    let id = http.paid_transaction(a.addr, &["10"]).await;
+    assert_eq!(http.status(b.addr, &id).await["status"], "PAID");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_cancellations_of_one_item_on_two_instances_refund_once_r_4_5() {
+    let Some((_pg, http, a, b)) = two_instances("32 parallel cancellations", None).await else {
+        return;
+    };
+    let id = http.paid_transaction(a.addr, &["100", "50"]).await;
+    let path = format!("/cancel/{id}");
+    let answers = join_all((0..32).map(|i| {
+        let addr = if i % 2 == 0 { a.addr } else { b.addr };
+        http.send(addr, Method::PATCH, &path, Some(json!({"itemsOrder": [1]})))
+    }))
+    .await;
+    let mut successes = 0;
+    for answer in answers {
+        let (status, body) = answer.expect("every request answered");
+        assert!(!status.is_server_error(), "{status}: {body}");
+        if status == StatusCode::OK {
+            assert_eq!(body["status"], "SUCCESS", "{body}");
+            successes += 1;
+        } else {
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        }
+    }
+    assert_eq!(successes, 1, "exactly one cancellation refunds the item");
+    let record = http.status(b.addr, &id).await;
+    assert_eq!(
+        record["amounts"]["refunded"].to_string(),
+        "100.00",
+        "{record}"
+    );
+    assert_eq!(record["items"][0]["status"], "CANCELLED");
+    assert_eq!(record["items"][1]["status"], "ACTIVE");
+    let cancellations = record["cancellations"].as_array().expect("cancellations");
+    assert_eq!(
+        cancellations
+            .iter()
+            .filter(|c| c["outcome"] == "SUCCESS")
+            .count(),
+        1,
+        "{record}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn different_items_cancelled_in_parallel_on_two_instances_all_succeed_and_add_up() {
+    let Some((_pg, http, a, b)) = two_instances("parallel items", None).await else {
+        return;
+    };
+    let prices = [
+        "10.10", "20.20", "30.30", "40.40", "50.50", "60.60", "70.70", "80.80",
+    ];
+    let id = http.paid_transaction(a.addr, &prices).await;
+    let path = format!("/cancel/{id}");
+    let answers = join_all((1..=prices.len()).map(|order| {
+        let addr = if order % 2 == 0 { a.addr } else { b.addr };
+        http.send(
+            addr,
+            Method::PATCH,
+            &path,
+            Some(json!({"itemsOrder": [order]})),
+        )
+    }))
+    .await;
+    for answer in answers {
+        let (status, body) = answer.expect("answered");
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["status"], "SUCCESS", "{body}");
+    }
+    let record = http.status(a.addr, &id).await;
+    assert_eq!(record["status"], "CANCELLED", "{record}");
+    assert_eq!(record["amounts"]["refunded"].to_string(), "363.60");
+    assert_eq!(record["amounts"]["paid"].to_string(), "363.60");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receipt_numbers_stay_unique_and_gap_free_across_instances_r_10_2() {
+    let Some((_pg, http, a, b)) = two_instances("receipt numbers", None).await else {
+        return;
+    };
+    let mut ids = Vec::new();
+    for _ in 0..12 {
+        ids.push(http.paid_transaction(a.addr, &["10", "20"]).await);
+    }
+    // Each transaction: both items, one cancellation per item, on alternating instances.
+    let answers = join_all(ids.iter().enumerate().flat_map(|(n, id)| {
+        let http = &http;
+        let addrs = [a.addr, b.addr];
+        (1..=2).map(move |order| {
+            let addr = addrs[(n + order) % 2];
+            let path = format!("/cancel/{id}");
+            async move {
+                http.send(
+                    addr,
+                    Method::PATCH,
+                    &path,
+                    Some(json!({"itemsOrder": [order]})),
+                )
+                .await
+            }
+        })
+    }))
+    .await;
+    let mut receipts = BTreeSet::new();
+    for answer in answers {
+        let (status, body) = answer.expect("answered");
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let receipt = body["receiptNumber"].as_str().expect("receipt").to_owned();
+        assert!(receipts.insert(receipt.clone()), "{receipt} given twice");
+    }
+    let expected: BTreeSet<String> = (1..=24).map(|n| format!("CR-{n:06}")).collect();
+    assert_eq!(receipts, expected, "unique and gap-free per provider");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_key_sent_to_two_instances_executes_once_r_9_1() {
+    let gateway = FakeGateway::start().await.expect("fake gateway");
+    let url = gateway.url();
+    let Some(pg) = TestDatabase::create("idempotency across instances") else {
+        return;
+    };
+    // A slow gateway: the first call hangs until its 2 s read timeout, the refund stays
+    // pending and the recovery completes it with the next call.
+    let launch = Launch {
+        db: pg.url(),
+        gateway_url: Some(&url),
+        gateway_read_timeout_ms: Some(2_000),
+        ..Launch::default()
+    };
+    let (a, b) = (spawn(&launch), spawn(&launch));
+    let issued = provider(&Db::Postgres(pg.url().to_owned()), "acme");
+    let http = Http::new(&issued.widget_id, &issued.backend_secret);
+    http.wait_ready(a.addr).await;
+    http.wait_ready(b.addr).await;
+    let id = http.paid_transaction(a.addr, &["100", "50"]).await;
+    gateway.script([FakeBehavior::Hang]);
+    let path = format!("/cancel/{id}");
+    let key = [("idempotency-key", "cancel-once")];
+    let body = json!({"itemsOrder": [1]});
+    let first = http.request(a.addr, Method::PATCH, &path, &key, Some(body.clone()));
+    let second = async {
+        // Once the first request has reached the gateway, its key is held as running.
+        for _ in 0..200 {
+            if !gateway.requests().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        http.request(b.addr, Method::PATCH, &path, &key, Some(body.clone()))
+            .await
+    };
+    let (first, second) = tokio::join!(first, second);
+    let second = second.expect("answered");
+    assert_eq!(second.status, StatusCode::CONFLICT, "{}", second.body);
+    let first = first.expect("answered");
+    // Unknown at the gateway: pending, completed by the recovery task (R-4.8).
+    assert_eq!(
+        first.status,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "{}",
+        first.body
+    );
+    let refund_id = first.body["refundId"]
+        .as_str()
+        .expect("refundId")
+        .to_owned();
+    http.wait_for(b.addr, &id, |r| r["items"][0]["status"] == "CANCELLED")
+        .await;
+    // The same key on the other instance now replays the settled answer.
+    let replay = http
+        .request(b.addr, Method::PATCH, &path, &key, Some(body))
+        .await
+        .expect("answered");
+    assert_eq!(replay.status, StatusCode::OK, "{}", replay.body);
+    assert_eq!(replay.body["status"], "SUCCESS");
+    assert_eq!(
+        replay
+            .headers
+            .get("idempotent-replayed")
+            .map(|v| v.as_bytes()),
+        Some(&b"true"[..])
+    );
+    assert_eq!(gateway.new_refunds_for(&refund_id), 1, "refunded once");
+    let record = http.status(a.addr, &id).await;
+    assert_eq!(record["cancellations"].as_array().map(Vec::len), Some(1));
+}
+
+/// An instance dies with a refund in flight (at a fault point, or SIGKILLed while the gateway
+/// hangs); the other instance takes the refund over once its lease has run out and finishes it
+/// without a second refund at the gateway (R-4.8).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_left_by_a_dead_instance_is_finished_by_another_r_4_8() {
+    let gateway = FakeGateway::start().await.expect("fake gateway");
+    let url = gateway.url();
+    let Some(pg) = TestDatabase::create("take-over of pending refunds") else {
+        return;
+    };
+    let issued = provider(&Db::Postgres(pg.url().to_owned()), "acme");
+    let http = Http::new(&issued.widget_id, &issued.backend_secret);
+    let launch = |fault| Launch {
+        db: pg.url(),
+        gateway_url: Some(&url),
+        fault,
+        ..Launch::default()
+    };
+    let survivor = spawn(&launch(None));
+    http.wait_ready(survivor.addr).await;
+    for point in [
+        Some(host_http::fault::BEFORE_GATEWAY),
+        Some(host_http::fault::AFTER_GATEWAY),
+        None,
+    ] {
+        let mut doomed = spawn(&launch(point));
+        http.wait_ready(doomed.addr).await;
+        let id = http.paid_transaction(doomed.addr, &["100", "50"]).await;
+        let path = format!("/cancel/{id}");
+        let cancel = http.send(
+            doomed.addr,
+            Method::PATCH,
+            &path,
+            Some(json!({"itemsOrder": [1]})),
+        );
+        match point {
+            Some(_) => {
+                assert!(
+                    cancel.await.is_err(),
+                    "{point:?}: the aborted process answered"
+                );
+                let _ = doomed.child.wait();
+            }
+            None => {
+                gateway.set_behavior(FakeBehavior::AcceptThenHang);
+                let killer = async {
+                    for _ in 0..200 {
+                        if gateway.requests().iter().any(|r| r.body.contains(&id)) {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    doomed.child.kill().expect("SIGKILL");
+                    let _ = doomed.child.wait();
+                };
+                let (answer, ()) = tokio::join!(cancel, killer);
+                assert!(answer.is_err(), "the killed process answered");
+                gateway.set_behavior(FakeBehavior::Accept);
+            }
+        }
+        let record = http
+            .wait_for(survivor.addr, &id, |r| {
+                r["items"][0]["status"] == "CANCELLED"
+            })
+            .await;
+        assert_eq!(
+            record["status"], "PARTIALLY_CANCELLED",
+            "{point:?}: {record}"
+        );
+        assert_eq!(record["amounts"]["refunded"].to_string(), "100.00");
+        assert_eq!(record["cancellations"][0]["outcome"], "SUCCESS");
+        let keys: BTreeSet<String> = gateway
+            .requests()
+            .into_iter()
+            .filter(|r| r.body.contains(&id))
+            .filter_map(|r| r.idempotency_key)
+            .collect();
+        assert_eq!(keys.len(), 1, "{point:?}: one refund id");
+        for key in &keys {
+            assert_eq!(gateway.new_refunds_for(key), 1, "{point:?}: refunded once");
+        }
+        let leases = pg.query(&format!(
+            "SELECT lease_owner FROM cancellations WHERE transaction_id = '{id}'"
+        ));
+        assert_eq!(leases, vec![vec![None]], "a settled refund holds no lease");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_credential_is_refused_by_every_instance_at_the_next_request_r_7_1() {
+    let Some((pg, http, a, b)) = two_instances("revocation", None).await else {
+        return;
+    };
+    let db = Db::Postgres(pg.url().to_owned());
+    for addr in [a.addr, b.addr] {
+        assert_eq!(
+            http.send(addr, Method::GET, "/status", None)
+                .await
+                .unwrap()
+                .0,
+            StatusCode::OK
+        );
+    }
+    let widget_id = providers::list_providers(&db).expect("list")[0].credentials[0]
+        .widget_id
+        .clone();
+    providers::revoke_credential(&db, &widget_id, chrono::Utc::now()).expect("revoke");
+    for addr in [a.addr, b.addr] {
+        let (status, body) = http.send(addr, Method::GET, "/status", None).await.unwrap();
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_policy_changed_by_the_command_line_applies_on_every_instance_r_3_5() {
+    let Some((pg, http, a, b)) = two_instances("policy change", None).await else {
+        return;
+    };
+    let db = Db::Postgres(pg.url().to_owned());
+    let provider_id = providers::list_providers(&db).expect("list")[0]
+        .provider_id
+        .clone();
+    let policy = providers::validate_policy(
+        br#"{"reference":"PAYMENT_DATE","penalties":[{"type":"OFFSET_PENALTY",
+            "value":{"amount":100,"unit":"PERCENTAGE"},"offset":{"amount":0,"unit":"DAYS"}}]}"#,
+        "",
+    )
+    .expect("policy");
+    providers::set_policy(
+        &db,
+        &provider_id,
+        &providers::PolicyChange {
+            default_policy: Some(Some(policy)),
+            ..Default::default()
+        },
+    )
+    .expect("set policy");
+    for addr in [a.addr, b.addr] {
+        let id = http.paid_transaction(addr, &["100"]).await;
+        let record = http.status(addr, &id).await;
+        assert_eq!(
+            record["items"][0]["cancellationPolicy"]["reference"], "PAYMENT_DATE",
+            "{record}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_database_connection_is_a_503_and_the_instance_heals() {
+    let Some((pg, http, a, _b)) = two_instances("lost connections", None).await else {
+        return;
+    };
+    let id = http.paid_transaction(a.addr, &["10"]).await;
+    let kill = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                WHERE datname = current_database() AND pid <> pg_backend_pid()";
+    let mut created = 0;
+    let mut refused = 0;
+    for round in 0..6 {
+        pg.execute(kill);
+        for _ in 0..4 {
+            let body = json!({"title": format!("round {round}"), "currency": "EUR",
+                "items": [{"name": "A", "price": 1}]});
+            let (status, reply) = http
+                .send(a.addr, Method::POST, "/initialize", Some(body))
+                .await
+                .expect("the instance answers");
+            match status {
+                StatusCode::CREATED => created += 1,
+                StatusCode::SERVICE_UNAVAILABLE => {
+                    assert!(is_error_body(&reply, status), "R-8.1 body: {reply}");
+                    refused += 1;
+                }
+                other => panic!("{other}: {reply}"),
+            }
+        }
+    }
+    // Nothing half-written: exactly the acknowledged creations are stored (plus the first).
+    let stored = pg.query("SELECT count(*) FROM transactions");
+    assert_eq!(
+        stored[0][0].as_deref(),
+        Some((created + 1).to_string().as_str())
+    );
+    assert!(created > 0, "the instance healed ({refused} refused)");
+    eprintln!("{created} created, {refused} refused with 503 while connections were killed");
+    // And it still reads.
+    assert_eq!(http.status(a.addr, &id).await["status"], "PAID");
+}
