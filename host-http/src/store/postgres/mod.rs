@@ -113,11 +113,10 @@ impl tokio_postgres::types::ToSql for Numeric {
     tokio_postgres::types::to_sql_checked!();
 }
 
+/// Any failure to get a connection (the server refuses or is down, the pool timed out) means
+/// no statement ran: the request is refused as unavailable.
 fn pool_error(error: PoolError) -> StoreError {
-    match error {
-        PoolError::Backend(error) => StoreError::Postgres(error),
-        other => StoreError::Unavailable(other.to_string()),
-    }
+    StoreError::Unavailable(error.to_string())
 }
 
 fn corrupt(column: &'static str, detail: impl Into<String>) -> StoreError {

@@ -87,6 +87,19 @@ impl TestDatabase {
         block_on(execute(&self.url, sql)).unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 
+    /// Refuses (and cuts) or allows again every connection to this database, as a database that
+    /// goes down and comes back would.
+    pub fn allow_connections(&self, allowed: bool) {
+        let mut sql = format!("ALTER DATABASE {} ALLOW_CONNECTIONS {allowed};", self.name);
+        if !allowed {
+            sql.push_str(&format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}';",
+                self.name
+            ));
+        }
+        block_on(execute(&self.admin_url, &sql)).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
     /// The rows of a query, every column read as text.
     pub fn query(&self, sql: &str) -> Vec<Vec<Option<String>>> {
         block_on(async {
