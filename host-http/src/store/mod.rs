@@ -521,7 +521,10 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         not_before: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<Option<IdempotencyRecord>, StoreError>>;
 
-    /// Claims a key as running, unless an unexpired record holds it.
+    /// Claims a key as running, unless an unexpired record holds it. On a database
+    /// several instances share (PostgreSQL), a running claim older than
+    /// [`postgres::STALE_CLAIM_AFTER`] that no pending refund carries belongs to a request whose
+    /// instance stopped, and is taken over; SQLite clears such claims at start-up instead.
     fn claim_idempotency(
         &self,
         key: IdempotencyKey,

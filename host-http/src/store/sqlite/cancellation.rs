@@ -367,8 +367,8 @@ fn succeed(
         .query_row([&view.provider_id], |r| r.get(0))?;
     conn.prepare_cached(
         "UPDATE cancellations SET outcome = 'SUCCESS', receipt_number = ?2, \
-         transaction_status = ?3, gateway_reference = ?4, completed_at = ?5, updated_at = ?5 \
-         WHERE id = ?1",
+         transaction_status = ?3, gateway_reference = ?4, completed_at = ?5, updated_at = ?5, \
+         lease_owner = NULL, lease_until = NULL WHERE id = ?1",
     )?
     .execute(params![
         refund_id,
@@ -403,7 +403,8 @@ fn decline(
     conn.prepare_cached(
         "UPDATE cancellations SET outcome = 'FAILED', error_message = ?2, \
          transaction_status = (SELECT status FROM transactions WHERE id = ?3), \
-         completed_at = ?4, updated_at = ?4 WHERE id = ?1",
+         completed_at = ?4, updated_at = ?4, lease_owner = NULL, lease_until = NULL \
+         WHERE id = ?1",
     )?
     .execute(params![refund_id, reason, view.transaction_id, now])?;
     let view =

@@ -1,0 +1,2257 @@
+//! Store conformance: every case is written once, against the `Store` and `CancellationStore`
+//! traits and the ledger gateway of an [`Opened`] database, and runs on both implementations:
+//! `<case>::sqlite` on a fresh SQLite file, `<case>::postgres` on a fresh PostgreSQL database
+//! (skipped, with a line on stderr, when `CHECKOUT_TEST_PG_URL` is unset).
+//!
+//! The cases name the rulings they hold (R-…, the contract's RULINGS.md). Instants are fixed
+//! values passed to the store, so nothing here depends on the clock or on sleeping; the races
+//! are real concurrent calls whose outcomes are checked exactly.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use engine::api::{
+    Attachment, AttachmentType, CancellationPolicy, CancelledItem, Category, CheckoutEmail,
+    ItemStatus, PaymentInfo, Period, TransactionStatus, UpdateTransaction,
+};
+use host_http::auth::{Scopes, hash_secret};
+use host_http::gateway::{GatewayOutcome, RefundRequest};
+use host_http::providers::{self, NewProvider};
+use host_http::store::cancellation::{
+    CancellationView, Lease, NewCancellation, NewFile, Reserved, Settlement, outcome, result_of,
+};
+use host_http::store::postgres::testing::TestDatabase;
+use host_http::store::{
+    self, Claim, Db, IdempotencyKey, IdempotencyState, IdempotentResponse, NewItem, NewTransaction,
+    Opened, Owned, PayOutcome, PaymentDetails, PoolSettings, format_instant,
+};
+use rust_decimal::Decimal;
+use tests::http::Creds;
+
+// ---------------------------------------------------------------------------------------------
+// Running one case on both stores.
+// ---------------------------------------------------------------------------------------------
+
+/// What keeps a test database alive: the SQLite file's directory or the PostgreSQL database.
+#[derive(Debug)]
+enum Keep {
+    Sqlite(#[allow(dead_code)] tempfile::TempDir),
+    Postgres(#[allow(dead_code)] TestDatabase),
+}
+
+/// A fresh, opened database of one store.
+#[derive(Debug)]
+struct Env {
+    opened: Opened,
+    db: Db,
+    _keep: Keep,
+}
+
+impl Env {
+    async fn sqlite() -> Env {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = Db::Sqlite(dir.path().join("checkout.db"));
+        let opened = store::open(&db, &PoolSettings::default())
+            .await
+            .expect("sqlite store opens");
+        Env {
+            opened,
+            db,
+            _keep: Keep::Sqlite(dir),
+        }
+    }
+
+    /// `None` when `CHECKOUT_TEST_PG_URL` is unset (the helper said the case is skipped).
+    async fn postgres(case: &str) -> Option<Env> {
+        let database = TestDatabase::create(&format!("store conformance {case} on PostgreSQL"))?;
+        let db = Db::Postgres(database.url().to_owned());
+        let opened = store::open(&db, &PoolSettings::default())
+            .await
+            .expect("postgres store opens");
+        Some(Env {
+            opened,
+            db,
+            _keep: Keep::Postgres(database),
+        })
+    }
+
+    /// Closes the store before its database goes away.
+    async fn finish(self) {
+        self.opened.store.close().await;
+    }
+}
+
+/// `conformance!(case);` makes `mod case { sqlite(), postgres() }`, each running the async fn
+/// `case(&Opened, &Db)` on a fresh database of that store.
+macro_rules! conformance {
+    ($($case:ident),* $(,)?) => {$(
+        mod $case {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                let env = super::Env::sqlite().await;
+                super::$case(&env.opened, &env.db).await;
+                env.finish().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                let Some(env) = super::Env::postgres(stringify!($case)).await else {
+                    return;
+                };
+                super::$case(&env.opened, &env.db).await;
+                env.finish().await;
+            }
+        }
+    )*};
+}
+
+conformance!(
+    credential_active_revoked_unknown_r_7_1,
+    provider_reads_its_configuration_r_5_1_r_6_1,
+    create_transaction_keeps_items_and_amount_scales_r_1_4_r_3_2,
+    create_transaction_finishes_its_key_in_the_same_commit_r_9_1,
+    transaction_owner_and_missing_transactions_r_7_4,
+    update_transaction_checks_ownership_and_keeps_absent_fields_r_7_4_r_8_6,
+    record_payment_pays_active_items_at_currency_scale_once_r_3_3_r_3_6,
+    idempotency_claim_release_expiry_and_prune_r_9_1,
+    reserve_then_settle_succeeded_makes_receipts_and_moves_status_r_4_8_r_10_2,
+    settle_declined_fails_and_releases_items_r_4_8,
+    reserve_voids_unpaid_items_without_refund_r_4_4_r_3_3,
+    reserve_refuses_what_changed_underneath_r_3_4_r_4_1_r_4_5_r_7_4,
+    pending_refunds_are_listed_oldest_first_r_4_8,
+    claim_pending_takes_only_expired_leases_r_4_8,
+    renew_lease_only_for_the_holder_of_a_pending_refund_r_4_8,
+    release_orphan_claims_keeps_carried_recent_and_other_routes_r_9_1,
+    files_store_read_and_share_r_4_6,
+    receipt_is_scoped_to_its_provider_r_7_4_r_10_2,
+    ledger_gateway_is_idempotent_per_refund_id_r_4_8,
+    race_32_reserves_of_one_item_leave_exactly_one_pending_r_4_5_r_4_1,
+    race_reserves_of_different_items_never_exceed_paid_r_4_5,
+    race_16_claims_of_one_key_claim_it_once_r_9_1,
+    race_concurrent_settles_number_receipts_without_gaps_r_10_2,
+    race_two_instances_claiming_pending_refunds_split_them_r_4_8,
+);
+
+// ---------------------------------------------------------------------------------------------
+// Builders.
+// ---------------------------------------------------------------------------------------------
+
+/// The instant every case counts from.
+fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2030, 1, 2, 10, 0, 0)
+        .single()
+        .expect("a valid instant")
+}
+
+fn at(seconds: i64) -> DateTime<Utc> {
+    t0() + Duration::seconds(seconds)
+}
+
+fn dec(text: &str) -> Decimal {
+    text.parse()
+        .unwrap_or_else(|e| panic!("{text} is a decimal: {e}"))
+}
+
+fn new_id() -> String {
+    uuid::Uuid::now_v7().hyphenated().to_string()
+}
+
+/// The cancel route template, as idempotency keys record it.
+const CANCEL_ROUTE: &str = "/cancel/{transactionId}";
+
+/// A provider with every scope, in `zone`.
+fn provider_in(db: &Db, name: &str, zone: &str) -> Creds {
+    providers::create_provider(
+        db,
+        &NewProvider {
+            name: name.to_owned(),
+            time_zone: zone.to_owned(),
+            default_policy: None,
+            category_policies: Default::default(),
+            scopes: Scopes::all(),
+        },
+        Utc::now(),
+    )
+    .expect("provider created")
+    .into()
+}
+
+fn provider(db: &Db, name: &str) -> Creds {
+    provider_in(db, name, "UTC")
+}
+
+/// A transaction of `provider_id` in `currency` whose items have these totals.
+fn transaction(provider_id: &str, currency: &str, totals: &[&str]) -> NewTransaction {
+    let items: Vec<NewItem> = totals
+        .iter()
+        .enumerate()
+        .map(|(index, total)| NewItem {
+            name: Some(format!("item {}", index + 1)),
+            category: Some(Category::Event),
+            total: dec(total),
+            policy: None,
+            period: None,
+        })
+        .collect();
+    let total = items.iter().map(|item| item.total).sum::<Decimal>();
+    // The body as a provider would send it, prices written as they are (R-1.1).
+    let prices: Vec<String> = totals
+        .iter()
+        .map(|t| format!("{{\"price\":{t}}}"))
+        .collect();
+    let payload = format!(
+        "{{\"title\":\"conformance\",\"currency\":\"{currency}\",\"items\":[{}]}}",
+        prices.join(",")
+    );
+    NewTransaction {
+        id: new_id(),
+        provider_id: provider_id.to_owned(),
+        title: "conformance".to_owned(),
+        currency: currency.to_owned(),
+        ref_ids: BTreeMap::from([("order".to_owned(), "A-1".to_owned())]),
+        note: Some("first note".to_owned()),
+        attachments: Vec::new(),
+        email: None,
+        payload,
+        time_zone: "Europe/Paris".to_owned(),
+        total,
+        items,
+        created_at: t0(),
+    }
+}
+
+/// Creates an unpaid EUR transaction; returns its id.
+async fn create(opened: &Opened, provider_id: &str, totals: &[&str]) -> String {
+    let new = transaction(provider_id, "EUR", totals);
+    let id = new.id.clone();
+    opened
+        .store
+        .create_transaction(new, None)
+        .await
+        .expect("transaction created");
+    id
+}
+
+fn payment_details() -> PaymentDetails {
+    PaymentDetails {
+        payment: Some(PaymentInfo {
+            reference: Some("PAY-1".to_owned()),
+            provider: Some("sandbox".to_owned()),
+        }),
+        ..PaymentDetails::default()
+    }
+}
+
+/// Creates and pays an EUR transaction; returns its id.
+async fn paid(opened: &Opened, provider_id: &str, totals: &[&str]) -> String {
+    let id = create(opened, provider_id, totals).await;
+    let outcome = opened
+        .store
+        .record_payment(
+            id.clone(),
+            provider_id.to_owned(),
+            payment_details(),
+            at(1),
+            at(1),
+        )
+        .await
+        .expect("payment recorded");
+    assert!(
+        matches!(outcome, Owned::Done(PayOutcome::Paid(_))),
+        "{outcome:?}"
+    );
+    id
+}
+
+/// One cancelled line: the item's total, no penalty, `refund` refunded.
+fn line(order: u32, total: &str, refund: &str) -> CancelledItem {
+    CancelledItem {
+        order,
+        total: dec(total),
+        penalty: dec(total) - dec(refund),
+        refund: dec(refund),
+        applied_penalty: None,
+    }
+}
+
+/// A cancellation of `lines` on `transaction_id`, requested at `requested_at`, leased by
+/// `owner` until `lease_until`.
+fn cancellation(
+    provider_id: &str,
+    transaction_id: &str,
+    paid: bool,
+    lines: Vec<CancelledItem>,
+    requested_at: DateTime<Utc>,
+    owner: &str,
+    lease_until: DateTime<Utc>,
+) -> NewCancellation {
+    let refund = lines.iter().map(|l| l.refund).sum::<Decimal>();
+    NewCancellation {
+        refund_id: new_id(),
+        transaction_id: transaction_id.to_owned(),
+        provider_id: provider_id.to_owned(),
+        paid,
+        items: lines,
+        refund: engine::money::round_to_scale(refund, 2),
+        currency: "EUR".to_owned(),
+        payment_reference: paid.then(|| "PAY-1".to_owned()),
+        invoice_title: None,
+        invoice_number: None,
+        invoice_file: None,
+        idempotency: None,
+        requested_at,
+        lease: Lease {
+            owner: owner.to_owned(),
+            until: lease_until,
+        },
+    }
+}
+
+/// A paid cancellation requested at `at(0)`, leased by `instance-a` for 30 s.
+fn paid_cancellation(
+    provider_id: &str,
+    transaction_id: &str,
+    lines: Vec<CancelledItem>,
+) -> NewCancellation {
+    cancellation(
+        provider_id,
+        transaction_id,
+        true,
+        lines,
+        at(0),
+        "instance-a",
+        at(30),
+    )
+}
+
+async fn reserve(opened: &Opened, c: NewCancellation) -> Reserved {
+    match opened.cancellations.reserve(c).await.expect("reserve") {
+        Owned::Done(reserved) => reserved,
+        other => panic!("expected the owner's transaction, got {other:?}"),
+    }
+}
+
+/// Reserves and expects a pending refund.
+async fn reserve_pending(opened: &Opened, c: NewCancellation) -> CancellationView {
+    match reserve(opened, c).await {
+        Reserved::Pending(view) => view,
+        other => panic!("expected a pending refund, got {other:?}"),
+    }
+}
+
+async fn settle(
+    opened: &Opened,
+    refund_id: &str,
+    settlement: Settlement,
+    now: DateTime<Utc>,
+) -> CancellationView {
+    opened
+        .cancellations
+        .settle(refund_id.to_owned(), settlement, now)
+        .await
+        .expect("settle")
+        .expect("the refund exists")
+}
+
+fn succeeded(reference: &str) -> Settlement {
+    Settlement::Succeeded {
+        gateway_reference: Some(reference.to_owned()),
+    }
+}
+
+async fn record(opened: &Opened, id: &str) -> store::TransactionRecord {
+    opened
+        .store
+        .transaction(id.to_owned())
+        .await
+        .expect("read transaction")
+        .expect("transaction exists")
+}
+
+fn key(provider_id: &str, key: &str, route: &str, body: &str) -> IdempotencyKey {
+    IdempotencyKey {
+        provider_id: provider_id.to_owned(),
+        key: key.to_owned(),
+        route: route.to_owned(),
+        body_hash: hash_secret(body),
+    }
+}
+
+/// A day before `now`: the expiry cut-off of idempotency keys (R-9.1: kept at least 24 h).
+fn day_before(now: DateTime<Utc>) -> DateTime<Utc> {
+    now - Duration::hours(24)
+}
+
+async fn claim(opened: &Opened, k: &IdempotencyKey, now: DateTime<Utc>) -> Claim {
+    opened
+        .store
+        .claim_idempotency(k.clone(), now, day_before(now))
+        .await
+        .expect("claim")
+}
+
+async fn key_state(opened: &Opened, k: &IdempotencyKey) -> Option<IdempotencyState> {
+    opened
+        .store
+        .idempotency(k.provider_id.clone(), k.key.clone(), at(-3600))
+        .await
+        .expect("read key")
+        .map(|record| record.state)
+}
+
+fn ids(views: &[CancellationView]) -> Vec<String> {
+    views.iter().map(|v| v.refund_id.clone()).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Providers and credentials.
+// ---------------------------------------------------------------------------------------------
+
+/// R-7.1: an active credential is found with the hash of its secret and its scopes; a revoked
+/// one and an unknown one are not.
+async fn credential_active_revoked_unknown_r_7_1(opened: &Opened, db: &Db) {
+    let acme = provider(db, "acme");
+    let row = opened
+        .store
+        .credential(acme.widget_id.clone())
+        .await
+        .expect("credential read")
+        .expect("an active credential is found");
+    assert_eq!(row.widget_id, acme.widget_id);
+    assert_eq!(row.provider_id, acme.provider_id);
+    assert_eq!(row.secret_hash, hash_secret(&acme.secret));
+    assert_eq!(Scopes::parse(&row.scopes), Ok(Scopes::all()));
+
+    let second: Creds = providers::add_credential(db, &acme.provider_id, Scopes::all(), Utc::now())
+        .expect("second credential")
+        .into();
+    providers::revoke_credential(db, &acme.widget_id, Utc::now()).expect("revoked");
+    assert_eq!(
+        opened
+            .store
+            .credential(acme.widget_id.clone())
+            .await
+            .expect("credential read"),
+        None,
+        "a revoked credential is refused from its next request on"
+    );
+    let other = opened
+        .store
+        .credential(second.widget_id.clone())
+        .await
+        .expect("credential read")
+        .expect("the provider's other credential stays active");
+    assert_eq!(other.provider_id, acme.provider_id);
+    assert_eq!(
+        opened
+            .store
+            .credential("no-such-widget".to_owned())
+            .await
+            .expect("credential read"),
+        None
+    );
+}
+
+/// R-5.1, R-6.1: a provider is read with its zone and (absent) policies; an unknown one is not.
+async fn provider_reads_its_configuration_r_5_1_r_6_1(opened: &Opened, db: &Db) {
+    let acme = provider_in(db, "acme", "Europe/Berlin");
+    let row = opened
+        .store
+        .provider(acme.provider_id.clone())
+        .await
+        .expect("provider read")
+        .expect("provider exists");
+    assert_eq!(row.id, acme.provider_id);
+    assert_eq!(row.name, "acme");
+    assert_eq!(row.time_zone, "Europe/Berlin");
+    assert_eq!(row.default_policy, None);
+    assert!(row.category_policies.is_empty());
+    assert!(
+        DateTime::parse_from_rfc3339(&row.created_at).is_ok(),
+        "{}",
+        row.created_at
+    );
+    assert_eq!(
+        opened
+            .store
+            .provider(new_id())
+            .await
+            .expect("provider read"),
+        None
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transactions.
+// ---------------------------------------------------------------------------------------------
+
+fn is_reference(text: &str) -> bool {
+    text.strip_prefix("CHK-").is_some_and(|rest| {
+        rest.len() == 8
+            && rest
+                .bytes()
+                .all(|b| b"0123456789ABCDEFGHJKMNPQRSTVWXYZ".contains(&b))
+    })
+}
+
+/// R-3.2, R-1.4, R-3.5: a new transaction is stored as given, with a fresh unique reference, its
+/// items numbered from 1, amounts with the scale they were written with ("100.50", "0.00").
+async fn create_transaction_keeps_items_and_amount_scales_r_1_4_r_3_2(opened: &Opened, db: &Db) {
+    let acme = provider(db, "acme");
+    let mut new = transaction(&acme.provider_id, "EUR", &["100.50", "0.00"]);
+    assert_eq!(new.total.to_string(), "100.50");
+    let policy: CancellationPolicy = serde_json::from_str(
+        r#"{"description":"late fee","reference":"START_PERIOD","penalties":[
+            {"type":"DATE_PENALTY","value":{"amount":10.50,"unit":"FIXED_AMOUNT"},
+             "until":"2030-02-01"}]}"#,
+    )
+    .expect("a policy");
+    let period: Period = serde_json::from_str(
+        r#"{"start":"2030-03-01T09:00:00","end":"2030-03-02T18:00:00",
+            "startTimeZone":"Europe/Paris","endTimeZone":"America/New_York"}"#,
+    )
+    .expect("a period");
+    new.items[0].policy = Some(policy.clone());
+    new.items[0].period = Some(period.clone());
+    new.attachments = vec![Attachment {
+        url: "https://files.example.com/terms.pdf".to_owned(),
+        attachment_type: Some(AttachmentType::TermsConditions),
+    }];
+    new.email = Some(CheckoutEmail {
+        recipients: Some(vec!["a@example.com".to_owned(), "b@example.com".to_owned()]),
+        subject: Some("Your booking".to_owned()),
+        content: Some("Hello".to_owned()),
+    });
+    let reference = opened
+        .store
+        .create_transaction(new.clone(), None)
+        .await
+        .expect("created");
+    assert!(is_reference(&reference), "{reference}");
+
+    let stored = record(opened, &new.id).await;
+    assert_eq!(stored.id, new.id);
+    assert_eq!(stored.provider_id, acme.provider_id);
+    assert_eq!(stored.reference, reference);
+    assert_eq!(stored.status, TransactionStatus::Pending);
+    assert_eq!(stored.title, "conformance");
+    assert_eq!(stored.currency, "EUR");
+    assert_eq!(stored.ref_ids, new.ref_ids);
+    assert_eq!(stored.note.as_deref(), Some("first note"));
+    assert_eq!(stored.attachments, new.attachments);
+    assert_eq!(stored.email, new.email);
+    assert_eq!(stored.payload, new.payload, "the body exactly as received");
+    assert_eq!(stored.time_zone.as_deref(), Some("Europe/Paris"));
+    assert_eq!(stored.total.to_string(), "100.50");
+    assert_eq!(stored.paid_amount, None);
+    assert_eq!(stored.paid_at, None);
+    assert_eq!(stored.payment, None);
+    assert!(stored.refunded_amount.is_zero());
+    assert!(stored.cancellations.is_empty());
+    assert_eq!(stored.created_at, format_instant(t0()));
+    assert_eq!(stored.updated_at, format_instant(t0()));
+
+    assert_eq!(stored.items.len(), 2);
+    let (first, second) = (&stored.items[0], &stored.items[1]);
+    assert_eq!(first.order_no, 1);
+    assert_eq!(second.order_no, 2);
+    assert_eq!(first.name.as_deref(), Some("item 1"));
+    assert_eq!(first.category, Some(Category::Event));
+    assert_eq!(first.total.to_string(), "100.50");
+    assert_eq!(second.total.to_string(), "0.00", "a zero keeps its scale");
+    assert_eq!(first.status, ItemStatus::Active);
+    assert_eq!(second.status, ItemStatus::Active);
+    assert!(first.refunded.is_zero() && second.refunded.is_zero());
+    assert_eq!(
+        first.policy.as_ref(),
+        Some(&policy),
+        "resolved at creation (R-3.5)"
+    );
+    assert_eq!(
+        first
+            .policy
+            .as_ref()
+            .map(|p| p.penalties[0].value.amount.to_string())
+            .as_deref(),
+        Some("10.50"),
+        "a policy amount keeps its scale"
+    );
+    assert_eq!(first.period.as_ref(), Some(&period));
+    assert_eq!(second.policy, None);
+    assert_eq!(second.period, None);
+
+    // A second transaction gets another reference.
+    let other = transaction(&acme.provider_id, "EUR", &["1.00"]);
+    let other_reference = opened
+        .store
+        .create_transaction(other, None)
+        .await
+        .expect("created");
+    assert!(is_reference(&other_reference));
+    assert_ne!(other_reference, reference);
+}
+
+/// R-9.1: the response of a creation's key is stored in the commit that creates the
+/// transaction, so a repeat replays it.
+async fn create_transaction_finishes_its_key_in_the_same_commit_r_9_1(opened: &Opened, db: &Db) {
+    let acme = provider(db, "acme");
+    let k = key(&acme.provider_id, "create-1", "/transactions", "{body}");
+    assert_eq!(claim(opened, &k, t0()).await, Claim::Claimed);
+    assert_eq!(key_state(opened, &k).await, Some(IdempotencyState::Running));
+
+    let new = transaction(&acme.provider_id, "EUR", &["10.00"]);
+    let id = new.id.clone();
+    let body = format!("{{\"transactionId\":\"{id}\"}}");
+    opened
+        .store
+        .create_transaction(
+            new,
+            Some(IdempotentResponse {
+                key: k.clone(),
+                status_code: 201,
+                body: body.clone(),
+            }),
+        )
+        .await
+        .expect("created");
+    let stored = opened
+        .store
+        .idempotency(acme.provider_id.clone(), k.key.clone(), day_before(t0()))
+        .await
+        .expect("key read")
+        .expect("key kept");
+    assert_eq!(stored.route, "/transactions");
+    assert_eq!(stored.body_hash, k.body_hash);
+    assert_eq!(
+        stored.state,
+        IdempotencyState::Done {
+            status_code: 201,
+            body: body.clone()
+        }
+    );
+    assert_eq!(record(opened, &id).await.provider_id, acme.provider_id);
+
+    // A repeat finds the finished record; releasing a finished key keeps it.
+    match claim(opened, &k, at(5)).await {
+        Claim::Existing(existing) => assert_eq!(existing, stored),
+        Claim::Claimed => panic!("a finished key must not be claimed again"),
+    }
+    opened
+        .store
+        .release_idempotency(acme.provider_id.clone(), k.key.clone())
+        .await
+        .expect("release");
+    assert_eq!(
+        key_state(opened, &k).await,
+        Some(IdempotencyState::Done {
+            status_code: 201,
+            body
+        }),
+        "only a running claim is released"
+    );
+}
+
+/// R-7.4: the owner of a transaction, and nothing for an unknown one.
+async fn transaction_owner_and_missing_transactions_r_7_4(opened: &Opened, db: &Db) {
+    let acme = provider(db, "acme");
+    let globex = provider(db, "globex");
+    let mine = create(opened, &acme.provider_id, &["5.00"]).await;
+    let theirs = create(opened, &globex.provider_id, &["6.00"]).await;
+    let owner = |id: String| opened.store.transaction_owner(id);
+    assert_eq!(
+        owner(mine.clone()).await.expect("owner"),
+        Some(acme.provider_id.clone())
+    );
+    assert_eq!(
+        owner(theirs).await.expect("owner"),
+        Some(globex.provider_id.clone())
+    );
+    assert_eq!(owner(new_id()).await.expect("owner"), None);
+    assert_eq!(
+        opened
+            .store
+            .transaction(new_id())
+            .await
+            .expect("transaction read"),
+        None
+    );
+}
+
+/// R-7.4, R-8.6: an update names its transaction on behalf of a provider: unknown → NotFound,
+/// another's → OtherProvider and nothing changes; the owner's replaces the given fields only.
+async fn update_transaction_checks_ownership_and_keeps_absent_fields_r_7_4_r_8_6(
+    opened: &Opened,
+    db: &Db,
+) {
+    let acme = provider(db, "acme");
+    let globex = provider(db, "globex");
+    let id = create(opened, &acme.provider_id, &["5.00"]).await;
+    let change = UpdateTransaction {
+        external_ids: Some(BTreeMap::from([("order".to_owned(), "B-2".to_owned())])),
+        title: Some("renamed".to_owned()),
+        note: None,
+        attachments: Some(vec![Attachment {
+            url: "https://files.example.com/invoice.pdf".to_owned(),
+            attachment_type: Some(AttachmentType::Invoice),
+        }]),
+    };
+    let update = |tx: String, provider: &str| {
+        opened
+            .store
+            .update_transaction(tx, provider.to_owned(), change.clone(), at(60))
+    };
+    assert_eq!(
+        update(new_id(), &acme.provider_id).await.expect("update"),
+        Owned::NotFound
+    );
+    assert_eq!(
+        update(id.clone(), &globex.provider_id)
+            .await
+            .expect("update"),
+        Owned::OtherProvider
+    );
+    let untouched = record(opened, &id).await;
+    assert_eq!(untouched.title, "conformance");
+    assert_eq!(untouched.updated_at, format_instant(t0()));
+
+    assert_eq!(
+        update(id.clone(), &acme.provider_id).await.expect("update"),
+        Owned::Done(())
+    );
+    let updated = record(opened, &id).await;
+    assert_eq!(updated.title, "renamed");
+    assert_eq!(
+        updated.ref_ids.get("order").map(String::as_str),
+        Some("B-2")
+    );
+    assert_eq!(
+        updated.attachments,
+        change.attachments.clone().expect("given")
+    );
+    assert_eq!(updated.note.as_deref(), Some("first note"), "absent stays");
+    assert_eq!(updated.updated_at, format_instant(at(60)));
+    assert_eq!(updated.created_at, format_instant(t0()));
+}
+
+/// R-3.3, R-3.6, R-1.4: a payment moves PENDING → PAID with the sum of the active items at the
+/// currency's scale, once; ownership first (R-7.4).
+async fn record_payment_pays_active_items_at_currency_scale_once_r_3_3_r_3_6(
+    opened: &Opened,
+    db: &Db,
+) {
+    let acme = provider(db, "acme");
+    let globex = provider(db, "globex");
+    let id = create(opened, &acme.provider_id, &["100.5", "20"]).await;
+    let pay = |tx: String, provider: &str| {
+        opened
+            .store
+            .record_payment(tx, provider.to_owned(), payment_details(), at(-600), at(10))
+    };
+    assert_eq!(
+        pay(new_id(), &acme.provider_id).await.expect("pay"),
+        Owned::NotFound
+    );
+    assert_eq!(
+        pay(id.clone(), &globex.provider_id).await.expect("pay"),
+        Owned::OtherProvider
+    );
+    assert_eq!(record(opened, &id).await.status, TransactionStatus::Pending);
+
+    let outcome = pay(id.clone(), &acme.provider_id).await.expect("pay");
+    let Owned::Done(PayOutcome::Paid(amount)) = outcome else {
+        panic!("expected Paid, got {outcome:?}");
+    };
+    assert_eq!(amount.to_string(), "120.50", "at the currency's scale");
+    let stored = record(opened, &id).await;
+    assert_eq!(stored.status, TransactionStatus::Paid);
+    assert_eq!(
+        stored.paid_amount.map(|p| p.to_string()).as_deref(),
+        Some("120.50")
+    );
+    assert_eq!(
+        stored.paid_at.as_deref(),
+        Some(format_instant(at(-600)).as_str())
+    );
+    assert_eq!(stored.payment, Some(payment_details()));
+    assert_eq!(stored.updated_at, format_instant(at(10)));
+
+    assert_eq!(
+        pay(id.clone(), &acme.provider_id).await.expect("pay"),
+        Owned::Done(PayOutcome::NotPayable(
+            "contract status PAID does not allow payment".to_owned()
+        ))
+    );
+    assert_eq!(
+        record(opened, &id)
+            .await
+            .paid_amount
+            .map(|p| p.to_string())
+            .as_deref(),
+        Some("120.50"),
+        "a second payment changes nothing"
+    );
+
+    // Another currency's scale: KWD has three decimals.
+    let kwd = transaction(&acme.provider_id, "KWD", &["1.5", "2"]);
+    let kwd_id = kwd.id.clone();
+    opened
+        .store
+        .create_transaction(kwd, None)
+        .await
+        .expect("created");
+    let outcome = pay(kwd_id, &acme.provider_id).await.expect("pay");
+    let Owned::Done(PayOutcome::Paid(amount)) = outcome else {
+        panic!("expected Paid, got {outcome:?}");
+    };
+    assert_eq!(amount.to_string(), "3.500");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Idempotency keys.
+// ---------------------------------------------------------------------------------------------
+
+/// R-9.1: a key is claimed once per provider while running; released, it may be claimed again;
+/// expired, it is replaced; pruning deletes keys made before the cut-off.
+async fn idempotency_claim_release_expiry_and_prune_r_9_1(opened: &Opened, db: &Db) {
+    let acme = provider(db, "acme");
+    let globex = provider(db, "globex");
+    let k = key(
+        &acme.provider_id,
+        "k-1",
+        CANCEL_ROUTE,
+        "{\"itemsOrder\":[1]}",
+    );
+
+    assert_eq!(key_state(opened, &k).await, None);
+    assert_eq!(claim(opened, &k, t0()).await, Claim::Claimed);
+    let Claim::Existing(existing) = claim(opened, &k, at(1)).await else {
+        panic!("a running key is held");
+    };
+    assert_eq!(existing.route, CANCEL_ROUTE);
+    assert_eq!(existing.body_hash, k.body_hash);
+    assert_eq!(existing.state, IdempotencyState::Running);
+    // Another body under the same key still finds the first request's record (→ 422 above).
+    let other_body = key(&acme.provider_id, "k-1", "/transactions", "{}");
+    match claim(opened, &other_body, at(1)).await {
+        Claim::Existing(found) => {
+            assert_eq!(found.route, CANCEL_ROUTE);
+            assert_eq!(found.body_hash, k.body_hash);
+        }
+        Claim::Claimed => panic!("a held key must not be claimed with another body"),
+    }
+    // Keys are scoped per provider.
+    let theirs = key(&globex.provider_id, "k-1", CANCEL_ROUTE, "{}");
+    assert_eq!(claim(opened, &theirs, at(1)).await, Claim::Claimed);
+
+    // Released (a request refused by validation is not kept), it may be claimed again.
+    opened
+        .store
+        .release_idempotency(acme.provider_id.clone(), k.key.clone())
+        .await
+        .expect("release");
+    assert_eq!(key_state(opened, &k).await, None);
+    assert_eq!(
+        key_state(opened, &theirs).await,
+        Some(IdempotencyState::Running),
+        "releasing one provider's key leaves another's"
+    );
+    assert_eq!(claim(opened, &k, at(2)).await, Claim::Claimed);
+
+    // Not visible once older than `not_before`; an expired record is replaced by a claim.
+    assert_eq!(
+        opened
+            .store
+            .idempotency(acme.provider_id.clone(), k.key.clone(), at(3))
+            .await
+            .expect("key read"),
+        None
+    );
+    let later = at(2) + Duration::hours(25);
+    let renewed = key(&acme.provider_id, "k-1", "/transactions", "{\"new\":1}");
+    assert_eq!(
+        opened
+            .store
+            .claim_idempotency(renewed.clone(), later, day_before(later))
+            .await
+            .expect("claim"),
+        Claim::Claimed
+    );
+    let record = opened
+        .store
+        .idempotency(acme.provider_id.clone(), k.key.clone(), day_before(later))
+        .await
+        .expect("key read")
+        .expect("the new claim is visible");
+    assert_eq!(record.route, "/transactions");
+    assert_eq!(record.body_hash, renewed.body_hash);
+
+    // Prune: `theirs` (made at 1 s) goes, the renewed one (made 25 h later) stays.
+    let k2 = key(&acme.provider_id, "k-2", CANCEL_ROUTE, "{}");
+    assert_eq!(claim(opened, &k2, at(100)).await, Claim::Claimed);
+    assert_eq!(
+        opened.store.prune_idempotency(at(50)).await.expect("prune"),
+        1
+    );
+    assert_eq!(key_state(opened, &theirs).await, None);
+    assert_eq!(
+        key_state(opened, &k2).await,
+        Some(IdempotencyState::Running)
+    );
+    assert_eq!(
+        opened.store.prune_idempotency(at(50)).await.expect("prune"),
+        0
+    );
+    assert_eq!(
+        opened
+            .store
+            .prune_idempotency(later + Duration::seconds(1))
+            .await
+            .expect("prune"),
+        2
+    );
+    assert_eq!(key_state(opened, &k2).await, None);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cancellations.
+// ---------------------------------------------------------------------------------------------
+
+/// R-4.8, R-10.2, R-3.3, R-9.1: a reservation marks the items CANCELLING under a PENDING
+/// refund; a success cancels them, moves the status, numbers the receipt per provider and
+/// finishes the request's key with the 200 body, in one step; settling again changes nothing.
+async fn reserve_then_settle_succeeded_makes_receipts_and_moves_status_r_4_8_r_10_2(
+    opened: &Opened,
+    db: &Db,
+) {
+    let acme = provider(db, "acme");
+    let id = paid(opened, &acme.provider_id, &["100.50", "50.00"]).await;
+    let reference = record(opened, &id).await.reference;
+
+    let k = key(
+        &acme.provider_id,
+        "cancel-1",
+        CANCEL_ROUTE,
+        "{\"itemsOrder\":[1]}",
+    );
+    assert_eq!(claim(opened, &k, t0()).await, Claim::Claimed);
+    let invoice = NewFile {
+        id: new_id(),
+        provider_id: acme.provider_id.clone(),
+        name: Some("invoice.pdf".to_owned()),
+        content_type: "application/pdf".to_owned(),
+        content: b"%PDF-1.7 invoice".to_vec(),
+        sha256_hex: "ab".repeat(32),
+        share_token: None,
+        created_at: t0(),
+    };
+    let mut new = paid_cancellation(&acme.provider_id, &id, vec![line(1, "100.50", "100.50")]);
+    new.invoice_title = Some("Credit note".to_owned());
+    new.invoice_number = Some("INV-7".to_owned());
+    new.invoice_file = Some(invoice.clone());
+    new.idempotency = Some(k.clone());
+    let refund_id = new.refund_id.clone();
+
+    let pending = reserve_pending(opened, new).await;
+    assert_eq!(pending.refund_id, refund_id);
+    assert_eq!(pending.transaction_id, id);
+    assert_eq!(pending.provider_id, acme.provider_id);
+    assert_eq!(pending.transaction_reference, reference);
+    assert_eq!(pending.outcome, outcome::PENDING);
+    assert_eq!(pending.receipt_number, None);
+    assert_eq!(pending.error_message, None);
+    assert_eq!(pending.refund.to_string(), "100.50");
+    assert_eq!(pending.currency, "EUR");
+    assert_eq!(pending.items, vec![line(1, "100.50", "100.50")]);
+    assert_eq!(pending.items[0].penalty.to_string(), "0.00");
+    assert_eq!(pending.payment_reference.as_deref(), Some("PAY-1"));
+    assert_eq!(pending.invoice_title.as_deref(), Some("Credit note"));
+    assert_eq!(pending.invoice_number.as_deref(), Some("INV-7"));
+    let file = pending.invoice_file.clone().expect("invoice file stored");
+    assert_eq!(file.id, invoice.id);
+    assert_eq!(file.size_bytes, 16);
+    assert!(file.content.is_empty(), "metadata only in a view");
+    assert_eq!(pending.transaction_status, TransactionStatus::Paid);
+    assert_eq!(pending.gateway_reference, None);
+    assert_eq!(pending.requested_at, format_instant(t0()));
+    assert_eq!(pending.completed_at, None);
+    assert_eq!(
+        opened
+            .cancellations
+            .cancellation(refund_id.clone())
+            .await
+            .expect("read"),
+        Some(pending.clone())
+    );
+    let during = record(opened, &id).await;
+    assert_eq!(during.items[0].status, ItemStatus::Cancelling);
+    assert_eq!(during.items[1].status, ItemStatus::Active);
+    assert_eq!(during.status, TransactionStatus::Paid);
+    assert_eq!(during.cancellations.len(), 1);
+    assert_eq!(during.cancellations[0].outcome, outcome::PENDING);
+    assert_eq!(during.cancellations[0].receipt_number, None);
+    assert_eq!(
+        key_state(opened, &k).await,
+        Some(IdempotencyState::Running),
+        "finished only when the refund ends"
+    );
+    assert_eq!(
+        opened
+            .cancellations
+            .file(invoice.id.clone())
+            .await
+            .expect("file read")
+            .expect("invoice stored with the reservation")
+            .content,
+        invoice.content
+    );
+
+    let settled = settle(opened, &refund_id, succeeded("gw-1"), at(5)).await;
+    assert_eq!(settled.outcome, outcome::SUCCESS);
+    assert_eq!(settled.receipt_number.as_deref(), Some("CR-000001"));
+    assert_eq!(
+        settled.transaction_status,
+        TransactionStatus::PartiallyCancelled
+    );
+    assert_eq!(settled.gateway_reference.as_deref(), Some("gw-1"));
+    assert_eq!(
+        settled.completed_at.as_deref(),
+        Some(format_instant(at(5)).as_str())
+    );
+    assert_eq!(settled.refund.to_string(), "100.50");
+    assert_eq!(settled.requested_at, pending.requested_at);
+
+    let after = record(opened, &id).await;
+    assert_eq!(after.status, TransactionStatus::PartiallyCancelled);
+    assert_eq!(after.items[0].status, ItemStatus::Cancelled);
+    assert_eq!(after.items[0].refunded.to_string(), "100.50");
+    assert_eq!(after.items[1].status, ItemStatus::Active);
+    assert_eq!(after.refunded_amount.to_string(), "100.50");
+    assert_eq!(after.cancellations.len(), 1);
+    let listed = &after.cancellations[0];
+    assert_eq!(listed.receipt_number.as_deref(), Some("CR-000001"));
+    assert_eq!(listed.outcome, outcome::SUCCESS);
+    assert_eq!(listed.items, vec![1]);
+    assert_eq!(listed.refund.to_string(), "100.50");
+    assert_eq!(listed.created_at, format_instant(t0()));
+
+    // R-9.1: the request's key holds the 200 answer of the settled cancellation.
+    assert_eq!(
+        key_state(opened, &k).await,
+        Some(IdempotencyState::Done {
+            status_code: 200,
+            body: serde_json::to_string(&result_of(&settled)).expect("serialises"),
+        })
+    );
+
+    // Settled twice (the request and the recovery task): returned unchanged, nothing applied.
+    let again = settle(opened, &refund_id, succeeded("gw-other"), at(9)).await;
+    assert_eq!(again, settled);
+    let declined_late = settle(
+        opened,
+        &refund_id,
+        Settlement::Declined {
+            reason: "late".to_owned(),
+        },
+        at(9),
+    )
+    .await;
+    assert_eq!(declined_late, settled);
+    assert_eq!(
+        record(opened, &id).await.refunded_amount.to_string(),
+        "100.50"
+    );
+    assert_eq!(
+        opened
+            .cancellations
+            .cancellation(new_id())
+            .await
+            .expect("read"),
+        None
+    );
+    assert_eq!(
+        opened
+            .cancellations
+            .settle(new_id(), succeeded("gw"), at(9))
+            .await
+            .expect("settle"),
+        None,
+        "an unknown refund settles nothing"
+    );
+    assert_eq!(
+        opened
+            .cancellations
+            .receipt(acme.provider_id.clone(), "CR-000001".to_owned())
+            .await
+            .expect("receipt read"),
+        Some(settled.clone())
+    );
+
+    // The last item: CR-000002, CANCELLED, refunds add up.
+    let second = reserve_pending(
+        opened,
+        paid_cancellation(&acme.provider_id, &id, vec![line(2, "50.00", "50.00")]),
+    )
+    .await;
+    let last = settle(opened, &second.refund_id, succeeded("gw-2"), at(20)).await;
+    assert_eq!(last.receipt_number.as_deref(), Some("CR-000002"));
+    assert_eq!(last.transaction_status, TransactionStatus::Cancelled);
+    let done = record(opened, &id).await;
+    assert_eq!(done.status, TransactionStatus::Cancelled);
+    assert_eq!(done.refunded_amount.to_string(), "150.50");
+    assert!(done.items.iter().all(|i| i.status == ItemStatus::Cancelled));
+    assert_eq!(
+        opened
+            .cancellations
+            .pending_refunds()
+            .await
+            .expect("pending"),
+        Vec::new()
+    );
+}
+
+/// R-4.8: a decline ends FAILED with its reason; the items are ACTIVE again, status and amounts
+/// stay, no receipt number is used; the items may be cancelled again.
+async fn settle_declined_fails_and_releases_items_r_4_8(opened: &Opened, db: &Db) {
+    let acme = provider(db, "acme");
+    let id = paid(opened, &acme.provider_id, &["70.00", "30.00"]).await;
+    let k = key(&acme.provider_id, "cancel-d", CANCEL_ROUTE, "{}");
+    assert_eq!(claim(opened, &k, t0()).await, Claim::Claimed);
+    let mut new = paid_cancellation(
+        &acme.provider_id,
+        &id,
+        vec![line(1, "70.00", "70.00"), line(2, "30.00", "30.00")],
+    );
+    new.idempotency = Some(k.clone());
+    let pending = reserve_pending(opened, new).await;
+    assert!(
+        record(opened, &id)
+            .await
+            .items
+            .iter()
+            .all(|i| i.status == ItemStatus::Cancelling)
+    );
+
+    let failed = settle(
+        opened,
+        &pending.refund_id,
+        Settlement::Declined {
+            reason: "card closed".to_owned(),
+        },
+        at(5),
+    )
+    .await;
+    assert_eq!(failed.outcome, outcome::FAILED);
+    assert_eq!(failed.error_message.as_deref(), Some("card closed"));
+    assert_eq!(failed.receipt_number, None);
+    assert_eq!(failed.transaction_status, TransactionStatus::Paid);
+    assert_eq!(
+        failed.completed_at.as_deref(),
+        Some(format_instant(at(5)).as_str())
+    );
+    let after = record(opened, &id).await;
+    assert_eq!(after.status, TransactionStatus::Paid);
+    assert!(after.items.iter().all(|i| i.status == ItemStatus::Active));
+    assert!(after.items.iter().all(|i| i.refunded.is_zero()));
+    assert!(after.refunded_amount.is_zero());
+    assert_eq!(after.cancellations.len(), 1);
+    assert_eq!(after.cancellations[0].outcome, outcome::FAILED);
+    assert_eq!(
+        key_state(opened, &k).await,
+        Some(IdempotencyState::Done {
+            status_code: 200,
+            body: serde_json::to_string(&result_of(&failed)).expect("serialises"),
+        }),
+        "the FAILED answer is the key's response"
+    );
+    assert!(
+        opened
+            .cancellations
+            .pending_refunds()
+            .await
+            .expect("pending")
+            .is_empty()
+    );
+
+    // Settled again: unchanged.
+    let again = settle(opened, &pending.refund_id, succeeded("gw"), at(9)).await;
+    assert_eq!(again, failed);
+    assert!(
+        record(opened, &id)
+            .await
+            .items
+            .iter()
+            .all(|i| i.status == ItemStatus::Active)
+    );
+
+    // A FAILED refund reserves nothing: the full amount may be refunded, and the first receipt
+    // number is still free.
+    let retry = reserve_pending(
+        opened,
+        paid_cancellation(
+            &acme.provider_id,
+            &id,
+            vec![line(1, "70.00", "70.00"), line(2, "30.00", "30.00")],
+        ),
+    )
+    .await;
+    let ok = settle(opened, &retry.refund_id, succeeded("gw"), at(10)).await;
+    assert_eq!(ok.receipt_number.as_deref(), Some("CR-000001"));
+    assert_eq!(ok.transaction_status, TransactionStatus::Cancelled);
+    assert_eq!(
+        record(opened, &id).await.refunded_amount.to_string(),
+        "100.00"
+    );
+}
+
+/// R-4.4, R-3.3, R-3.6: on an unpaid transaction the items are voided at once (refund 0, no
+/// pending refund); PENDING stays PENDING until the last item, then CANCELLED; a payment after a
+/// void pays the remaining items only.
+async fn reserve_voids_unpaid_items_without_refund_r_4_4_r_3_3(opened: &Opened, db: &Db) {
+    let acme = provider(db, "acme");
+    let id = create(opened, &acme.provider_id, &["30.00", "12.5", "7.25"]).await;
+
+    let void = |order: u32, total: &str| {
+        cancellation(
+            &acme.provider_id,
+            &id,
+            false,
+            vec![CancelledItem {
+                order,
+                total: dec(total),
+                penalty: dec("0.00"),
+                refund: dec("0.00"),
+                applied_penalty: None,
+            }],
+            at(2),
+            "instance-a",
+            at(30),
+        )
+    };
+    let first = void(1, "30.00");
+    let first_id = first.refund_id.clone();
+    let view = match reserve(opened, first).await {
+        Reserved::Voided(view) => view,
+        other => panic!("expected a void, got {other:?}"),
+    };
+    assert_eq!(view.refund_id, first_id);
+    assert_eq!(view.outcome, outcome::SUCCESS);
+    assert_eq!(view.refund.to_string(), "0.00");
+    assert_eq!(view.transaction_status, TransactionStatus::Pending);
+    assert_eq!(view.receipt_number.as_deref(), Some("CR-000001"));
+    assert_eq!(view.gateway_reference, None);
+    assert_eq!(
+        view.completed_at.as_deref(),
+        Some(format_instant(at(2)).as_str())
+    );
+    assert!(
+        opened
+            .cancellations
+            .pending_refunds()
+            .await
+            .expect("pending")
+            .is_empty(),
+        "a void never waits for the gateway"
+    );
+    let after = record(opened, &id).await;
+    assert_eq!(after.status, TransactionStatus::Pending);
+    assert_eq!(after.items[0].status, ItemStatus::Cancelled);
+    assert_eq!(after.items[1].status, ItemStatus::Active);
+
+    // The second item voided; then paying takes only the last one's total.
+    match reserve(opened, void(2, "12.5")).await {
+        Reserved::Voided(view) => {
+            assert_eq!(view.transaction_status, TransactionStatus::Pending);
+            assert_eq!(view.receipt_number.as_deref(), Some("CR-000002"));
+        }
+        other => panic!("expected a void, got {other:?}"),
+    }
+    let outcome = opened
+        .store
+        .record_payment(
+            id.clone(),
+            acme.provider_id.clone(),
+            payment_details(),
+            at(3),
+            at(3),
+        )
+        .await
+        .expect("pay");
+    assert_eq!(
+        outcome,
+        Owned::Done(PayOutcome::Paid(dec("7.25"))),
+        "the amount paid is the sum of the active items"
+    );
+
+    // A void on a transaction whose last item goes: CANCELLED, and it can no longer be paid.
+    let other = create(opened, &acme.provider_id, &["9.99"]).await;
+    let last = cancellation(
+        &acme.provider_id,
+        &other,
+        false,
+        vec![line(1, "9.99", "0.00")],
+        at(4),
+        "instance-a",
+        at(30),
+    );
+    match reserve(opened, last).await {
+        Reserved::Voided(view) => {
+            assert_eq!(view.transaction_status, TransactionStatus::Cancelled);
+        }
+        other => panic!("expected a void, got {other:?}"),
+    }
+    assert_eq!(
+        record(opened, &other).await.status,
+        TransactionStatus::Cancelled
+    );
+    assert_eq!(
+        opened
+            .store
+            .record_payment(
+                other,
+                acme.provider_id.clone(),
+                payment_details(),
+                at(5),
+                at(5),
+            )
+            .await
+            .expect("pay"),
+        Owned::Done(PayOutcome::NotPayable(
+            "contract status CANCELLED does not allow payment".to_owned()
+        ))
+    );
+}
+
+/// R-4.1, R-4.5, R-3.4, R-7.4: a reservation re-checks inside its transaction and refuses with
+/// the 400 messages: an item already in a live refund, an item that does not exist, more than
+/// is left of the amount paid, a payment in between, a CANCELLED transaction; and answers
+/// NotFound / OtherProvider for a transaction that is not the provider's. A refused request's
+/// running key is dropped (R-9.1).
+async fn reserve_refuses_what_changed_underneath_r_3_4_r_4_1_r_4_5_r_7_4(opened: &Opened, db: &Db) {
+    let acme = provider(db, "acme");
+    let globex = provider(db, "globex");
+    let id = paid(opened, &acme.provider_id, &["60.00", "40.00"]).await;
+
+    let unknown = paid_cancellation(&acme.provider_id, &new_id(), vec![line(1, "1.00", "1.00")]);
+    assert_eq!(
+        opened
+            .cancellations
+            .reserve(unknown)
+            .await
+            .expect("reserve"),
+        Owned::NotFound
+    );
+    let foreign = paid_cancellation(&globex.provider_id, &id, vec![line(1, "60.00", "60.00")]);
+    assert_eq!(
+        opened
+            .cancellations
+            .reserve(foreign)
+            .await
+            .expect("reserve"),
+        Owned::OtherProvider
+    );
+
+    let first = reserve_pending(
+        opened,
+        paid_cancellation(&acme.provider_id, &id, vec![line(1, "60.00", "60.00")]),
+    )
+    .await;
+
+    // R-4.1: the item is in a pending refund.
+    let k = key(&acme.provider_id, "refused", CANCEL_ROUTE, "{}");
+    assert_eq!(claim(opened, &k, t0()).await, Claim::Claimed);
+    let mut twice = paid_cancellation(&acme.provider_id, &id, vec![line(1, "60.00", "60.00")]);
+    twice.idempotency = Some(k.clone());
+    assert_eq!(
+        reserve(opened, twice).await,
+        Reserved::Refused(vec!["itemsOrder.0 item 1 is already cancelled".to_owned()])
+    );
+    assert_eq!(
+        key_state(opened, &k).await,
+        None,
+        "a refused request's key is not kept (R-9.1)"
+    );
+
+    // R-4.1: an item that does not exist.
+    assert_eq!(
+        reserve(
+            opened,
+            paid_cancellation(
+                &acme.provider_id,
+                &id,
+                vec![line(2, "40.00", "40.00"), line(3, "1.00", "0.00")]
+            )
+        )
+        .await,
+        Reserved::Refused(vec!["itemsOrder.1 item 3 does not exist".to_owned()])
+    );
+
+    // R-4.5: Σ pending and succeeded refunds + this ≤ paid.
+    assert_eq!(
+        reserve(
+            opened,
+            paid_cancellation(&acme.provider_id, &id, vec![line(2, "40.01", "40.01")])
+        )
+        .await,
+        Reserved::Refused(vec![
+            "amount must not exceed the refundable amount 40.00".to_owned()
+        ])
+    );
+    // The refused requests changed nothing.
+    let state = record(opened, &id).await;
+    assert_eq!(state.items[0].status, ItemStatus::Cancelling);
+    assert_eq!(state.items[1].status, ItemStatus::Active);
+    assert_eq!(state.cancellations.len(), 1);
+
+    // Still refused once the first refund succeeded (it counts as refunded).
+    settle(opened, &first.refund_id, succeeded("gw"), at(3)).await;
+    assert_eq!(
+        reserve(
+            opened,
+            paid_cancellation(&acme.provider_id, &id, vec![line(2, "40.01", "40.01")])
+        )
+        .await,
+        Reserved::Refused(vec![
+            "amount must not exceed the refundable amount 40.00".to_owned()
+        ])
+    );
+
+    // Computed as unpaid, but paid in between: refused, to be retried.
+    let unpaid = create(opened, &acme.provider_id, &["5.00"]).await;
+    let stale = cancellation(
+        &acme.provider_id,
+        &unpaid,
+        false,
+        vec![line(1, "5.00", "0.00")],
+        at(4),
+        "instance-a",
+        at(30),
+    );
+    opened
+        .store
+        .record_payment(
+            unpaid.clone(),
+            acme.provider_id.clone(),
+            payment_details(),
+            at(4),
+            at(4),
+        )
+        .await
+        .expect("pay");
+    assert_eq!(
+        reserve(opened, stale).await,
+        Reserved::Refused(vec![
+            "contract status changed to PAID during the cancellation; retry the request".to_owned()
+        ])
+    );
+
+    // R-3.4: a CANCELLED transaction allows no cancellation.
+    let last = reserve_pending(
+        opened,
+        paid_cancellation(&acme.provider_id, &id, vec![line(2, "40.00", "40.00")]),
+    )
+    .await;
+    settle(opened, &last.refund_id, succeeded("gw"), at(6)).await;
+    assert_eq!(
+        record(opened, &id).await.status,
+        TransactionStatus::Cancelled
+    );
+    assert_eq!(
+        reserve(
+            opened,
+            paid_cancellation(&acme.provider_id, &id, vec![line(1, "60.00", "0.00")])
+        )
+        .await,
+        Reserved::Refused(vec![
+            "contract status CANCELLED does not allow cancellation".to_owned()
+        ])
+    );
+}
+
+/// R-4.8: every refund still PENDING is listed, oldest first; settled ones are not.
+async fn pending_refunds_are_listed_oldest_first_r_4_8(opened: &Opened, db: &Db) {
+    let acme = provider(db, "acme");
+    let mut expected = Vec::new();
+    // Recorded out of order: listed by request instant.
+    for seconds in [30, 10, 20] {
+        let id = paid(opened, &acme.provider_id, &["10.00"]).await;
+        let view = reserve_pending(
+            opened,
+            cancellation(
+                &acme.provider_id,
+                &id,
+                true,
+                vec![line(1, "10.00", "10.00")],
+                at(seconds),
+                "instance-a",
+                at(seconds + 30),
+            ),
+        )
+        .await;
+        expected.push((seconds, view));
+    }
+    expected.sort_by_key(|(seconds, _)| *seconds);
+    let listed = opened
+        .cancellations
+        .pending_refunds()
+        .await
+        .expect("pending");
+    assert_eq!(
+        listed,
+        expected
+            .iter()
+            .map(|(_, view)| view.clone())
+            .collect::<Vec<_>>()
+    );
+
+    settle(opened, &expected[1].1.refund_id, succeeded("gw"), at(40)).await;
+    let listed = opened
+        .cancellations
+        .pending_refunds()
+        .await
+        .expect("pending");
+    assert_eq!(
+        ids(&listed),
+        vec![
+            expected[0].1.refund_id.clone(),
+            expected[2].1.refund_id.clone()
+        ]
+    );
+}
+
+/// Three pending refunds of one provider, requested at 0 s, 2 s and 4 s, leased by
+/// `instance-a` until 10 s, 120 s and 5 s.
+async fn three_leased_refunds(opened: &Opened, provider_id: &str) -> [CancellationView; 3] {
+    let mut views = Vec::new();
+    for (requested, until) in [(0, 10), (2, 120), (4, 5)] {
+        let id = paid(opened, provider_id, &["10.00"]).await;
+        views.push(
+            reserve_pending(
+                opened,
+                cancellation(
+                    provider_id,
+                    &id,
+                    true,
+                    vec![line(1, "10.00", "10.00")],
+                    at(requested),
+                    "instance-a",
+                    at(until),
+                ),
+            )
+            .await,
+        );
+    }
+    views.try_into().expect("three views")
+}
+
+fn lease(owner: &str, until: DateTime<Utc>) -> Lease {
+    Lease {
+        owner: owner.to_owned(),
+        until,
+    }
+}
+
+/// R-4.8: claim_pending takes, oldest first and up to the limit, the pending refunds whose lease
+/// has run out, and sets the new lease; another instance before that lease's end gets nothing.
+async fn claim_pending_takes_only_expired_leases_r_4_8(opened: &Opened, db: &Db) {
+    let acme = provider(db, "acme");
+    let [a, b, c] = three_leased_refunds(opened, &acme.provider_id).await;
+    let claim_at = |owner: &str, until: i64, now: i64, limit: u32| {
+        opened
+            .cancellations
+            .claim_pending(lease(owner, at(until)), at(now), limit)
+    };
+
+    // At 3 s every lease still runs.
+    assert!(
+        claim_at("instance-b", 90, 3, 10)
+            .await
+            .expect("claim")
+            .is_empty()
+    );
+    // At 60 s the leases of a (10 s) and c (5 s) ran out; limit 1 takes the oldest only.
+    let first = claim_at("instance-b", 90, 60, 1).await.expect("claim");
+    assert_eq!(ids(&first), vec![a.refund_id.clone()]);
+    assert_eq!(first[0], a, "the view of the refund as it is");
+    let rest = claim_at("instance-b", 90, 60, 10).await.expect("claim");
+    assert_eq!(ids(&rest), vec![c.refund_id.clone()]);
+
+    // Another instance before 90 s: nothing (b's own lease runs until 120 s).
+    assert!(
+        claim_at("instance-c", 100, 61, 10)
+            .await
+            .expect("claim")
+            .is_empty()
+    );
+    // The new leases are real: the holder renews, the other instance cannot.
+    for view in [&a, &c] {
+        assert!(
+            opened
+                .cancellations
+                .renew_lease(view.refund_id.clone(), lease("instance-b", at(95)))
+                .await
+                .expect("renew")
+        );
+        assert!(
+            !opened
+                .cancellations
+                .renew_lease(view.refund_id.clone(), lease("instance-c", at(95)))
+                .await
+                .expect("renew")
+        );
+    }
+
+    // Once they ran out (95 s), another instance takes a and c over; b at 125 s.
+    let taken = claim_at("instance-c", 200, 100, 10).await.expect("claim");
+    assert_eq!(ids(&taken), vec![a.refund_id.clone(), c.refund_id.clone()]);
+    let taken = claim_at("instance-c", 300, 125, 10).await.expect("claim");
+    assert_eq!(ids(&taken), vec![b.refund_id.clone()]);
+
+    // A settled refund is never claimed.
+    settle(opened, &a.refund_id, succeeded("gw"), at(130)).await;
+    let taken = claim_at("instance-d", 1_000, 900, 10).await.expect("claim");
+    assert_eq!(
+        ids(&taken),
+        vec![b.refund_id.clone(), c.refund_id.clone()],
+        "oldest request first"
+    );
+    assert!(taken.iter().all(|v| v.outcome == outcome::PENDING));
+}
+
+/// R-4.8: renew_lease extends a PENDING refund's lease for its holder only; once settled, no
+/// one holds it.
+async fn renew_lease_only_for_the_holder_of_a_pending_refund_r_4_8(opened: &Opened, db: &Db) {
+    let acme = provider(db, "acme");
+    let [a, b, _] = three_leased_refunds(opened, &acme.provider_id).await;
+    let renew = |refund: &CancellationView, owner: &str, until: i64| {
+        opened
+            .cancellations
+            .renew_lease(refund.refund_id.clone(), lease(owner, at(until)))
+    };
+    assert!(renew(&a, "instance-a", 50).await.expect("renew"));
+    assert!(!renew(&a, "instance-b", 500).await.expect("renew"));
+    // Renewed until 50 s: not claimable at 40 s, claimable at 51 s.
+    let none = opened
+        .cancellations
+        .claim_pending(lease("instance-b", at(200)), at(40), 10)
+        .await
+        .expect("claim");
+    assert!(!ids(&none).contains(&a.refund_id), "{none:?}");
+    let taken = opened
+        .cancellations
+        .claim_pending(lease("instance-b", at(200)), at(51), 10)
+        .await
+        .expect("claim");
+    assert!(ids(&taken).contains(&a.refund_id), "{taken:?}");
+    assert!(!renew(&a, "instance-a", 300).await.expect("renew"));
+    assert!(renew(&a, "instance-b", 300).await.expect("renew"));
+
+    settle(opened, &a.refund_id, succeeded("gw"), at(60)).await;
+    assert!(!renew(&a, "instance-b", 400).await.expect("renew"));
+    let declined = settle(
+        opened,
+        &b.refund_id,
+        Settlement::Declined {
+            reason: "no".to_owned(),
+        },
+        at(60),
+    )
+    .await;
+    assert_eq!(declined.outcome, outcome::FAILED);
+    assert!(!renew(&b, "instance-a", 400).await.expect("renew"));
+    assert!(
+        !opened
+            .cancellations
+            .renew_lease(new_id(), lease("instance-a", at(400)))
+            .await
+            .expect("renew")
+    );
+}
+
+/// R-9.1: release_orphan_claims drops the running claims of the listed routes made before the
+/// cut-off that no pending refund carries, and nothing else.
+async fn release_orphan_claims_keeps_carried_recent_and_other_routes_r_9_1(
+    opened: &Opened,
+    db: &Db,
+) {
+    let acme = provider(db, "acme");
+    let id = paid(opened, &acme.provider_id, &["10.00", "20.00"]).await;
+
+    let orphan = key(&acme.provider_id, "orphan", CANCEL_ROUTE, "{}");
+    let carried = key(&acme.provider_id, "carried", CANCEL_ROUTE, "{}");
+    let recent = key(&acme.provider_id, "recent", CANCEL_ROUTE, "{}");
+    let other_route = key(&acme.provider_id, "create", "/transactions", "{}");
+    let finished = key(&acme.provider_id, "finished", CANCEL_ROUTE, "{}");
+    for k in [&orphan, &carried, &other_route, &finished] {
+        assert_eq!(claim(opened, k, t0()).await, Claim::Claimed);
+    }
+    assert_eq!(claim(opened, &recent, at(20)).await, Claim::Claimed);
+
+    let mut with_key = paid_cancellation(&acme.provider_id, &id, vec![line(1, "10.00", "10.00")]);
+    with_key.idempotency = Some(carried.clone());
+    reserve_pending(opened, with_key).await;
+    let mut done = paid_cancellation(&acme.provider_id, &id, vec![line(2, "20.00", "20.00")]);
+    done.idempotency = Some(finished.clone());
+    let done = reserve_pending(opened, done).await;
+    settle(opened, &done.refund_id, succeeded("gw"), at(2)).await;
+
+    let released = opened
+        .cancellations
+        .release_orphan_claims(
+            vec![
+                CANCEL_ROUTE.to_owned(),
+                "/cancel/{transactionId}/invoice".to_owned(),
+                "/cancel".to_owned(),
+            ],
+            at(10),
+        )
+        .await
+        .expect("release");
+    assert_eq!(released, 1);
+    assert_eq!(key_state(opened, &orphan).await, None);
+    assert_eq!(
+        key_state(opened, &carried).await,
+        Some(IdempotencyState::Running),
+        "a pending refund carries it"
+    );
+    assert_eq!(
+        key_state(opened, &recent).await,
+        Some(IdempotencyState::Running),
+        "made after the cut-off"
+    );
+    assert_eq!(
+        key_state(opened, &other_route).await,
+        Some(IdempotencyState::Running),
+        "not a listed route"
+    );
+    assert!(
+        matches!(
+            key_state(opened, &finished).await,
+            Some(IdempotencyState::Done {
+                status_code: 200,
+                ..
+            })
+        ),
+        "a finished key is never released"
+    );
+    // Nothing left to release at the same cut-off.
+    assert_eq!(
+        opened
+            .cancellations
+            .release_orphan_claims(vec![CANCEL_ROUTE.to_owned()], at(10))
+            .await
+            .expect("release"),
+        0
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files, receipts, ledger.
+// ---------------------------------------------------------------------------------------------
+
+/// R-4.6: a stored file is read back whole by id, and by its share token when it has one.
+async fn files_store_read_and_share_r_4_6(opened: &Opened, db: &Db) {
+    let acme = provider(db, "acme");
+    let content: Vec<u8> = (0..=255u8).cycle().take(3000).collect();
+    let shared = NewFile {
+        id: new_id(),
+        provider_id: acme.provider_id.clone(),
+        name: Some("terms.pdf".to_owned()),
+        content_type: "application/pdf".to_owned(),
+        content: content.clone(),
+        sha256_hex: "cd".repeat(32),
+        share_token: Some(format!("tok-{}", new_id())),
+        created_at: at(7),
+    };
+    let private = NewFile {
+        id: new_id(),
+        name: None,
+        content: Vec::new(),
+        share_token: None,
+        content_type: "text/plain".to_owned(),
+        ..shared.clone()
+    };
+    opened
+        .cancellations
+        .store_file(shared.clone())
+        .await
+        .expect("stored");
+    opened
+        .cancellations
+        .store_file(private.clone())
+        .await
+        .expect("stored");
+
+    let read = opened
+        .cancellations
+        .file(shared.id.clone())
+        .await
+        .expect("file read")
+        .expect("file exists");
+    assert_eq!(read.id, shared.id);
+    assert_eq!(read.provider_id, acme.provider_id);
+    assert_eq!(read.name.as_deref(), Some("terms.pdf"));
+    assert_eq!(read.content_type, "application/pdf");
+    assert_eq!(read.size_bytes, 3000);
+    assert_eq!(read.sha256_hex, shared.sha256_hex);
+    assert_eq!(read.share_token, shared.share_token);
+    assert_eq!(read.content, content);
+    assert_eq!(read.created_at, format_instant(at(7)));
+    let by_token = opened
+        .cancellations
+        .shared_file(shared.share_token.clone().expect("token"))
+        .await
+        .expect("file read")
+        .expect("shared file exists");
+    assert_eq!(by_token, read);
+
+    let empty = opened
+        .cancellations
+        .file(private.id.clone())
+        .await
+        .expect("file read")
+        .expect("file exists");
+    assert_eq!(empty.size_bytes, 0);
+    assert!(empty.content.is_empty());
+    assert_eq!(empty.name, None);
+    assert_eq!(empty.share_token, None);
+
+    assert_eq!(
+        opened
+            .cancellations
+            .file(new_id())
+            .await
+            .expect("file read"),
+        None
+    );
+    assert_eq!(
+        opened
+            .cancellations
+            .shared_file("tok-unknown".to_owned())
+            .await
+            .expect("file read"),
+        None
+    );
+    // A second file may not reuse a token.
+    let clash = NewFile {
+        id: new_id(),
+        ..shared.clone()
+    };
+    assert!(opened.cancellations.store_file(clash).await.is_err());
+}
+
+/// R-10.2, R-7.4: receipt numbers are counted per provider, and a receipt is found only among
+/// its own provider's.
+async fn receipt_is_scoped_to_its_provider_r_7_4_r_10_2(opened: &Opened, db: &Db) {
+    let acme = provider(db, "acme");
+    let globex = provider(db, "globex");
+    let mut settled = Vec::new();
+    for creds in [&acme, &globex, &acme] {
+        let id = paid(opened, &creds.provider_id, &["10.00"]).await;
+        let view = reserve_pending(
+            opened,
+            paid_cancellation(&creds.provider_id, &id, vec![line(1, "10.00", "10.00")]),
+        )
+        .await;
+        settled.push(settle(opened, &view.refund_id, succeeded("gw"), at(3)).await);
+    }
+    let numbers: Vec<_> = settled
+        .iter()
+        .map(|v| v.receipt_number.clone().expect("numbered"))
+        .collect();
+    assert_eq!(numbers, ["CR-000001", "CR-000001", "CR-000002"]);
+
+    let receipt = |provider: &str, number: &str| {
+        opened
+            .cancellations
+            .receipt(provider.to_owned(), number.to_owned())
+    };
+    assert_eq!(
+        receipt(&acme.provider_id, "CR-000001").await.expect("read"),
+        Some(settled[0].clone())
+    );
+    assert_eq!(
+        receipt(&globex.provider_id, "CR-000001")
+            .await
+            .expect("read"),
+        Some(settled[1].clone())
+    );
+    assert_eq!(
+        receipt(&acme.provider_id, "CR-000002").await.expect("read"),
+        Some(settled[2].clone())
+    );
+    assert_eq!(
+        receipt(&globex.provider_id, "CR-000002")
+            .await
+            .expect("read"),
+        None,
+        "another provider's receipt is not found"
+    );
+    assert_eq!(
+        receipt(&acme.provider_id, "CR-000003").await.expect("read"),
+        None
+    );
+}
+
+/// R-4.8: the ledger gateway is idempotent on the refund id: the same refund twice succeeds
+/// twice (recorded once); the same id with another amount is declined.
+async fn ledger_gateway_is_idempotent_per_refund_id_r_4_8(opened: &Opened, _db: &Db) {
+    assert_eq!(opened.ledger.name(), "ledger");
+    let refund = RefundRequest {
+        refund_id: new_id(),
+        transaction_id: new_id(),
+        payment_reference: Some("PAY-1".to_owned()),
+        amount: dec("100.50"),
+        currency: "EUR".to_owned(),
+    };
+    let expected = GatewayOutcome::Succeeded {
+        gateway_reference: Some(format!("ledger:{}", refund.refund_id)),
+    };
+    assert_eq!(opened.ledger.send(&refund).await, expected);
+    assert_eq!(opened.ledger.send(&refund).await, expected);
+
+    let changed = RefundRequest {
+        amount: dec("100.51"),
+        ..refund.clone()
+    };
+    assert!(
+        matches!(
+            opened.ledger.send(&changed).await,
+            GatewayOutcome::Declined { ref reason } if reason.contains(&refund.refund_id)
+        ),
+        "the same id for another refund is refused"
+    );
+    // The amount's scale is part of the refund: 100.5 is not 100.50 as sent.
+    let rescaled = RefundRequest {
+        amount: dec("100.5"),
+        ..refund.clone()
+    };
+    assert!(matches!(
+        opened.ledger.send(&rescaled).await,
+        GatewayOutcome::Declined { .. }
+    ));
+    // The first refund is still the one recorded.
+    assert_eq!(opened.ledger.send(&refund).await, expected);
+    let other = RefundRequest {
+        refund_id: new_id(),
+        ..refund.clone()
+    };
+    assert_eq!(
+        opened.ledger.send(&other).await,
+        GatewayOutcome::Succeeded {
+            gateway_reference: Some(format!("ledger:{}", other.refund_id)),
+        }
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Races.
+// ---------------------------------------------------------------------------------------------
+
+/// Starts every future at once (each on its own task) behind a barrier, and collects the
+/// results in order.
+async fn all_at_once<T, F, Fut>(count: usize, make: F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = T> + Send + 'static,
+{
+    let barrier = Arc::new(tokio::sync::Barrier::new(count));
+    let tasks: Vec<_> = (0..count)
+        .map(|index| {
+            let barrier = Arc::clone(&barrier);
+            let work = make(index);
+            tokio::spawn(async move {
+                barrier.wait().await;
+                work.await
+            })
+        })
+        .collect();
+    let mut results = Vec::with_capacity(count);
+    for task in tasks {
+        results.push(task.await.expect("task finished"));
+    }
+    results
+}
+
+/// R-4.5, R-4.1: 32 concurrent reservations of the same item of one paid transaction: exactly
+/// one pending refund, 31 refusals naming the item, no error; Σ refunds ≤ paid.
+async fn race_32_reserves_of_one_item_leave_exactly_one_pending_r_4_5_r_4_1(
+    opened: &Opened,
+    db: &Db,
+) {
+    let acme = provider(db, "acme");
+    let id = paid(opened, &acme.provider_id, &["80.00", "20.00"]).await;
+    let results = all_at_once(32, |_| {
+        let cancellations = Arc::clone(&opened.cancellations);
+        let new = paid_cancellation(&acme.provider_id, &id, vec![line(1, "80.00", "80.00")]);
+        async move { cancellations.reserve(new).await }
+    })
+    .await;
+
+    let mut pending = Vec::new();
+    let mut refused = 0;
+    for result in results {
+        match result {
+            Ok(Owned::Done(Reserved::Pending(view))) => pending.push(view),
+            Ok(Owned::Done(Reserved::Refused(messages))) => {
+                assert_eq!(
+                    messages,
+                    vec!["itemsOrder.0 item 1 is already cancelled".to_owned()]
+                );
+                refused += 1;
+            }
+            other => panic!("unexpected outcome of a concurrent reservation: {other:?}"),
+        }
+    }
+    assert_eq!(pending.len(), 1, "exactly one reservation wins");
+    assert_eq!(refused, 31);
+
+    let state = record(opened, &id).await;
+    assert_eq!(state.cancellations.len(), 1);
+    assert_eq!(state.items[0].status, ItemStatus::Cancelling);
+    assert_eq!(state.items[1].status, ItemStatus::Active);
+    let live: Decimal = state.cancellations.iter().map(|c| c.refund).sum();
+    assert!(live <= state.paid_amount.expect("paid"));
+    assert_eq!(
+        ids(&opened
+            .cancellations
+            .pending_refunds()
+            .await
+            .expect("pending")),
+        ids(&pending)
+    );
+}
+
+/// R-4.5: reservations of different items, each fitting on its own, made at once: the sum of
+/// the live refunds never exceeds what was paid. Ten items of 10.00 (paid 100.00), ten
+/// concurrent refunds of 25.00 (as an `amount` spread over items could ask): exactly four fit.
+async fn race_reserves_of_different_items_never_exceed_paid_r_4_5(opened: &Opened, db: &Db) {
+    const ITEMS: usize = 10;
+    let acme = provider(db, "acme");
+    let id = paid(opened, &acme.provider_id, &["10.00"; ITEMS]).await;
+    let results = all_at_once(ITEMS, |index| {
+        let cancellations = Arc::clone(&opened.cancellations);
+        let order = u32::try_from(index + 1).expect("small");
+        let mut over = line(order, "10.00", "10.00");
+        over.refund = dec("25.00");
+        over.penalty = dec("0.00");
+        let new = paid_cancellation(&acme.provider_id, &id, vec![over]);
+        async move { cancellations.reserve(new).await }
+    })
+    .await;
+    let mut pending = 0;
+    for result in results {
+        match result {
+            Ok(Owned::Done(Reserved::Pending(view))) => {
+                assert_eq!(view.refund.to_string(), "25.00");
+                pending += 1;
+            }
+            Ok(Owned::Done(Reserved::Refused(messages))) => assert_eq!(
+                messages,
+                vec!["amount must not exceed the refundable amount 0.00".to_owned()]
+            ),
+            other => panic!("unexpected outcome of a concurrent reservation: {other:?}"),
+        }
+    }
+    assert_eq!(pending, 4, "4 × 25.00 = 100.00 paid");
+    let state = record(opened, &id).await;
+    let live: Decimal = state.cancellations.iter().map(|c| c.refund).sum();
+    assert_eq!(live, dec("100.00"));
+    assert_eq!(
+        state
+            .items
+            .iter()
+            .filter(|i| i.status == ItemStatus::Cancelling)
+            .count(),
+        4
+    );
+}
+
+/// R-9.1: 16 concurrent claims of one key: exactly one claims it, the others find it running.
+async fn race_16_claims_of_one_key_claim_it_once_r_9_1(opened: &Opened, db: &Db) {
+    let acme = provider(db, "acme");
+    let k = key(
+        &acme.provider_id,
+        "raced",
+        CANCEL_ROUTE,
+        "{\"itemsOrder\":[1]}",
+    );
+    let results = all_at_once(16, |_| {
+        let store = Arc::clone(&opened.store);
+        let k = k.clone();
+        async move { store.claim_idempotency(k, t0(), day_before(t0())).await }
+    })
+    .await;
+    let mut claimed = 0;
+    for result in results {
+        match result.expect("no store error") {
+            Claim::Claimed => claimed += 1,
+            Claim::Existing(record) => {
+                assert_eq!(record.state, IdempotencyState::Running);
+                assert_eq!(record.body_hash, k.body_hash);
+                assert_eq!(record.route, CANCEL_ROUTE);
+            }
+        }
+    }
+    assert_eq!(claimed, 1, "exactly one request holds the key");
+    assert_eq!(key_state(opened, &k).await, Some(IdempotencyState::Running));
+}
+
+/// R-10.2: receipts of one provider are numbered CR-000001..CR-00000N without gaps or repeats
+/// when its refunds are reserved and settled concurrently from many tasks; a refund settled by
+/// two tasks at once (the request and the recovery task) gets one number.
+async fn race_concurrent_settles_number_receipts_without_gaps_r_10_2(opened: &Opened, db: &Db) {
+    const TRANSACTIONS: usize = 8;
+    const ITEMS: usize = 2;
+    let acme = provider(db, "acme");
+    let mut transactions = Vec::new();
+    for _ in 0..TRANSACTIONS {
+        transactions.push(paid(opened, &acme.provider_id, &["10.00", "15.50"]).await);
+    }
+    let results = all_at_once(TRANSACTIONS * ITEMS, |index| {
+        let cancellations = Arc::clone(&opened.cancellations);
+        let transaction = transactions[index / ITEMS].clone();
+        let order = u32::try_from(index % ITEMS + 1).expect("small");
+        let total = if order == 1 { "10.00" } else { "15.50" };
+        let new = paid_cancellation(
+            &acme.provider_id,
+            &transaction,
+            vec![line(order, total, total)],
+        );
+        async move {
+            let refund_id = new.refund_id.clone();
+            let reserved = cancellations.reserve(new).await;
+            assert!(
+                matches!(reserved, Ok(Owned::Done(Reserved::Pending(_)))),
+                "{reserved:?}"
+            );
+            // The request and the recovery task settle the same refund at once.
+            let (first, second) = tokio::join!(
+                cancellations.settle(refund_id.clone(), succeeded("gw"), at(5)),
+                cancellations.settle(refund_id.clone(), succeeded("gw"), at(6)),
+            );
+            let first = first.expect("settle").expect("exists");
+            let second = second.expect("settle").expect("exists");
+            assert_eq!(first, second, "both settlers report the same answer");
+            first
+        }
+    })
+    .await;
+
+    let numbers: Vec<String> = results
+        .iter()
+        .map(|v| {
+            assert_eq!(v.outcome, outcome::SUCCESS);
+            v.receipt_number.clone().expect("numbered")
+        })
+        .collect();
+    let unique: BTreeSet<&String> = numbers.iter().collect();
+    assert_eq!(
+        unique.len(),
+        numbers.len(),
+        "receipt numbers repeat: {numbers:?}"
+    );
+    let expected: BTreeSet<String> = (1..=TRANSACTIONS * ITEMS)
+        .map(|n| format!("CR-{n:06}"))
+        .collect();
+    assert_eq!(
+        unique.into_iter().cloned().collect::<BTreeSet<_>>(),
+        expected
+    );
+
+    for id in &transactions {
+        let state = record(opened, id).await;
+        assert_eq!(state.status, TransactionStatus::Cancelled);
+        assert_eq!(state.refunded_amount.to_string(), "25.50");
+        assert_eq!(state.cancellations.len(), ITEMS);
+        assert!(
+            state
+                .items
+                .iter()
+                .all(|i| i.status == ItemStatus::Cancelled)
+        );
+    }
+    // The next receipt follows on.
+    let id = paid(opened, &acme.provider_id, &["1.00"]).await;
+    let view = reserve_pending(
+        opened,
+        paid_cancellation(&acme.provider_id, &id, vec![line(1, "1.00", "1.00")]),
+    )
+    .await;
+    let next = settle(opened, &view.refund_id, succeeded("gw"), at(9)).await;
+    assert_eq!(
+        next.receipt_number,
+        Some(format!("CR-{:06}", TRANSACTIONS * ITEMS + 1))
+    );
+}
+
+/// R-4.8: two instances scanning at once over 20 pending refunds with run-out leases split them:
+/// the sets they take are disjoint and together are all 20. Repeated over several rounds (each
+/// after the previous leases ran out) so that the scans overlap in more than one way.
+async fn race_two_instances_claiming_pending_refunds_split_them_r_4_8(opened: &Opened, db: &Db) {
+    const REFUNDS: usize = 20;
+    let acme = provider(db, "acme");
+    let totals = vec!["5.00"; REFUNDS];
+    let id = paid(opened, &acme.provider_id, &totals).await;
+    let mut all = BTreeSet::new();
+    for order in 1..=REFUNDS {
+        let order = u32::try_from(order).expect("small");
+        let view = reserve_pending(
+            opened,
+            paid_cancellation(&acme.provider_id, &id, vec![line(order, "5.00", "5.00")]),
+        )
+        .await;
+        all.insert(view.refund_id);
+    }
+    assert_eq!(all.len(), REFUNDS);
+
+    for round in 1..=5i64 {
+        // Every lease given so far ends before this round's instant.
+        let now = at(round * 1_000);
+        let until = now + Duration::seconds(500);
+        let results = all_at_once(2, |index| {
+            let cancellations = Arc::clone(&opened.cancellations);
+            let owner = format!("instance-{index}");
+            async move {
+                cancellations
+                    .claim_pending(lease(&owner, until), now, 100)
+                    .await
+            }
+        })
+        .await;
+        let sets: Vec<BTreeSet<String>> = results
+            .into_iter()
+            .map(|r| ids(&r.expect("no store error")).into_iter().collect())
+            .collect();
+        assert!(
+            sets[0].is_disjoint(&sets[1]),
+            "round {round}: a refund claimed by both instances: {:?}",
+            sets[0].intersection(&sets[1]).collect::<Vec<_>>()
+        );
+        let union: BTreeSet<String> = sets[0].union(&sets[1]).cloned().collect();
+        assert_eq!(union, all, "round {round}: every expired refund is taken");
+        // Each holds what it took: renewing works for the taker only.
+        for (index, set) in sets.iter().enumerate() {
+            if let Some(refund_id) = set.iter().next() {
+                let mine = opened
+                    .cancellations
+                    .renew_lease(
+                        refund_id.clone(),
+                        lease(&format!("instance-{index}"), until),
+                    )
+                    .await
+                    .expect("renew");
+                let theirs = opened
+                    .cancellations
+                    .renew_lease(
+                        refund_id.clone(),
+                        lease(&format!("instance-{}", 1 - index), until),
+                    )
+                    .await
+                    .expect("renew");
+                assert!(mine && !theirs, "round {round}: lease of {refund_id}");
+            }
+        }
+    }
+}
