@@ -266,7 +266,11 @@ impl PreparedRefund {
         let mut lines = Vec::with_capacity(chosen.len());
         let mut refundable = self.currency.zero();
         for item in &chosen {
-            let line = item.line(at);
+            let mut line = item.line(at);
+            if !self.paid {
+                // nothing is refundable before payment; the items would be voided.
+                line.refundable = self.currency.zero().amount();
+            }
             refundable = refundable.checked_add(self.currency.round(line.refundable))?;
             lines.push(line);
         }
@@ -309,7 +313,8 @@ impl PreparedRefund {
         if !messages.is_empty() {
             return Err(RequestErrors { messages }.into());
         }
-        debug_assert!(refund.amount() <= refundable.amount() || !self.paid);
+        // with `amount` absent the refund is the refundable amount, paid or not.
+        debug_assert!(refund.amount() <= refundable.amount());
         Ok(RefundPreview {
             currency: self.currency.code().to_owned(),
             items: lines,
@@ -435,7 +440,10 @@ mod tests {
         let at = Utc.with_ymd_and_hms(2026, 6, 10, 11, 0, 0).unwrap();
         let p = preview_refund(&ctx, &req(&[1, 2], None), at).unwrap();
         assert_eq!(p.refund.to_string(), "0.00");
+        // Nothing is refundable before payment, and the refund equals it.
+        assert_eq!(p.refundable.to_string(), "0.00");
         assert_eq!(p.items[0].penalty.to_string(), "0.00");
+        assert!(p.items.iter().all(|line| line.refundable.is_zero()));
         let Err(PreviewError::Invalid(errors)) =
             preview_refund(&ctx, &req(&[1], Some(Decimal::ONE)), at)
         else {

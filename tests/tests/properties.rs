@@ -63,7 +63,8 @@ fn context_and_request(monotone: bool) -> impl Strategy<Value = (RefundContext, 
 proptest! {
     #![proptest_config(config())]
 
-    /// 0 ≤ penalty ≤ total and penalty + refundable = total for every item.
+    /// 0 ≤ penalty ≤ total and penalty + refundable = total for every paid item;
+    /// before payment nothing is refundable.
     #[test]
     fn penalty_between_zero_and_total_and_adds_up(ctx in refund_context(false), at in instant()) {
         let prepared = prepare(&ctx)?;
@@ -71,7 +72,11 @@ proptest! {
         for item in &result.items {
             prop_assert!(item.penalty >= Decimal::ZERO);
             prop_assert!(item.penalty <= item.total);
-            prop_assert_eq!(item.penalty + item.refundable, item.total);
+            if ctx.paid_at.is_some() {
+                prop_assert_eq!(item.penalty + item.refundable, item.total);
+            } else {
+                prop_assert!(item.refundable.is_zero());
+            }
         }
     }
 
@@ -89,7 +94,7 @@ proptest! {
         }
     }
 
-    /// an item without a policy is refundable in full at every instant.
+    /// an item without a policy is refundable in full at every instant once paid.
     #[test]
     fn no_policy_refunds_the_total(mut ctx in refund_context(false), at in instant()) {
         for item in &mut ctx.items {
@@ -97,7 +102,11 @@ proptest! {
         }
         let result = preview(&prepare(&ctx)?, &all_items(&ctx), at)?;
         for item in &result.items {
-            prop_assert_eq!(item.refundable, item.total);
+            if ctx.paid_at.is_some() {
+                prop_assert_eq!(item.refundable, item.total);
+            } else {
+                prop_assert!(item.refundable.is_zero());
+            }
             prop_assert!(item.applied_penalty.is_none());
             prop_assert!(item.next_change_at.is_none());
         }
@@ -109,8 +118,11 @@ proptest! {
         ctx.paid_at = None;
         let result = preview(&prepare(&ctx)?, &all_items(&ctx), at)?;
         prop_assert!(result.refund.is_zero());
+        // without `amount` the refund is the refundable amount; nothing before payment.
+        prop_assert_eq!(result.refund, result.refundable);
         for item in &result.items {
             prop_assert!(item.penalty.is_zero());
+            prop_assert!(item.refundable.is_zero());
         }
     }
 
