@@ -13,7 +13,7 @@ mod support;
 use std::time::Duration;
 
 use host_http::auth::Scopes;
-use host_http::gateway::testing::{FakeBehavior, FakeGateway};
+use host_http::gateway::testing::FakeGateway;
 use host_http::providers::{self, IssuedCredential, NewProvider};
 use host_http::store::Db;
 use host_http::store::postgres::testing::TestDatabase;
@@ -57,39 +57,7 @@ async fn crash_at(db: &str, gateway: &FakeGateway, http: &Http, point: Option<&s
     assert_eq!(status, StatusCode::OK);
 
     let mut server = server;
-    let cancel_path = format!("/cancel/{id}");
-    let cancel = http.send(
-        server.addr,
-        Method::PATCH,
-        &cancel_path,
-        Some(json!({"itemsOrder": [1]})),
-    );
-    match point {
-        // An injected fault aborts the process inside the request: no answer.
-        Some(point) => {
-            let answer = cancel.await;
-            assert!(answer.is_err(), "{point}: the process answered {answer:?}");
-            let exit = server.child.wait().expect("wait");
-            assert!(!exit.success(), "{point}: {exit}");
-        }
-        // SIGKILL while the gateway hangs with the refund recorded pending.
-        None => {
-            gateway.set_behavior(FakeBehavior::AcceptThenHang);
-            let killer = async {
-                for _ in 0..200 {
-                    if gateway.requests().iter().any(|r| r.body.contains(&id)) {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                server.child.kill().expect("SIGKILL");
-                server.child.wait().expect("wait");
-            };
-            let (answer, ()) = tokio::join!(cancel, killer);
-            assert!(answer.is_err(), "killed process answered {answer:?}");
-            gateway.set_behavior(FakeBehavior::Accept);
-        }
-    }
+    support::die_during_refund(http, &mut server, gateway, &id, point).await;
     drop(server);
 
     let server = spawn(&launch(None));

@@ -294,38 +294,7 @@ async fn a_refund_left_by_a_dead_instance_is_finished_by_another_r_4_8() {
         let mut doomed = spawn(&launch(point));
         http.wait_ready(doomed.addr).await;
         let id = http.paid_transaction(doomed.addr, &["100", "50"]).await;
-        let path = format!("/cancel/{id}");
-        let cancel = http.send(
-            doomed.addr,
-            Method::PATCH,
-            &path,
-            Some(json!({"itemsOrder": [1]})),
-        );
-        match point {
-            Some(_) => {
-                assert!(
-                    cancel.await.is_err(),
-                    "{point:?}: the aborted process answered"
-                );
-                let _ = doomed.child.wait();
-            }
-            None => {
-                gateway.set_behavior(FakeBehavior::AcceptThenHang);
-                let killer = async {
-                    for _ in 0..200 {
-                        if gateway.requests().iter().any(|r| r.body.contains(&id)) {
-                            break;
-                        }
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                    }
-                    doomed.child.kill().expect("SIGKILL");
-                    let _ = doomed.child.wait();
-                };
-                let (answer, ()) = tokio::join!(cancel, killer);
-                assert!(answer.is_err(), "the killed process answered");
-                gateway.set_behavior(FakeBehavior::Accept);
-            }
-        }
+        support::die_during_refund(&http, &mut doomed, &gateway, &id, point).await;
         let record = http
             .wait_for(survivor.addr, &id, |r| {
                 r["items"][0]["status"] == "CANCELLED"

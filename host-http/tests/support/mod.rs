@@ -8,13 +8,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use bytes::Bytes;
+use host_http::gateway::testing::{FakeBehavior, FakeGateway};
 use http_body_util::{BodyExt, Full};
 use hyper::header::HeaderMap;
 use hyper::{Method, Request, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// A running `checkout-server serve` process, killed when dropped.
 pub struct Server {
@@ -244,5 +245,49 @@ impl Http {
             record = self.status(addr, id).await;
         }
         panic!("condition never held: {record}");
+    }
+}
+
+/// Cancels item 1 of `id` on `server` and makes the process die inside the refund: at its fault
+/// point (`point`, set when the server was spawned), or, without one, by SIGKILL once the
+/// gateway has received the refund and hangs on its answer. Asserts that no answer came.
+pub async fn die_during_refund(
+    http: &Http,
+    server: &mut Server,
+    gateway: &FakeGateway,
+    id: &str,
+    point: Option<&str>,
+) {
+    let path = format!("/cancel/{id}");
+    let cancel = http.send(
+        server.addr,
+        Method::PATCH,
+        &path,
+        Some(json!({"itemsOrder": [1]})),
+    );
+    match point {
+        Some(point) => {
+            let answer = cancel.await;
+            assert!(answer.is_err(), "{point}: the process answered {answer:?}");
+            let exit = server.child.wait().expect("wait");
+            assert!(!exit.success(), "{point}: {exit}");
+        }
+        None => {
+            gateway.set_behavior(FakeBehavior::AcceptThenHang);
+            let child = &mut server.child;
+            let killer = async {
+                for _ in 0..200 {
+                    if gateway.requests().iter().any(|r| r.body.contains(id)) {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                child.kill().expect("SIGKILL");
+                child.wait().expect("wait");
+            };
+            let (answer, ()) = tokio::join!(cancel, killer);
+            assert!(answer.is_err(), "the killed process answered {answer:?}");
+            gateway.set_behavior(FakeBehavior::Accept);
+        }
     }
 }
