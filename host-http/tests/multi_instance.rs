@@ -447,3 +447,56 @@ async fn a_lost_database_connection_is_a_503_and_the_instance_heals() {
     // And it still reads.
     assert_eq!(http.status(a.addr, &id).await["status"], "PAID");
 }
+
+/// `checkout-server migrate` and the `provider` commands take the same `--db` URL as `serve`.
+#[test]
+fn the_command_line_works_on_a_postgres_url() {
+    let Some(pg) = TestDatabase::create("command line on PostgreSQL") else {
+        return;
+    };
+    let run = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_checkout-server"))
+            .args(args)
+            .args(["--db", pg.url()])
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("run checkout-server");
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice::<Value>(&output.stdout).expect("JSON output")
+    };
+    for _ in 0..2 {
+        assert_eq!(run(&["migrate"])["schemaVersion"], 1);
+    }
+    let created = run(&[
+        "provider",
+        "create",
+        "--name",
+        "Acme",
+        "--time-zone",
+        "Europe/Berlin",
+    ]);
+    let provider_id = created["providerId"].as_str().expect("providerId");
+    assert!(created["backendSecret"].is_string());
+    run(&["provider", "add-credential", "--provider", provider_id]);
+    let widget_id = created["widgetId"].as_str().expect("widgetId");
+    run(&["provider", "revoke-credential", "--widget-id", widget_id]);
+    let listed = run(&["provider", "list"]);
+    assert_eq!(listed[0]["timeZone"], "Europe/Berlin");
+    let credentials = listed[0]["credentials"].as_array().expect("credentials");
+    assert_eq!(credentials.len(), 2);
+    assert!(credentials[0]["revokedAt"].is_string());
+    assert!(credentials[1]["revokedAt"].is_null());
+    // The secret is stored only as its hash.
+    let secret = created["backendSecret"].as_str().expect("secret");
+    let dump = pg.query("SELECT encode(secret_hash, 'hex') FROM credentials");
+    assert!(
+        dump.iter()
+            .flatten()
+            .flatten()
+            .all(|hash| !hash.contains(secret))
+    );
+}

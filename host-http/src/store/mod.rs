@@ -588,3 +588,43 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 pub fn format_instant(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Micros, true)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn db_names_the_store_by_its_form() {
+        assert_eq!(
+            Db::parse("postgres://u@h/db").unwrap(),
+            Db::Postgres("postgres://u@h/db".to_owned())
+        );
+        assert_eq!(
+            Db::parse("postgresql://u@h/db").unwrap(),
+            Db::Postgres("postgresql://u@h/db".to_owned())
+        );
+        assert_eq!(
+            Db::parse("./checkout.db").unwrap(),
+            Db::Sqlite("./checkout.db".into())
+        );
+        assert_eq!(
+            Db::parse("sqlite:data/c.db").unwrap(),
+            Db::Sqlite("data/c.db".into())
+        );
+        assert_eq!(
+            Db::parse("sqlite:///var/lib/c.db").unwrap(),
+            Db::Sqlite("/var/lib/c.db".into())
+        );
+        assert!(Db::parse("").is_err());
+        assert!(Db::parse("sqlite:").is_err());
+        assert!(Db::Postgres("postgres://u@h/db".to_owned()).is_shared());
+        assert!(!Db::Sqlite("c.db".into()).is_shared());
+    }
+
+    #[test]
+    fn a_url_is_shown_without_its_password() {
+        let db = Db::parse("postgres://app:s3cret@db:5432/checkout").unwrap();
+        assert_eq!(db.to_string(), "postgres://app:***@db:5432/checkout");
+        assert!(!format!("{db:?}").contains("s3cret"));
+    }
+}
