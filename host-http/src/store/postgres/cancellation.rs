@@ -181,22 +181,22 @@ async fn reserve(
     c: &NewCancellation,
 ) -> Result<Owned<Reserved>, StoreError> {
     let tx = client.transaction().await?;
-    match lock_owned(&tx, &c.transaction_id, &c.provider_id).await? {
-        Owned::Done(()) => {}
+    let locked = match lock_owned(&tx, &c.transaction_id, &c.provider_id).await? {
+        Owned::Done(locked) => locked,
         Owned::NotFound => return Ok(Owned::NotFound),
         Owned::OtherProvider => return Ok(Owned::OtherProvider),
-    }
-    let row = tx
+    };
+    // Summed after the lock is held, so that a refund committed while this request waited
+    // for it counts (R-4.5).
+    let committed: Decimal = tx
         .query_one(
-            "SELECT status, paid_amount, (SELECT COALESCE(sum(refund), 0) FROM cancellations \
-             WHERE transaction_id = $1 AND outcome IN ('PENDING', 'SUCCESS')) \
-             FROM transactions WHERE id = $1",
+            "SELECT COALESCE(sum(refund), 0) FROM cancellations \
+             WHERE transaction_id = $1 AND outcome IN ('PENDING', 'SUCCESS')",
             &[&c.transaction_id],
         )
-        .await?;
-    let status = transaction_status(row.try_get(0)?)?;
-    let paid: Option<Decimal> = row.try_get(1)?;
-    let committed: Decimal = row.try_get(2)?;
+        .await?
+        .try_get(0)?;
+    let (status, paid) = (locked.status, locked.paid);
     let items: Vec<(u32, ItemStatus)> = read_items(&tx, &c.transaction_id)
         .await?
         .into_iter()

@@ -28,7 +28,6 @@ use engine::api::{
 };
 use futures_util::future::BoxFuture;
 use rust_decimal::Decimal;
-use tokio_postgres::error::SqlState;
 use tokio_postgres::{NoTls, Row};
 
 pub use admin::PgAdmin;
@@ -380,27 +379,44 @@ async fn read_idempotency(
     }))
 }
 
-/// Locks a transaction's row for the rest of the database transaction and checks its owner
-/// (R-7.4). Every change of a checkout transaction starts here, so changes of one transaction
-/// take turns across instances.
+/// What a change of a transaction reads from its row once the row is locked.
+#[derive(Debug, Clone)]
+pub(super) struct Locked {
+    /// Status (R-3.3).
+    pub status: TransactionStatus,
+    /// Currency code.
+    pub currency: String,
+    /// Amount paid, once paid.
+    pub paid: Option<Decimal>,
+}
+
+/// Locks a transaction's row for the rest of the database transaction, checks its owner
+/// (R-7.4) and returns what the change needs of the row, read in the same statement (a row
+/// locked after a wait is read in its newest version). Every change of a checkout transaction
+/// starts here, so changes of one transaction take turns across instances.
 pub(super) async fn lock_owned(
     client: &impl GenericClient,
     id: &str,
     provider_id: &str,
-) -> Result<Owned<()>, StoreError> {
+) -> Result<Owned<Locked>, StoreError> {
     let statement = client
-        .prepare_cached("SELECT provider_id FROM transactions WHERE id = $1 FOR UPDATE")
+        .prepare_cached(
+            "SELECT provider_id, status, currency, paid_amount FROM transactions \
+             WHERE id = $1 FOR UPDATE",
+        )
         .await?;
-    let owner: Option<String> = client
-        .query_opt(&statement, &[&id])
-        .await?
-        .map(|row| row.try_get(0))
-        .transpose()?;
-    Ok(match owner {
-        None => Owned::NotFound,
-        Some(owner) if owner == provider_id => Owned::Done(()),
-        Some(_) => Owned::OtherProvider,
-    })
+    let Some(row) = client.query_opt(&statement, &[&id]).await? else {
+        return Ok(Owned::NotFound);
+    };
+    let owner: String = row.try_get(0)?;
+    if owner != provider_id {
+        return Ok(Owned::OtherProvider);
+    }
+    Ok(Owned::Done(Locked {
+        status: transaction_status(row.try_get(1)?)?,
+        currency: row.try_get(2)?,
+        paid: row.try_get(3)?,
+    }))
 }
 
 /// Stores the response of a claimed key, completing it (R-9.1).
@@ -588,9 +604,10 @@ impl PgStore {
     ) -> Result<Owned<()>, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        let owned = lock_owned(&tx, id, provider_id).await?;
-        if owned != Owned::Done(()) {
-            return Ok(owned);
+        match lock_owned(&tx, id, provider_id).await? {
+            Owned::Done(_) => {}
+            Owned::NotFound => return Ok(Owned::NotFound),
+            Owned::OtherProvider => return Ok(Owned::OtherProvider),
         }
         // R-8.6: each given field replaces the stored one; absent fields stay (COALESCE).
         let statement = tx
@@ -629,22 +646,15 @@ impl PgStore {
     ) -> Result<Owned<PayOutcome>, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        match lock_owned(&tx, id, provider_id).await? {
-            Owned::Done(()) => {}
+        let locked = match lock_owned(&tx, id, provider_id).await? {
+            Owned::Done(locked) => locked,
             Owned::NotFound => return Ok(Owned::NotFound),
             Owned::OtherProvider => return Ok(Owned::OtherProvider),
-        }
-        let row = tx
-            .query_one(
-                "SELECT status, currency FROM transactions WHERE id = $1",
-                &[&id],
-            )
-            .await?;
-        let status: String = row.try_get(0)?;
-        let currency: String = row.try_get(1)?;
-        if status != TransactionStatus::Pending.as_str() {
+        };
+        if locked.status != TransactionStatus::Pending {
             return Ok(Owned::Done(PayOutcome::NotPayable(format!(
-                "contract status {status} does not allow payment"
+                "contract status {} does not allow payment",
+                locked.status.as_str()
             ))));
         }
         let active: Vec<Decimal> = read_items(&tx, id)
@@ -663,7 +673,7 @@ impl PgStore {
             .try_fold(Decimal::ZERO, |sum, total| sum.checked_add(total))
             .ok_or_else(|| corrupt("items.total", "sum overflows"))?;
         // R-1.4: the amount paid is written at the currency's scale.
-        let scale = engine::money::minor_units(&currency).unwrap_or(2);
+        let scale = engine::money::minor_units(&locked.currency).unwrap_or(2);
         let paid = engine::money::round_to_scale(paid, scale);
         let details = to_json(details)?;
         tx.execute(
@@ -819,11 +829,6 @@ impl Store for PgStore {
             self.pool.close();
         })
     }
-}
-
-/// SQLSTATE of a unique violation, for callers that retry on one.
-pub fn is_unique_violation(error: &tokio_postgres::Error) -> bool {
-    error.code() == Some(&SqlState::UNIQUE_VIOLATION)
 }
 
 #[cfg(test)]
