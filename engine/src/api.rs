@@ -698,6 +698,12 @@ pub struct HealthStatus {
 pub struct Created {
     /// Identifier of the new transaction.
     pub transaction_id: String,
+    /// The customer's payment page: a capability URL that works without credentials, for this
+    /// transaction only, until it expires. Absent in answers stored before payment pages
+    /// existed (an idempotent replay returns the first answer as it was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "uri"))]
+    pub payment_url: Option<String>,
 }
 
 /// Status of a transaction.
@@ -965,6 +971,11 @@ pub struct StatusRecord {
     pub items: Vec<StatusItem>,
     /// Extension: cancellations with receipts.
     pub cancellations: Vec<CancellationRecord>,
+    /// Extension: the customer's payment page while the transaction is PENDING (null after, and
+    /// for transactions created before payment pages existed).
+    pub payment_url: Option<String>,
+    /// Extension: when the payment page stops working (RFC 3339), while it is shown.
+    pub payment_url_expires_at: Option<String>,
 }
 
 /// 200 body of the three cancel routes (spec: status, errorMessage; the rest extensions).

@@ -125,6 +125,7 @@ pub mod quote;
 pub mod schema;
 #[cfg(feature = "strategies")]
 pub mod strategies;
+pub mod terms;
 pub mod time;
 pub mod validate;
 

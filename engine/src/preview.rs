@@ -141,6 +141,7 @@ impl RefundContext {
 pub struct PreparedItem {
     order: u32,
     cancelled: bool,
+    zone: Tz,
     schedule: ItemSchedule,
     policy: Option<CancellationPolicy>,
 }
@@ -179,6 +180,7 @@ impl PreparedItem {
         Ok(PreparedItem {
             order: item.order,
             cancelled: item.cancelled,
+            zone: item_zone,
             schedule: ItemSchedule::build(total, policy.as_ref(), &anchors)?,
             policy: item.policy.clone(),
         })
@@ -192,6 +194,21 @@ impl PreparedItem {
     /// The item's penalty schedule.
     pub fn schedule(&self) -> &ItemSchedule {
         &self.schedule
+    }
+
+    /// The item's zone, in which its dates are shown.
+    pub fn zone(&self) -> Tz {
+        self.zone
+    }
+
+    /// Whether the item was already cancelled (or voided).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled
+    }
+
+    /// The effective policy as stored, or none.
+    pub fn policy(&self) -> Option<&CancellationPolicy> {
+        self.policy.as_ref()
     }
 
     /// The preview line of this item at `at`.

@@ -46,9 +46,30 @@ pub struct ServeArgs {
     #[arg(long, env = "CHECKOUT_DEMO", action = ArgAction::SetTrue,
           value_parser = BoolishValueParser::new())]
     pub demo: bool,
+    /// Public base URL of the service, as customers reach it (behind a proxy, its https
+    /// address); payment links are built from it. Default: http:// and the listen address.
+    #[arg(long, env = "CHECKOUT_PUBLIC_URL", value_parser = parse_public_url)]
+    pub public_url: Option<String>,
+    /// How long a payment link works after its transaction is created, in seconds.
+    #[arg(long, env = "CHECKOUT_PAYMENT_LINK_TTL_SECS",
+          default_value_t = crate::DEFAULT_PAYMENT_LINK_TTL.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=366 * 24 * 3600))]
+    pub payment_link_ttl_secs: u64,
     /// Refund gateway, retries and recovery (R-4.8).
     #[command(flatten)]
     pub refunds: crate::refunds::GatewayArgs,
+}
+
+/// An absolute http(s) URL without query or fragment; a trailing slash is dropped.
+fn parse_public_url(text: &str) -> Result<String, String> {
+    let url = url::Url::parse(text).map_err(|e| format!("not an absolute URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err("must be an http:// or https:// URL with a host".to_owned());
+    }
+    if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
+        return Err("must not carry credentials, a query or a fragment".to_owned());
+    }
+    Ok(url.as_str().trim_end_matches('/').to_owned())
 }
 
 /// `--db` of the provider and migrate commands.
@@ -175,6 +196,8 @@ pub fn serve(args: ServeArgs) -> ExitCode {
             acquire_timeout_ms: args.db_acquire_timeout_ms,
         };
         config.sandbox = args.sandbox || args.demo;
+        config.public_url = args.public_url.clone();
+        config.payment_link_ttl = std::time::Duration::from_secs(args.payment_link_ttl_secs);
         config.refunds = match args.refunds.settings() {
             Ok(settings) => settings,
             Err(message) => return fail(&message),
@@ -228,6 +251,11 @@ fn print_demo(issued: &IssuedCredential, addr: SocketAddr) {
          \"category\":\"FLIGHT\",\"price\":100,\"taxes\":[{{\"value\":19}}]}}]}}' \
          http://{addr}/initialize",
         issued.widget_id, issued.backend_secret
+    );
+    println!();
+    println!(
+        "Its answer holds a paymentUrl: open it in a browser and pay with the sandbox card \
+         4242 4242 4242 4242."
     );
 }
 

@@ -19,6 +19,7 @@ pub mod cli;
 pub mod fault;
 pub mod gateway;
 pub mod http;
+pub mod payments;
 pub mod providers;
 pub mod refunds;
 pub mod store;
@@ -49,7 +50,15 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// Refund gateway, retries and recovery.
     pub refunds: refunds::RefundSettings,
+    /// The public base URL absolute links are built from (payment pages); `None`: `http://`
+    /// and the bound address.
+    pub public_url: Option<String>,
+    /// How long a payment link works after its transaction's creation.
+    pub payment_link_ttl: Duration,
 }
+
+/// Default lifetime of a payment link: 7 days.
+pub const DEFAULT_PAYMENT_LINK_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 impl Config {
     /// Defaults: no sandbox, 10 s to send headers, 10 s of grace on shutdown.
@@ -62,6 +71,8 @@ impl Config {
             header_read_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(10),
             refunds: refunds::RefundSettings::default(),
+            public_url: None,
+            payment_link_ttl: DEFAULT_PAYMENT_LINK_TTL,
         }
     }
 }
@@ -88,6 +99,9 @@ pub enum AppError {
     /// The refund gateway could not be set up.
     #[error("refund gateway: {0}")]
     Gateway(#[from] refunds::GatewaySetupError),
+    /// A setting is out of range.
+    #[error("{0}")]
+    Config(String),
 }
 
 /// A bound, ready server: [`App::run`] or [`App::run_until`] serves until shut down.
@@ -140,6 +154,21 @@ impl App {
             .await
             .map_err(listen_error)?;
         let local_addr = listener.local_addr().map_err(listen_error)?;
+        let key = store
+            .service_key(
+                payments::LINK_KEY_NAME.to_owned(),
+                payments::LinkKey::random_bytes(),
+            )
+            .await
+            .map_err(store_error)?;
+        let link_ttl = chrono::Duration::from_std(config.payment_link_ttl)
+            .map_err(|_| AppError::Config("payment link lifetime out of range".to_owned()))?;
+        let public_url = config
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{local_addr}"))
+            .trim_end_matches('/')
+            .to_owned();
         Ok(App {
             listener,
             local_addr,
@@ -147,6 +176,12 @@ impl App {
                 store,
                 sandbox: config.sandbox,
                 refunds: Arc::new(refunds),
+                pages: app::PaymentPages {
+                    public_url,
+                    link_ttl,
+                    key: payments::LinkKey::new(key),
+                    processor: Arc::new(payments::SandboxProcessor),
+                },
             }),
             config,
             recovery,

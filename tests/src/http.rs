@@ -28,6 +28,9 @@ use tempfile::TempDir;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+/// The public base URL of every test server (`--public-url`).
+pub const PUBLIC_URL: &str = "https://pay.checkout.test";
+
 /// The environment variable that selects the store of the black-box tests: `sqlite` (default)
 /// or `postgres`.
 pub const STORE_VAR: &str = "CHECKOUT_TEST_STORE";
@@ -276,6 +279,9 @@ impl TestServer {
         config.sandbox = sandbox;
         config.header_read_timeout = header_read_timeout;
         config.shutdown_grace = Duration::from_secs(5);
+        // A public base of its own, as behind a proxy: links stay the same across restarts
+        // (which bind new ports), and no link is built from the listen address.
+        config.public_url = Some(PUBLIC_URL.to_owned());
         let app = App::build(config).await.expect("server starts");
         let addr = app.local_addr();
         let (stop, stopped) = oneshot::channel::<()>();

@@ -24,7 +24,7 @@ use host_http::store::cancellation::{
 use host_http::store::postgres::testing::TestDatabase;
 use host_http::store::{
     self, Claim, Db, IdempotencyKey, IdempotencyState, IdempotentResponse, NewItem, NewTransaction,
-    Opened, Owned, PayOutcome, PaymentDetails, PoolSettings, format_instant,
+    Opened, Owned, PayOutcome, PaymentDetails, PaymentLink, PoolSettings, format_instant,
 };
 use rust_decimal::Decimal;
 use tests::http::Creds;
@@ -131,6 +131,7 @@ conformance!(
     race_16_claims_of_one_key_claim_it_once_r_9_1,
     race_concurrent_settles_number_receipts_without_gaps_r_10_2,
     race_two_instances_claiming_pending_refunds_split_them_r_4_8,
+    payment_links_failures_and_service_keys,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -204,8 +205,9 @@ fn transaction(provider_id: &str, currency: &str, totals: &[&str]) -> NewTransac
         "{{\"title\":\"conformance\",\"currency\":\"{currency}\",\"items\":[{}]}}",
         prices.join(",")
     );
+    let id = new_id();
     NewTransaction {
-        id: new_id(),
+        id: id.clone(),
         provider_id: provider_id.to_owned(),
         title: "conformance".to_owned(),
         currency: currency.to_owned(),
@@ -218,7 +220,64 @@ fn transaction(provider_id: &str, currency: &str, totals: &[&str]) -> NewTransac
         total,
         items,
         created_at: t0(),
+        payment_link: PaymentLink {
+            token_hash: host_http::payments::token_hash(&format!("page of {id}")),
+            expires_at: t0() + Duration::days(7),
+        },
     }
+}
+
+/// A payment page is found by its token's hash only; its expiry is read back with the
+/// transaction; failed attempts count per transaction within a window; a service key is made
+/// once and then read back by every caller, whatever it proposes.
+async fn payment_links_failures_and_service_keys(opened: &Opened, db: &Db) {
+    let provider = provider(db, "pages");
+    let id = create(opened, &provider.provider_id, &["10.00"]).await;
+    let other = create(opened, &provider.provider_id, &["20.00"]).await;
+    let store = &opened.store;
+    let hash = host_http::payments::token_hash(&format!("page of {id}"));
+    assert_eq!(store.payment_link(hash).await.unwrap(), Some(id.clone()));
+    let unknown = host_http::payments::token_hash("no such page");
+    assert_eq!(store.payment_link(unknown).await.unwrap(), None);
+    let stored = record(opened, &id).await;
+    let expires = stored.payment_link_expires_at.expect("expiry stored");
+    assert_eq!(
+        DateTime::parse_from_rfc3339(&expires).unwrap(),
+        t0() + Duration::days(7)
+    );
+
+    let window = at(0);
+    assert_eq!(store.payment_failures(id.clone(), window).await.unwrap(), 0);
+    for n in 1..=3 {
+        let count = store
+            .add_payment_failure(id.clone(), at(n), window)
+            .await
+            .unwrap();
+        assert_eq!(count, u32::try_from(n).unwrap());
+    }
+    assert_eq!(store.payment_failures(id.clone(), window).await.unwrap(), 3);
+    // Older failures fall out of the window; other transactions count their own.
+    assert_eq!(store.payment_failures(id.clone(), at(3)).await.unwrap(), 1);
+    assert_eq!(
+        store.payment_failures(other.clone(), window).await.unwrap(),
+        0
+    );
+
+    let first = store
+        .service_key("payment_link".to_owned(), [1; 32])
+        .await
+        .unwrap();
+    assert_eq!(first, [1; 32]);
+    let again = store
+        .service_key("payment_link".to_owned(), [2; 32])
+        .await
+        .unwrap();
+    assert_eq!(again, [1; 32], "the first key stays");
+    let another = store
+        .service_key("other".to_owned(), [3; 32])
+        .await
+        .unwrap();
+    assert_eq!(another, [3; 32]);
 }
 
 /// Creates an unpaid EUR transaction; returns its id.

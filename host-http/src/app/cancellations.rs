@@ -163,7 +163,10 @@ impl Services {
 /// The zone a contract's times are read in: the provider's zone as it was at creation, so that a
 /// later change of the provider's configuration never changes an existing contract.
 /// Rows stored before the zone was kept fall back to the provider's current zone.
-fn contract_zone<'a>(record: &'a TransactionRecord, settings: &'a ProviderSettings) -> &'a str {
+pub(super) fn contract_zone<'a>(
+    record: &'a TransactionRecord,
+    settings: &'a ProviderSettings,
+) -> &'a str {
     record.time_zone.as_deref().unwrap_or(&settings.time_zone)
 }
 

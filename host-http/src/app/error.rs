@@ -16,6 +16,8 @@ pub enum Resource {
     File,
     /// A cancellation receipt.
     Receipt,
+    /// A customer's payment page (its token names no transaction).
+    PaymentPage,
 }
 
 impl Resource {
@@ -25,6 +27,7 @@ impl Resource {
             Resource::Contract => "contract",
             Resource::File => "file",
             Resource::Receipt => "receipt",
+            Resource::PaymentPage => "payment page",
         }
     }
 }

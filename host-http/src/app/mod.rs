@@ -14,6 +14,7 @@ pub mod cancellations;
 mod error;
 pub mod files;
 pub mod idempotency;
+pub mod payments;
 pub mod transactions;
 
 use std::sync::Arc;
@@ -23,6 +24,7 @@ use chrono::Duration;
 pub use error::{Error, Resource};
 
 use crate::auth::Scopes;
+use crate::payments::{LinkKey, PaymentProcessor};
 use crate::refunds::Refunds;
 use crate::store::Store;
 use crate::store::cancellation::CancellationStore;
@@ -39,7 +41,38 @@ pub struct Services {
     pub sandbox: bool,
     /// The refund process of cancellations, with its cancellation store.
     pub refunds: Arc<Refunds>,
+    /// The customer's payment pages.
+    pub pages: PaymentPages,
 }
+
+/// What the customer's payment pages need: where they are served, how long their links live,
+/// the key their tokens come from, and the card processor.
+#[derive(Debug, Clone)]
+pub struct PaymentPages {
+    /// The public base URL of the service (`--public-url`), without a trailing slash.
+    pub public_url: String,
+    /// How long a payment link works after the transaction's creation.
+    pub link_ttl: Duration,
+    /// The key of page and form tokens, shared by every instance on the database.
+    pub key: LinkKey,
+    /// The card processor (the sandbox is the one built in).
+    pub processor: Arc<dyn PaymentProcessor>,
+}
+
+impl PaymentPages {
+    /// The absolute URL of a transaction's payment page.
+    pub fn url(&self, transaction_id: &str) -> String {
+        format!(
+            "{}{}{}",
+            self.public_url,
+            PAYMENT_PAGE_PREFIX,
+            self.key.page_token(transaction_id)
+        )
+    }
+}
+
+/// Path of the payment pages: `/pay/{token}`.
+pub const PAYMENT_PAGE_PREFIX: &str = "/pay/";
 
 impl Services {
     /// The store of cancellations, receipts and files.

@@ -4,13 +4,13 @@
 use chrono::{DateTime, Utc};
 use engine::api::{
     Amounts, CheckoutEmail, CheckoutInfo, CorporateCheckout, Created, PaymentReq, ProviderSettings,
-    QuoteResult, StatusItem, StatusRecord, UpdateResult, UpdateTransaction,
+    QuoteResult, StatusItem, StatusRecord, TransactionStatus, UpdateResult, UpdateTransaction,
 };
 
 use super::idempotency::{StoredResponse, body_hash, key_of};
 use super::{Error, Principal, Resource, Services};
 use crate::store::{
-    IdempotentResponse, NewItem, NewTransaction, Owned, PayOutcome, PaymentDetails,
+    IdempotentResponse, NewItem, NewTransaction, Owned, PayOutcome, PaymentDetails, PaymentLink,
     TransactionRecord,
 };
 
@@ -83,8 +83,14 @@ impl Services {
             })
             .collect();
         let id = uuid::Uuid::now_v7().hyphenated().to_string();
+        let payment_url = self.pages.url(&id);
+        let payment_link = PaymentLink {
+            token_hash: crate::payments::token_hash(&self.pages.key.page_token(&id)),
+            expires_at: now + self.pages.link_ttl,
+        };
         let created = serde_json::to_string(&Created {
             transaction_id: id.clone(),
+            payment_url: Some(payment_url),
         })
         .map_err(|e| Error::Internal(e.to_string()))?;
         let payload = String::from_utf8(request.body.to_vec())
@@ -103,6 +109,7 @@ impl Services {
             total: quote.total,
             items,
             created_at: now,
+            payment_link,
         };
 
         let response = match &key {
@@ -197,7 +204,19 @@ impl Services {
     /// The status record of an owned transaction.
     pub async fn status(&self, principal: &Principal, id: &str) -> Result<StatusRecord, Error> {
         let record = self.owned_transaction(principal, id).await?;
-        Ok(status_record(&record))
+        Ok(self.status_record(&record))
+    }
+
+    /// The R-10 status record of a stored transaction, with its payment page while PENDING.
+    pub fn status_record(&self, record: &TransactionRecord) -> StatusRecord {
+        let mut status = status_record(record);
+        if record.status == TransactionStatus::Pending {
+            if let Some(expires_at) = &record.payment_link_expires_at {
+                status.payment_url = Some(self.pages.url(&record.id));
+                status.payment_url_expires_at = Some(expires_at.clone());
+            }
+        }
+        status
     }
 
     /// The quote of a creation body in the provider's zone; nothing is stored.
@@ -277,8 +296,9 @@ fn merged_email(
 }
 
 /// Builds the R-10 status record: the spec's `status` and `checkout` (payment parts null until
-/// paid), with the extensions beside them.
-pub fn status_record(record: &TransactionRecord) -> StatusRecord {
+/// paid), with the extensions beside them; the payment page is added by
+/// [`Services::status_record`].
+fn status_record(record: &TransactionRecord) -> StatusRecord {
     let scale = engine::money::minor_units(&record.currency).unwrap_or(2);
     let at_scale = |value| engine::money::round_to_scale(value, scale);
     let payment = record.payment.clone().unwrap_or_default();
@@ -318,6 +338,8 @@ pub fn status_record(record: &TransactionRecord) -> StatusRecord {
             })
             .collect(),
         cancellations: record.cancellations.clone(),
+        payment_url: None,
+        payment_url_expires_at: None,
     }
 }
 

@@ -7,7 +7,9 @@
 pub mod cancellations;
 pub mod error;
 pub mod files;
+pub mod i18n;
 pub mod multipart;
+pub mod pages;
 pub mod request;
 pub mod response;
 pub mod routes;
@@ -58,5 +60,8 @@ pub async fn dispatch(
         Route::FileUpload => files::upload(services, request, now).await,
         Route::File(id) => files::download(services, request, &id).await,
         Route::SharedFile(token) => files::shared(services, &token).await,
+        Route::PaymentPage(token) => pages::page(services, request, &token, now).await,
+        Route::PaymentSubmit(token) => pages::submit(services, request, &token, now).await,
+        Route::Stylesheet => Ok(pages::stylesheet()),
     }
 }

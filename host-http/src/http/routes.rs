@@ -43,6 +43,12 @@ pub enum Route {
     SharedFile(String),
     /// `GET /receipts/{receiptNumber}`: a cancellation receipt.
     Receipt(String),
+    /// `GET /pay/{token}`: the customer's payment page, by its capability token.
+    PaymentPage(String),
+    /// `POST /pay/{token}`: the payment form.
+    PaymentSubmit(String),
+    /// `GET /assets/checkout.css`: the payment page's stylesheet.
+    Stylesheet,
 }
 
 impl Route {
@@ -66,6 +72,8 @@ impl Route {
             Route::File(_) => "/files/{fileId}",
             Route::SharedFile(_) => "/files/shared/{token}",
             Route::Receipt(_) => "/receipts/{receiptNumber}",
+            Route::PaymentPage(_) | Route::PaymentSubmit(_) => "/pay/{token}",
+            Route::Stylesheet => "/assets/checkout.css",
         }
     }
 }
@@ -118,6 +126,15 @@ pub fn route(method: &Method, path: &str, sandbox: bool) -> Result<Route, ApiErr
         ["files", "shared", token] => ("GET", get.then(|| Route::SharedFile((*token).to_owned()))),
         ["files", id] => ("GET", get.then(|| Route::File((*id).to_owned()))),
         ["receipts", number] => ("GET", get.then(|| Route::Receipt((*number).to_owned()))),
+        ["pay", token] => (
+            "GET, POST",
+            if get {
+                Some(Route::PaymentPage((*token).to_owned()))
+            } else {
+                (method == Method::POST).then(|| Route::PaymentSubmit((*token).to_owned()))
+            },
+        ),
+        ["assets", "checkout.css"] => ("GET", get.then_some(Route::Stylesheet)),
         // `PUT /{transactionId}` catches every one-segment path: another method on a segment that
         // is not even a UUID is an unknown route (404), not a wrong method on this one (405).
         [id] if !id.is_empty() && (method == Method::PUT || uuid::Uuid::try_parse(id).is_ok()) => (

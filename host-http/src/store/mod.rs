@@ -335,6 +335,18 @@ pub struct NewTransaction {
     pub items: Vec<NewItem>,
     /// Arrival instant of the request.
     pub created_at: DateTime<Utc>,
+    /// The customer's payment page: the hash of its capability token and when it expires.
+    pub payment_link: PaymentLink,
+}
+
+/// The capability of a transaction's payment page, as stored: only the SHA-256 of its token
+/// (the token itself is derived again from the link key when it is shown).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PaymentLink {
+    /// SHA-256 of the token in the URL.
+    pub token_hash: [u8; 32],
+    /// When the page stops working.
+    pub expires_at: DateTime<Utc>,
 }
 
 /// The payment parts recorded by the sandbox pay route, stored as one JSON object.
@@ -415,6 +427,8 @@ pub struct TransactionRecord {
     pub created_at: String,
     /// Last change (RFC 3339).
     pub updated_at: String,
+    /// When the payment page expires (RFC 3339); `None` for rows older than payment pages.
+    pub payment_link_expires_at: Option<String>,
 }
 
 /// The identity of one idempotent request: keys are scoped per provider.
@@ -576,6 +590,37 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         paid_at: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<Owned<PayOutcome>, StoreError>>;
+
+    /// The transaction whose payment page has a token with this SHA-256, if any.
+    fn payment_link(
+        &self,
+        token_hash: [u8; 32],
+    ) -> BoxFuture<'_, Result<Option<String>, StoreError>>;
+
+    /// Records one failed payment attempt on a transaction's payment page (a declined card or
+    /// invalid card data) at `at`; returns how many failed at or after `since`, this one
+    /// included.
+    fn add_payment_failure(
+        &self,
+        transaction_id: String,
+        at: DateTime<Utc>,
+        since: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<u32, StoreError>>;
+
+    /// How many payment attempts on a transaction's page failed at or after `since`.
+    fn payment_failures(
+        &self,
+        transaction_id: String,
+        since: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<u32, StoreError>>;
+
+    /// The secret key named `name`, shared by every instance on the database: the stored one,
+    /// or `candidate`, stored now, when there is none yet.
+    fn service_key(
+        &self,
+        name: String,
+        candidate: [u8; 32],
+    ) -> BoxFuture<'_, Result<[u8; 32], StoreError>>;
 
     /// Deletes idempotency keys created before `before`; returns how many.
     fn prune_idempotency(&self, before: DateTime<Utc>) -> BoxFuture<'_, Result<usize, StoreError>>;

@@ -16,11 +16,12 @@ use crate::store::sqlite::migrations::{Migration, MigrationError};
 const MIGRATION_LOCK: i64 = 0x0C4E_C0D7_5EC0_0001;
 
 /// Every migration, oldest first.
-pub static MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "providers, credentials, transactions, items, files, cancellations with \
+pub static MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "providers, credentials, transactions, items, files, cancellations with \
                   leases, idempotency keys, the ledger gateway's refunds",
-    sql: r#"
+        sql: r#"
 CREATE TABLE providers (
     id                 text PRIMARY KEY,
     name               text NOT NULL,
@@ -144,7 +145,30 @@ CREATE TABLE ledger_refunds (
 );
 CREATE INDEX ledger_refunds_by_transaction ON ledger_refunds(transaction_id);
 "#,
-}];
+    },
+    Migration {
+        version: 2,
+        description: "payment pages: hashed capability tokens, failed attempts, service keys",
+        sql: r#"
+ALTER TABLE transactions ADD COLUMN pay_token_hash bytea;   -- SHA-256 of the page's token
+ALTER TABLE transactions ADD COLUMN pay_expires_at timestamptz;
+CREATE UNIQUE INDEX transactions_pay_token ON transactions(pay_token_hash)
+    WHERE pay_token_hash IS NOT NULL;
+
+CREATE TABLE payment_failures (
+    transaction_id  text NOT NULL REFERENCES transactions(id),
+    at              timestamptz NOT NULL
+);
+CREATE INDEX payment_failures_transaction ON payment_failures(transaction_id, at);
+
+CREATE TABLE service_keys (
+    name        text PRIMARY KEY,
+    key         bytea NOT NULL,                  -- 32 random bytes
+    created_at  timestamptz NOT NULL
+);
+"#,
+    },
+];
 
 /// Latest schema version this build knows.
 pub fn latest_version() -> u32 {

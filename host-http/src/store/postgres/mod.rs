@@ -247,7 +247,7 @@ async fn read_transaction(
         .prepare_cached(
             "SELECT provider_id, reference, status, title, currency, ref_ids::text, note, \
              attachments::text, email::text, payload, total, paid_amount, refunded_amount, \
-             paid_at, payment::text, created_at, updated_at, time_zone \
+             paid_at, payment::text, created_at, updated_at, time_zone, pay_expires_at \
              FROM transactions WHERE id = $1",
         )
         .await?;
@@ -278,6 +278,7 @@ async fn read_transaction(
         created_at: format_instant(row.try_get(15)?),
         updated_at: format_instant(row.try_get(16)?),
         time_zone: row.try_get(17)?,
+        payment_link_expires_at: instant(row.try_get(18)?),
     }))
 }
 
@@ -528,8 +529,9 @@ impl PgStore {
             .prepare_cached(
                 "INSERT INTO transactions (id, provider_id, reference, status, title, currency, \
                  ref_ids, note, attachments, email, payload, total, refunded_amount, created_at, \
-                 updated_at, time_zone) VALUES ($1, $2, $3, 'PENDING', $4, $5, $6::text::json, \
-                 $7, $8::text::jsonb, $9::text::jsonb, $10, $11, 0, $12, $12, $13) \
+                 updated_at, time_zone, pay_token_hash, pay_expires_at) VALUES ($1, $2, $3, \
+                 'PENDING', $4, $5, $6::text::json, $7, $8::text::jsonb, $9::text::jsonb, $10, \
+                 $11, 0, $12, $12, $13, $14, $15) \
                  ON CONFLICT (reference) DO NOTHING",
             )
             .await?;
@@ -556,6 +558,8 @@ impl PgStore {
                         &Numeric(transaction.total),
                         &transaction.created_at,
                         &transaction.time_zone,
+                        &transaction.payment_link.token_hash.as_slice(),
+                        &transaction.payment_link.expires_at,
                     ],
                 )
                 .await?;
@@ -809,6 +813,91 @@ impl Store for PgStore {
         now: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<Owned<PayOutcome>, StoreError>> {
         Box::pin(async move { self.pay(&id, &provider_id, &details, paid_at, now).await })
+    }
+
+    fn payment_link(
+        &self,
+        token_hash: [u8; 32],
+    ) -> BoxFuture<'_, Result<Option<String>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let statement = client
+                .prepare_cached("SELECT id FROM transactions WHERE pay_token_hash = $1")
+                .await?;
+            Ok(client
+                .query_opt(&statement, &[&token_hash.as_slice()])
+                .await?
+                .map(|row| row.try_get(0))
+                .transpose()?)
+        })
+    }
+
+    fn add_payment_failure(
+        &self,
+        transaction_id: String,
+        at: DateTime<Utc>,
+        since: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<u32, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let statement = client
+                .prepare_cached(
+                    "WITH added AS (INSERT INTO payment_failures (transaction_id, at) \
+                     VALUES ($1, $2)) \
+                     SELECT count(*) + 1 FROM payment_failures \
+                     WHERE transaction_id = $1 AND at >= $3",
+                )
+                .await?;
+            let count: i64 = client
+                .query_one(&statement, &[&transaction_id, &at, &since])
+                .await?
+                .try_get(0)?;
+            Ok(u32::try_from(count).unwrap_or(u32::MAX))
+        })
+    }
+
+    fn payment_failures(
+        &self,
+        transaction_id: String,
+        since: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<u32, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let statement = client
+                .prepare_cached(
+                    "SELECT count(*) FROM payment_failures WHERE transaction_id = $1 AND at >= $2",
+                )
+                .await?;
+            let count: i64 = client
+                .query_one(&statement, &[&transaction_id, &since])
+                .await?
+                .try_get(0)?;
+            Ok(u32::try_from(count).unwrap_or(u32::MAX))
+        })
+    }
+
+    fn service_key(
+        &self,
+        name: String,
+        candidate: [u8; 32],
+    ) -> BoxFuture<'_, Result<[u8; 32], StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            // Instances starting together race here; the first insert wins and every instance
+            // reads the same key back.
+            client
+                .execute(
+                    "INSERT INTO service_keys (name, key, created_at) VALUES ($1, $2, now()) \
+                     ON CONFLICT (name) DO NOTHING",
+                    &[&name, &candidate.as_slice()],
+                )
+                .await?;
+            let key: Vec<u8> = client
+                .query_one("SELECT key FROM service_keys WHERE name = $1", &[&name])
+                .await?
+                .try_get(0)?;
+            hash32("service_keys.key", key)
+        })
     }
 
     fn prune_idempotency(&self, before: DateTime<Utc>) -> BoxFuture<'_, Result<usize, StoreError>> {

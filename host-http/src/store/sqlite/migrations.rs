@@ -138,6 +138,29 @@ CREATE INDEX idempotency_keys_created ON idempotency_keys(created_at);
         sql: "ALTER TABLE cancellations ADD COLUMN lease_owner TEXT;
               ALTER TABLE cancellations ADD COLUMN lease_until TEXT;",
     },
+    Migration {
+        version: 6,
+        description: "payment pages: hashed capability tokens, failed attempts, service keys",
+        // Transactions created before this migration have no payment page.
+        sql: r#"
+ALTER TABLE transactions ADD COLUMN pay_token_hash BLOB;   -- SHA-256 of the page's token
+ALTER TABLE transactions ADD COLUMN pay_expires_at TEXT;
+CREATE UNIQUE INDEX transactions_pay_token ON transactions(pay_token_hash)
+    WHERE pay_token_hash IS NOT NULL;
+
+CREATE TABLE payment_failures (
+    transaction_id  TEXT NOT NULL REFERENCES transactions(id),
+    at              TEXT NOT NULL
+);
+CREATE INDEX payment_failures_transaction ON payment_failures(transaction_id, at);
+
+CREATE TABLE service_keys (
+    name        TEXT PRIMARY KEY,
+    key         BLOB NOT NULL,                  -- 32 random bytes
+    created_at  TEXT NOT NULL
+) WITHOUT ROWID;
+"#,
+    },
 ];
 
 /// Why the schema could not be brought up to date.

@@ -392,7 +392,7 @@ pub(super) fn read_transaction(
         .prepare_cached(
             "SELECT provider_id, reference, status, title, currency, ref_ids, note, attachments, \
              email, payload, total, paid_amount, refunded_amount, paid_at, payment, created_at, \
-             updated_at, time_zone FROM transactions WHERE id = ?1",
+             updated_at, time_zone, pay_expires_at FROM transactions WHERE id = ?1",
         )?
         .query_row([id], |r| {
             Ok((
@@ -417,6 +417,7 @@ pub(super) fn read_transaction(
                     r.get::<_, String>(15)?,
                     r.get::<_, String>(16)?,
                     r.get::<_, Option<String>>(17)?,
+                    r.get::<_, Option<String>>(18)?,
                 ),
             ))
         })
@@ -433,6 +434,7 @@ pub(super) fn read_transaction(
             created_at,
             updated_at,
             time_zone,
+            payment_link_expires_at,
         ),
     )) = row
     else {
@@ -464,7 +466,20 @@ pub(super) fn read_transaction(
         cancellations,
         created_at,
         updated_at,
+        payment_link_expires_at,
     }))
+}
+
+fn count_payment_failures(
+    conn: &Connection,
+    transaction_id: &str,
+    since: &str,
+) -> Result<u32, StoreError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT count(*) FROM payment_failures WHERE transaction_id = ?1 AND at >= ?2",
+        )?
+        .query_row(params![transaction_id, since], |r| r.get(0))?)
 }
 
 pub(super) fn read_items(
@@ -615,8 +630,9 @@ fn insert_transaction(
     conn.prepare_cached(
         "INSERT INTO transactions (id, provider_id, reference, status, title, currency, ref_ids, \
          note, attachments, email, payload, total, refunded_amount, created_at, updated_at, \
-         time_zone) \
-         VALUES (?1, ?2, ?3, 'PENDING', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, '0', ?12, ?12, ?13)",
+         time_zone, pay_token_hash, pay_expires_at) \
+         VALUES (?1, ?2, ?3, 'PENDING', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, '0', ?12, ?12, ?13, ?14, \
+         ?15)",
     )?
     .execute(params![
         transaction.id,
@@ -632,6 +648,8 @@ fn insert_transaction(
         transaction.total.to_string(),
         now,
         transaction.time_zone,
+        transaction.payment_link.token_hash.as_slice(),
+        format_instant(transaction.payment_link.expires_at),
     ])?;
     let mut insert_item = conn.prepare_cached(
         "INSERT INTO items (transaction_id, order_no, name, category, total, policy, period, \
@@ -915,6 +933,64 @@ impl Store for SqliteStore {
             self.writer
                 .execute(move |conn| pay(conn, &id, &provider_id, &details, &paid_at, &now)),
         )
+    }
+
+    fn payment_link(
+        &self,
+        token_hash: [u8; 32],
+    ) -> BoxFuture<'_, Result<Option<String>, StoreError>> {
+        let result = self.read(|conn| {
+            Ok(conn
+                .prepare_cached("SELECT id FROM transactions WHERE pay_token_hash = ?1")?
+                .query_row([token_hash.as_slice()], |r| r.get(0))
+                .optional()?)
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn add_payment_failure(
+        &self,
+        transaction_id: String,
+        at: DateTime<Utc>,
+        since: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<u32, StoreError>> {
+        let (at, since) = (format_instant(at), format_instant(since));
+        Box::pin(self.writer.execute(move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO payment_failures (transaction_id, at) VALUES (?1, ?2)",
+            )?
+            .execute(params![transaction_id, at])?;
+            count_payment_failures(conn, &transaction_id, &since)
+        }))
+    }
+
+    fn payment_failures(
+        &self,
+        transaction_id: String,
+        since: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<u32, StoreError>> {
+        let since = format_instant(since);
+        let result = self.read(|conn| count_payment_failures(conn, &transaction_id, &since));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn service_key(
+        &self,
+        name: String,
+        candidate: [u8; 32],
+    ) -> BoxFuture<'_, Result<[u8; 32], StoreError>> {
+        let now = format_instant(Utc::now());
+        Box::pin(self.writer.execute(move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO service_keys (name, key, created_at) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (name) DO NOTHING",
+            )?
+            .execute(params![name, candidate.as_slice(), now])?;
+            let key: Vec<u8> = conn
+                .prepare_cached("SELECT key FROM service_keys WHERE name = ?1")?
+                .query_row([&name], |r| r.get(0))?;
+            hash32("service_keys.key", key)
+        }))
     }
 
     fn prune_idempotency(&self, before: DateTime<Utc>) -> BoxFuture<'_, Result<usize, StoreError>> {

@@ -1,0 +1,753 @@
+//! The customer's side: what a payment page shows — the transaction, its active items with net,
+//! taxes and totals, and each item's cancellation terms for a payment made now — and a card
+//! payment through it, which records the payment exactly as the sandbox route does (R-3.3,
+//! R-3.6).
+//!
+//! A page is found by its capability token alone (no credentials): the token names one
+//! transaction, and only its SHA-256 is stored. Failed attempts are counted per transaction in
+//! the store, so the limit holds across instances.
+
+use chrono::{DateTime, Datelike, Duration, Utc};
+use chrono_tz::Tz;
+use engine::api::{
+    Attachment, BeneficiaryInfo, BillingInfo, Category, CustomerInfo, ItemStatus, PaymentInfo,
+    QuantityUnit, TaxUnit, TransactionStatus,
+};
+use engine::terms::Terms;
+use rust_decimal::Decimal;
+
+use super::cancellations::{contract_zone, refund_context};
+use super::{Error, Resource, Services};
+use crate::payments::{CardData, Charge, ChargeOutcome, luhn_valid, token_hash};
+use crate::store::{Owned, PayOutcome, PaymentDetails, TransactionRecord};
+
+/// Failed attempts (declines and invalid card data) allowed per transaction in
+/// [`ATTEMPT_WINDOW`]; then the page refuses further attempts until the window has passed.
+pub const MAX_FAILED_ATTEMPTS: u32 = 10;
+/// The window over which failed attempts are counted.
+pub const ATTEMPT_WINDOW: Duration = Duration::hours(1);
+/// Longest text accepted in a form field (R-8.10's string bound).
+const MAX_FIELD_CHARS: usize = 2000;
+
+/// Where a payment page stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageState {
+    /// PENDING, link not expired: the form is shown.
+    Open,
+    /// Paid (PAID or PARTIALLY_CANCELLED): a confirmation is shown.
+    Paid,
+    /// Every item was cancelled (or voided) before or after payment.
+    Cancelled,
+    /// PENDING, but the link has expired.
+    Expired,
+}
+
+/// Everything a payment page shows.
+#[derive(Debug, Clone)]
+pub struct PageView {
+    /// Where the page stands.
+    pub state: PageState,
+    /// Transaction id.
+    pub transaction_id: String,
+    /// `CHK-…` (R-3.2).
+    pub reference: String,
+    /// Title.
+    pub title: String,
+    /// The provider's display name.
+    pub provider_name: String,
+    /// ISO 4217 code.
+    pub currency: String,
+    /// Active items (all items once paid are those paid for).
+    pub items: Vec<PageItem>,
+    /// Sum of the active items' totals: the amount due (R-3.6).
+    pub amount_due: Decimal,
+    /// Amount paid, once paid.
+    pub amount_paid: Option<Decimal>,
+    /// The payment's reference, once paid.
+    pub payment_reference: Option<String>,
+    /// Attachments (terms and conditions, pictures, …); never the internal note.
+    pub attachments: Vec<Attachment>,
+    /// Whether this server takes card data on its own page (sandbox mode only).
+    pub accepts_cards: bool,
+    /// Anti-forgery token of the form rendered now.
+    pub form_token: String,
+    /// When the link expires.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Failed attempts left in the current window.
+    pub attempts_left: u32,
+}
+
+/// One active item as the page shows it.
+#[derive(Debug, Clone)]
+pub struct PageItem {
+    /// Order number from 1.
+    pub order: u32,
+    /// Name.
+    pub name: Option<String>,
+    /// Category.
+    pub category: Option<Category>,
+    /// Description.
+    pub description: Option<String>,
+    /// Period, in the item's zone.
+    pub period: Option<PagePeriod>,
+    /// Quantity (default 1).
+    pub quantity: Decimal,
+    /// Unit of the quantity.
+    pub unit: Option<QuantityUnit>,
+    /// Net (R-2.1).
+    pub net: Decimal,
+    /// Each tax line (R-2.2).
+    pub taxes: Vec<PageTax>,
+    /// Item total (R-2.3).
+    pub total: Decimal,
+    /// The zone the item's instants are shown in (R-6.4).
+    pub zone: Tz,
+    /// Cancellation terms for a payment now.
+    pub terms: Terms,
+}
+
+/// An item's period.
+#[derive(Debug, Clone, Copy)]
+pub struct PagePeriod {
+    /// Start, shown in `start_zone`.
+    pub start: DateTime<Utc>,
+    /// The item's zone (R-6.4).
+    pub start_zone: Tz,
+    /// End and its zone, if given.
+    pub end: Option<(DateTime<Utc>, Tz)>,
+}
+
+/// One tax line.
+#[derive(Debug, Clone, Copy)]
+pub struct PageTax {
+    /// The tax amount.
+    pub amount: Decimal,
+    /// The rate, for a PERCENT tax.
+    pub percent: Option<Decimal>,
+}
+
+/// The fields of the payment form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Field {
+    /// Name on card.
+    NameOnCard,
+    /// Card number.
+    CardNumber,
+    /// Expiry (MM/YY).
+    Expiry,
+    /// CVC.
+    Cvc,
+    /// First name.
+    FirstName,
+    /// Last name.
+    LastName,
+    /// E-mail.
+    Email,
+    /// Billing name.
+    BillingName,
+}
+
+/// Why a field was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldProblem {
+    /// Empty.
+    Required,
+    /// Longer than the bound.
+    TooLong,
+    /// Not a card number (digits, 12–19, Luhn).
+    CardNumber,
+    /// Not MM/YY.
+    ExpiryFormat,
+    /// The month has passed.
+    Expired,
+    /// Not 3–4 digits.
+    Cvc,
+    /// Not an e-mail address.
+    Email,
+}
+
+/// The payment form as submitted. Card number and CVC are dropped with it.
+#[derive(Clone, Default)]
+pub struct CardForm {
+    /// Name on card.
+    pub name_on_card: String,
+    /// Card number as typed (spaces allowed).
+    pub card_number: String,
+    /// `MM/YY`.
+    pub expiry: String,
+    /// CVC.
+    pub cvc: String,
+    /// Customer's first name.
+    pub first_name: String,
+    /// Customer's last name.
+    pub last_name: String,
+    /// Customer's e-mail.
+    pub email: String,
+    /// Billing name (default: first and last name).
+    pub billing_name: String,
+    /// Anti-forgery token of the page.
+    pub form_token: String,
+}
+
+impl std::fmt::Debug for CardForm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The card number and CVC never reach a log.
+        f.debug_struct("CardForm")
+            .field("first_name", &self.first_name)
+            .field("last_name", &self.last_name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The outcome of a payment attempt.
+#[derive(Debug, Clone)]
+pub enum PayAttempt {
+    /// Paid now, or already paid before (a reload or a second submission never pays twice).
+    Paid,
+    /// The page is not open (expired, cancelled): nothing was charged.
+    NotOpen(PageState),
+    /// The form's anti-forgery token is missing, forged or stale.
+    Forged,
+    /// The server takes no card data (not in sandbox mode).
+    CardsNotAccepted,
+    /// Too many failed attempts in the window.
+    TooManyAttempts,
+    /// Fields were refused; nothing was charged.
+    Invalid(Vec<(Field, FieldProblem)>),
+    /// The processor declined the card; the transaction stays PENDING.
+    Declined(String),
+}
+
+impl Services {
+    /// The page of a token at `now`, or [`Error::NotFound`] for a token that names nothing.
+    pub async fn payment_page(&self, token: &str, now: DateTime<Utc>) -> Result<PageView, Error> {
+        let record = self.page_transaction(token).await?;
+        self.page_view(record, now).await
+    }
+
+    /// Pays a transaction through its page with a card (R-3.6): checks the form, the attempt
+    /// limit and the state, charges through the processor, and records the payment as the
+    /// sandbox route does. Only a PENDING transaction is ever charged.
+    pub async fn pay_by_card(
+        &self,
+        token: &str,
+        form: CardForm,
+        now: DateTime<Utc>,
+    ) -> Result<PayAttempt, Error> {
+        let record = self.page_transaction(token).await?;
+        let id = record.id.clone();
+        if !self
+            .pages
+            .key
+            .check_form_token(&id, &form.form_token, now.timestamp())
+        {
+            return Ok(PayAttempt::Forged);
+        }
+        match page_state(&record, now)? {
+            PageState::Open => {}
+            PageState::Paid => return Ok(PayAttempt::Paid),
+            other => return Ok(PayAttempt::NotOpen(other)),
+        }
+        if !self.accepts_cards() {
+            return Ok(PayAttempt::CardsNotAccepted);
+        }
+        let since = now - ATTEMPT_WINDOW;
+        if self.store.payment_failures(id.clone(), since).await? >= MAX_FAILED_ATTEMPTS {
+            return Ok(PayAttempt::TooManyAttempts);
+        }
+        let (card, problems) = check_form(&form, now);
+        let Some(card) = card.filter(|_| problems.is_empty()) else {
+            self.store.add_payment_failure(id, now, since).await?;
+            return Ok(PayAttempt::Invalid(problems));
+        };
+        let amount = amount_due(&record);
+        let charge = Charge {
+            // One rendered form, one charge: a resubmission of the same form is the same attempt.
+            idempotency_key: format!("{id}:{}", form.form_token),
+            transaction_id: id.clone(),
+            amount,
+            currency: record.currency.clone(),
+            card,
+        };
+        let (brand, last4, exp) = (
+            charge.card.brand(),
+            charge.card.last4().to_owned(),
+            (charge.card.exp_month, charge.card.exp_year),
+        );
+        let outcome = self
+            .pages
+            .processor
+            .charge(charge)
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        let reference = match outcome {
+            ChargeOutcome::Approved { reference, .. } => reference,
+            ChargeOutcome::Declined { message } => {
+                self.store.add_payment_failure(id, now, since).await?;
+                return Ok(PayAttempt::Declined(message));
+            }
+        };
+        let details = payment_details(
+            &form,
+            self.pages.processor.name(),
+            reference,
+            brand,
+            &last4,
+            exp,
+        );
+        match self
+            .store
+            .record_payment(id, record.provider_id.clone(), details, now, now)
+            .await?
+        {
+            Owned::Done(PayOutcome::Paid(_)) => Ok(PayAttempt::Paid),
+            // Another submission paid first (R-3.3 allows one payment): show its confirmation.
+            Owned::Done(PayOutcome::NotPayable(_)) => {
+                let record = self.page_transaction(token).await?;
+                match page_state(&record, now)? {
+                    PageState::Paid => Ok(PayAttempt::Paid),
+                    other => Ok(PayAttempt::NotOpen(other)),
+                }
+            }
+            Owned::NotFound | Owned::OtherProvider => Err(Error::NotFound(Resource::PaymentPage)),
+        }
+    }
+
+    /// Whether this server's pages take card data: the sandbox only (see `crate::payments`).
+    pub fn accepts_cards(&self) -> bool {
+        self.sandbox && self.pages.processor.takes_card_data()
+    }
+
+    async fn page_transaction(&self, token: &str) -> Result<TransactionRecord, Error> {
+        // Tokens are 43 base64url characters; anything else cannot name a page.
+        if token.len() != 43
+            || !token
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(Error::NotFound(Resource::PaymentPage));
+        }
+        let id = self
+            .store
+            .payment_link(token_hash(token))
+            .await?
+            .ok_or(Error::NotFound(Resource::PaymentPage))?;
+        self.store
+            .transaction(id)
+            .await?
+            .ok_or(Error::NotFound(Resource::PaymentPage))
+    }
+
+    async fn page_view(
+        &self,
+        record: TransactionRecord,
+        now: DateTime<Utc>,
+    ) -> Result<PageView, Error> {
+        let state = page_state(&record, now)?;
+        let provider = self
+            .store
+            .provider(record.provider_id.clone())
+            .await?
+            .ok_or_else(|| Error::Internal(format!("provider {}", record.provider_id)))?;
+        let settings = provider.settings();
+        let zone_name = contract_zone(&record, &settings);
+        let items = page_items(&record, zone_name, now)?;
+        let attempts_left = MAX_FAILED_ATTEMPTS.saturating_sub(
+            self.store
+                .payment_failures(record.id.clone(), now - ATTEMPT_WINDOW)
+                .await?,
+        );
+        let payment_reference = record
+            .payment
+            .as_ref()
+            .and_then(|p| p.payment.as_ref())
+            .and_then(|p| p.reference.clone());
+        Ok(PageView {
+            state,
+            form_token: self.pages.key.form_token(&record.id, now.timestamp()),
+            accepts_cards: self.accepts_cards(),
+            amount_due: amount_due(&record),
+            amount_paid: record.paid_amount,
+            payment_reference,
+            expires_at: parse_instant(record.payment_link_expires_at.as_deref())?,
+            transaction_id: record.id,
+            reference: record.reference,
+            title: record.title,
+            provider_name: provider.name,
+            currency: record.currency,
+            attachments: record.attachments,
+            items,
+            attempts_left,
+        })
+    }
+}
+
+/// Where a page stands at `now`.
+fn page_state(record: &TransactionRecord, now: DateTime<Utc>) -> Result<PageState, Error> {
+    Ok(match record.status {
+        TransactionStatus::Paid | TransactionStatus::PartiallyCancelled => PageState::Paid,
+        TransactionStatus::Cancelled => PageState::Cancelled,
+        TransactionStatus::Pending => {
+            match parse_instant(record.payment_link_expires_at.as_deref())? {
+                Some(expires_at) if now < expires_at => PageState::Open,
+                _ => PageState::Expired,
+            }
+        }
+    })
+}
+
+fn parse_instant(text: Option<&str>) -> Result<Option<DateTime<Utc>>, Error> {
+    text.map(|text| {
+        DateTime::parse_from_rfc3339(text)
+            .map(|at| at.with_timezone(&Utc))
+            .map_err(|_| Error::Internal(format!("stored instant {text}")))
+    })
+    .transpose()
+}
+
+/// R-3.6: the amount paid is the sum of the active items' totals.
+fn amount_due(record: &TransactionRecord) -> Decimal {
+    let scale = engine::money::minor_units(&record.currency).unwrap_or(2);
+    let sum = record
+        .items
+        .iter()
+        .filter(|item| item.status == ItemStatus::Active)
+        .fold(Decimal::ZERO, |sum, item| sum.saturating_add(item.total));
+    engine::money::round_to_scale(sum, scale)
+}
+
+/// The active items with their quote lines (from the creation body, R-2) and their terms for a
+/// payment at `now` (R-5).
+fn page_items(
+    record: &TransactionRecord,
+    zone_name: &str,
+    now: DateTime<Utc>,
+) -> Result<Vec<PageItem>, Error> {
+    let zone = engine::time::parse_zone(zone_name).map_err(|e| Error::Internal(e.to_string()))?;
+    let checkout = engine::validate::checkout(record.payload.as_bytes(), zone_name)
+        .map_err(|e| Error::Internal(format!("stored body: {}", e.messages.join("; "))))?;
+    let quote = engine::quote::quote(&checkout).map_err(|e| Error::Internal(e.to_string()))?;
+    let terms = engine::terms::payment_terms(&refund_context(record, zone_name)?, now)
+        .map_err(|e| Error::Internal(e.to_string()))?;
+    let mut items = Vec::new();
+    for ((stored, (item, line)), terms) in record
+        .items
+        .iter()
+        .zip(checkout.items.iter().zip(&quote.items))
+        .zip(terms)
+    {
+        let show = match record.status {
+            // Before payment only what is still to pay; after it what was paid for.
+            TransactionStatus::Pending => stored.status == ItemStatus::Active,
+            _ => true,
+        };
+        if !show {
+            continue;
+        }
+        let period = item
+            .period
+            .as_ref()
+            .map(|period| -> Result<PagePeriod, Error> {
+                let start_zone = terms.zone;
+                let start = engine::time::parse_date_time(&period.start, start_zone)
+                    .map_err(|e| Error::Internal(e.to_string()))?;
+                let end = period
+                    .end
+                    .as_deref()
+                    .map(|end| {
+                        let end_zone = match period.end_time_zone.as_deref() {
+                            Some(name) => engine::time::parse_zone(name)
+                                .map_err(|e| Error::Internal(e.to_string()))?,
+                            None => zone,
+                        };
+                        engine::time::parse_date_time(end, end_zone)
+                            .map(|at| (at, end_zone))
+                            .map_err(|e| Error::Internal(e.to_string()))
+                    })
+                    .transpose()?;
+                Ok(PagePeriod {
+                    start,
+                    start_zone,
+                    end,
+                })
+            })
+            .transpose()?;
+        let taxes = item
+            .taxes
+            .iter()
+            .flatten()
+            .zip(&line.taxes)
+            .map(|(tax, quoted)| PageTax {
+                amount: quoted.amount,
+                percent: (tax.unit.unwrap_or(TaxUnit::Percent) == TaxUnit::Percent)
+                    .then(|| tax.value.normalize()),
+            })
+            .collect();
+        items.push(PageItem {
+            order: stored.order_no,
+            name: stored.name.clone(),
+            category: stored.category,
+            description: item.description.clone(),
+            period,
+            quantity: item
+                .quantity
+                .as_ref()
+                .and_then(|q| q.amount)
+                .unwrap_or(Decimal::ONE)
+                .normalize(),
+            unit: item.quantity.as_ref().and_then(|q| q.unit),
+            net: line.net,
+            taxes,
+            total: stored.total,
+            zone: terms.zone,
+            terms: terms.terms,
+        });
+    }
+    Ok(items)
+}
+
+/// Checks every field, all at once; returns the card when the card fields are sound.
+fn check_form(
+    form: &CardForm,
+    now: DateTime<Utc>,
+) -> (Option<CardData>, Vec<(Field, FieldProblem)>) {
+    let mut problems = Vec::new();
+    let mut text = |field: Field, value: &str, required: bool| {
+        let value = value.trim();
+        if required && value.is_empty() {
+            problems.push((field, FieldProblem::Required));
+        } else if value.chars().count() > MAX_FIELD_CHARS {
+            problems.push((field, FieldProblem::TooLong));
+        }
+    };
+    text(Field::NameOnCard, &form.name_on_card, true);
+    text(Field::FirstName, &form.first_name, true);
+    text(Field::LastName, &form.last_name, true);
+    text(Field::Email, &form.email, true);
+    text(Field::BillingName, &form.billing_name, false);
+
+    let number: String = form
+        .card_number
+        .chars()
+        .filter(|c| !c.is_whitespace() && *c != '-')
+        .collect();
+    let number_ok = if number.is_empty() {
+        problems.push((Field::CardNumber, FieldProblem::Required));
+        false
+    } else if !(12..=19).contains(&number.len()) || !luhn_valid(&number) {
+        problems.push((Field::CardNumber, FieldProblem::CardNumber));
+        false
+    } else {
+        true
+    };
+    let expiry = parse_expiry(form.expiry.trim());
+    match expiry {
+        _ if form.expiry.trim().is_empty() => {
+            problems.push((Field::Expiry, FieldProblem::Required));
+        }
+        None => problems.push((Field::Expiry, FieldProblem::ExpiryFormat)),
+        // A card is valid through the last day of its expiry month.
+        Some((month, year)) if (year, month) < (now.year(), now.month()) => {
+            problems.push((Field::Expiry, FieldProblem::Expired));
+        }
+        Some(_) => {}
+    }
+    let cvc = form.cvc.trim();
+    if cvc.is_empty() {
+        problems.push((Field::Cvc, FieldProblem::Required));
+    } else if !(3..=4).contains(&cvc.len()) || !cvc.bytes().all(|b| b.is_ascii_digit()) {
+        problems.push((Field::Cvc, FieldProblem::Cvc));
+    }
+    let email = form.email.trim();
+    if !email.is_empty() && !email_address::EmailAddress::is_valid(email) {
+        problems.push((Field::Email, FieldProblem::Email));
+    }
+    problems.sort_by_key(|(field, _)| *field);
+    let card = match (number_ok, expiry) {
+        (true, Some((exp_month, exp_year))) => Some(CardData {
+            number,
+            exp_month,
+            exp_year,
+            cvc: cvc.to_owned(),
+            holder: form.name_on_card.trim().to_owned(),
+        }),
+        _ => None,
+    };
+    (card, problems)
+}
+
+/// `MM/YY` (also `MM / YY` and `MM/YYYY`) → (month, four-digit year).
+fn parse_expiry(text: &str) -> Option<(u32, i32)> {
+    let (month, year) = text.split_once('/')?;
+    let (month, year) = (month.trim(), year.trim());
+    if month.is_empty() || month.len() > 2 || !month.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let month: u32 = month.parse().ok()?;
+    if !(1..=12).contains(&month) || !year.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let year: i32 = match year.len() {
+        2 => 2000 + year.parse::<i32>().ok()?,
+        4 => year.parse().ok()?,
+        _ => return None,
+    };
+    Some((month, year))
+}
+
+/// What the sandbox route records (R-3.6), from the form and the processor's answer: the card
+/// as brand, last four digits and expiry only.
+fn payment_details(
+    form: &CardForm,
+    processor: &str,
+    reference: String,
+    brand: &str,
+    last4: &str,
+    (exp_month, exp_year): (u32, i32),
+) -> PaymentDetails {
+    let first_name = form.first_name.trim().to_owned();
+    let last_name = form.last_name.trim().to_owned();
+    let email = form.email.trim().to_owned();
+    let billing_name = match form.billing_name.trim() {
+        "" => format!("{first_name} {last_name}"),
+        name => name.to_owned(),
+    };
+    let mut card = engine::api::FreeForm::new();
+    card.insert("brand".to_owned(), brand.into());
+    card.insert("last4".to_owned(), last4.into());
+    card.insert("expMonth".to_owned(), exp_month.into());
+    card.insert("expYear".to_owned(), exp_year.into());
+    PaymentDetails {
+        payment: Some(PaymentInfo {
+            reference: Some(reference),
+            provider: Some(processor.to_owned()),
+        }),
+        customer: Some(CustomerInfo {
+            first_name: Some(first_name.clone()),
+            last_name: Some(last_name.clone()),
+            email: Some(email.clone()),
+            phone: None,
+            address: None,
+        }),
+        beneficiary: Some(BeneficiaryInfo {
+            first_name: Some(first_name),
+            last_name: Some(last_name),
+            email: Some(email.clone()),
+        }),
+        billing: Some(BillingInfo {
+            name: Some(billing_name),
+            email: Some(email),
+            address: None,
+            external_ids: None,
+        }),
+        card: Some(card),
+        reporting: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn form() -> CardForm {
+        CardForm {
+            name_on_card: "Ada Lovelace".to_owned(),
+            card_number: "4242 4242 4242 4242".to_owned(),
+            expiry: "12/30".to_owned(),
+            cvc: "123".to_owned(),
+            first_name: "Ada".to_owned(),
+            last_name: "Lovelace".to_owned(),
+            email: "ada@example.com".to_owned(),
+            billing_name: String::new(),
+            form_token: String::new(),
+        }
+    }
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 23, 12, 0, 0).unwrap()
+    }
+
+    #[test]
+    fn a_sound_form_gives_the_card_without_spaces() {
+        let (card, problems) = check_form(&form(), now());
+        assert!(problems.is_empty(), "{problems:?}");
+        let card = card.unwrap();
+        assert_eq!(card.number, "4242424242424242");
+        assert_eq!((card.exp_month, card.exp_year), (12, 2030));
+    }
+
+    #[test]
+    fn every_problem_is_reported_in_field_order() {
+        let bad = CardForm {
+            name_on_card: " ".to_owned(),
+            card_number: "4242 4242 4242 4241".to_owned(),
+            expiry: "10/26".to_owned(),
+            cvc: "12".to_owned(),
+            email: "not-an-address".to_owned(),
+            ..form()
+        };
+        let (card, problems) = check_form(&bad, now());
+        assert!(card.is_none());
+        assert_eq!(
+            problems,
+            vec![
+                (Field::NameOnCard, FieldProblem::Required),
+                (Field::CardNumber, FieldProblem::CardNumber),
+                (Field::Expiry, FieldProblem::Expired),
+                (Field::Cvc, FieldProblem::Cvc),
+                (Field::Email, FieldProblem::Email),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_expiry_month_itself_is_still_valid() {
+        for (expiry, expected) in [
+            ("11/26", None),
+            ("11/2026", None),
+            ("10/26", Some(FieldProblem::Expired)),
+            ("13/30", Some(FieldProblem::ExpiryFormat)),
+            ("1230", Some(FieldProblem::ExpiryFormat)),
+            ("", Some(FieldProblem::Required)),
+        ] {
+            let (_, problems) = check_form(
+                &CardForm {
+                    expiry: expiry.to_owned(),
+                    ..form()
+                },
+                now(),
+            );
+            let got = problems
+                .iter()
+                .find(|(field, _)| *field == Field::Expiry)
+                .map(|(_, p)| *p);
+            assert_eq!(got, expected, "{expiry}");
+        }
+    }
+
+    #[test]
+    fn the_recorded_card_holds_brand_last_four_and_expiry_only_r_3_6() {
+        let details = payment_details(
+            &form(),
+            "sandbox",
+            "SBX-1".to_owned(),
+            "visa",
+            "4242",
+            (12, 2030),
+        );
+        let card = serde_json::to_string(&details.card).unwrap();
+        assert_eq!(
+            card,
+            r#"{"brand":"visa","last4":"4242","expMonth":12,"expYear":2030}"#
+        );
+        assert_eq!(
+            details.billing.unwrap().name.as_deref(),
+            Some("Ada Lovelace")
+        );
+        assert_eq!(
+            details.payment.unwrap().provider.as_deref(),
+            Some("sandbox")
+        );
+    }
+}

@@ -1,0 +1,749 @@
+//! The customer's payment page: `GET /pay/{token}` renders it, `POST /pay/{token}` takes the
+//! card form, `GET /assets/checkout.css` is its one stylesheet. Server-rendered HTML (askama,
+//! escaped automatically), no JavaScript, nothing from other origins.
+//!
+//! Like every handler, these only translate: [`crate::app::payments`] decides what a page shows
+//! and what a payment does; this module chooses the language, writes the words and sets the
+//! headers that keep the page safe (CSP, no referrer, no caching, no framing).
+
+use askama::Template;
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use http_body_util::{BodyExt as _, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+
+use super::error::ApiError;
+use super::i18n::{Lang, Texts};
+use super::request::query_param;
+use super::response::HttpResponse;
+use crate::app::payments::{CardForm, Field, PageItem, PageState, PageView, PayAttempt};
+use crate::app::{Error, Resource, Services};
+use engine::terms::Terms;
+
+/// Largest payment form accepted: eight short fields and a token.
+pub const MAX_FORM_BYTES: usize = 16 * 1024;
+
+/// The stylesheet, compiled in.
+const STYLESHEET: &str = include_str!("../../assets/checkout.css");
+
+/// No script at all, styles and the form only from this origin, never framed (clickjacking).
+const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 'self'; img-src 'self'; \
+     form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+#[derive(Template)]
+#[template(path = "payment_page.html")]
+struct PageTemplate {
+    lang: &'static str,
+    t: &'static Texts,
+    html_title: String,
+    provider: String,
+    sandbox: bool,
+    other_lang_href: String,
+    other_lang_tag: &'static str,
+    other_lang_name: &'static str,
+    heading: String,
+    lead: Option<String>,
+    reference: Option<String>,
+    notice: Option<String>,
+    /// (field id, message)
+    errors: Vec<(&'static str, String)>,
+    /// (term, value)
+    confirmation: Vec<(String, String)>,
+    items: Vec<ItemView>,
+    total: Option<String>,
+    /// (text, url)
+    attachments: Vec<(String, String)>,
+    cards_notice: Option<String>,
+    link_expires: Option<String>,
+    form: Option<FormView>,
+}
+
+struct ItemView {
+    order: u32,
+    name: String,
+    meta: String,
+    description: Option<String>,
+    /// (term, value)
+    lines: Vec<(String, String)>,
+    total: String,
+    terms: Vec<String>,
+}
+
+struct FormView {
+    action: String,
+    token: String,
+    card: Vec<FieldView>,
+    customer: Vec<FieldView>,
+    button: String,
+}
+
+struct FieldView {
+    id: &'static str,
+    name: &'static str,
+    label: &'static str,
+    kind: &'static str,
+    autocomplete: &'static str,
+    inputmode: &'static str,
+    width: &'static str,
+    required: bool,
+    value: String,
+    hint: Option<&'static str>,
+    error: Option<String>,
+    described_by: String,
+}
+
+/// How one form field is shown.
+struct FieldSpec {
+    field: Field,
+    id: &'static str,
+    name: &'static str,
+    kind: &'static str,
+    autocomplete: &'static str,
+    inputmode: &'static str,
+    width: &'static str,
+    required: bool,
+}
+
+const CARD_FIELDS: [FieldSpec; 4] = [
+    FieldSpec {
+        field: Field::NameOnCard,
+        id: "name-on-card",
+        name: "name_on_card",
+        kind: "text",
+        autocomplete: "cc-name",
+        inputmode: "",
+        width: "",
+        required: true,
+    },
+    FieldSpec {
+        field: Field::CardNumber,
+        id: "card-number",
+        name: "card_number",
+        kind: "text",
+        autocomplete: "cc-number",
+        inputmode: "numeric",
+        width: "width-medium",
+        required: true,
+    },
+    FieldSpec {
+        field: Field::Expiry,
+        id: "expiry",
+        name: "expiry",
+        kind: "text",
+        autocomplete: "cc-exp",
+        inputmode: "",
+        width: "width-short",
+        required: true,
+    },
+    FieldSpec {
+        field: Field::Cvc,
+        id: "cvc",
+        name: "cvc",
+        kind: "text",
+        autocomplete: "cc-csc",
+        inputmode: "numeric",
+        width: "width-short",
+        required: true,
+    },
+];
+
+const CUSTOMER_FIELDS: [FieldSpec; 4] = [
+    FieldSpec {
+        field: Field::FirstName,
+        id: "first-name",
+        name: "first_name",
+        kind: "text",
+        autocomplete: "given-name",
+        inputmode: "",
+        width: "",
+        required: true,
+    },
+    FieldSpec {
+        field: Field::LastName,
+        id: "last-name",
+        name: "last_name",
+        kind: "text",
+        autocomplete: "family-name",
+        inputmode: "",
+        width: "",
+        required: true,
+    },
+    FieldSpec {
+        field: Field::Email,
+        id: "email",
+        name: "email",
+        kind: "email",
+        autocomplete: "email",
+        inputmode: "",
+        width: "",
+        required: true,
+    },
+    FieldSpec {
+        field: Field::BillingName,
+        id: "billing-name",
+        name: "billing_name",
+        kind: "text",
+        autocomplete: "billing name",
+        inputmode: "",
+        width: "",
+        required: false,
+    },
+];
+
+/// What a render adds to the page after a submission: the problems, a notice, and what the
+/// customer typed (never the card number or the CVC).
+#[derive(Debug, Default)]
+struct Submitted {
+    problems: Vec<(Field, String)>,
+    notice: Option<String>,
+    form: CardForm,
+    /// Whether the form is shown at all (not after too many attempts).
+    hide_form: bool,
+}
+
+/// `GET /pay/{token}`.
+pub async fn page(
+    services: &Services,
+    request: Request<Incoming>,
+    token: &str,
+    now: DateTime<Utc>,
+) -> Result<HttpResponse, ApiError> {
+    let lang = language(&request);
+    Ok(match services.payment_page(token, now).await {
+        Ok(view) => {
+            let status = state_status(view.state);
+            let submitted = Submitted {
+                hide_form: view.attempts_left == 0,
+                notice: (view.attempts_left == 0 && view.state == PageState::Open)
+                    .then(|| lang.texts().too_many_attempts.to_owned()),
+                ..Submitted::default()
+            };
+            html(
+                status,
+                lang,
+                render(services, lang, token, &view, submitted),
+            )
+        }
+        Err(error) => failure_page(lang, &error),
+    })
+}
+
+/// `POST /pay/{token}`: the card form (`application/x-www-form-urlencoded`).
+pub async fn submit(
+    services: &Services,
+    request: Request<Incoming>,
+    token: &str,
+    now: DateTime<Utc>,
+) -> Result<HttpResponse, ApiError> {
+    let lang = language(&request);
+    let texts = lang.texts();
+    let form = match read_form(request).await {
+        Ok(form) => form,
+        Err(status) => {
+            return Ok(message_page(
+                status,
+                lang,
+                texts.failure_heading,
+                texts.form_expired,
+            ));
+        }
+    };
+    let kept = CardForm {
+        card_number: String::new(),
+        cvc: String::new(),
+        form_token: String::new(),
+        ..form.clone()
+    };
+    let attempt = match services.pay_by_card(token, form, now).await {
+        Ok(attempt) => attempt,
+        Err(error) => return Ok(failure_page(lang, &error)),
+    };
+    let (status, submitted) = match attempt {
+        PayAttempt::Paid => return Ok(see_other(token, lang)),
+        PayAttempt::NotOpen(_) => (None, Submitted::default()),
+        PayAttempt::Forged => (
+            Some(StatusCode::FORBIDDEN),
+            Submitted {
+                notice: Some(texts.form_expired.to_owned()),
+                form: kept,
+                ..Submitted::default()
+            },
+        ),
+        PayAttempt::CardsNotAccepted => (Some(StatusCode::FORBIDDEN), Submitted::default()),
+        PayAttempt::TooManyAttempts => (
+            Some(StatusCode::TOO_MANY_REQUESTS),
+            Submitted {
+                notice: Some(texts.too_many_attempts.to_owned()),
+                hide_form: true,
+                ..Submitted::default()
+            },
+        ),
+        PayAttempt::Invalid(problems) => (
+            Some(StatusCode::UNPROCESSABLE_ENTITY),
+            Submitted {
+                problems: problems
+                    .into_iter()
+                    .map(|(field, problem)| (field, lang.problem(field, problem)))
+                    .collect(),
+                form: kept,
+                ..Submitted::default()
+            },
+        ),
+        PayAttempt::Declined(message) => (
+            Some(StatusCode::PAYMENT_REQUIRED),
+            Submitted {
+                problems: vec![(Field::CardNumber, declined_text(lang, &message))],
+                notice: Some(texts.declined_hint.to_owned()),
+                form: kept,
+                ..Submitted::default()
+            },
+        ),
+    };
+    // The page as it is now, with a fresh anti-forgery token, and the outcome on it.
+    Ok(match services.payment_page(token, now).await {
+        Ok(view) => {
+            let status = status
+                .filter(|_| view.state == PageState::Open)
+                .unwrap_or_else(|| state_status(view.state));
+            let submitted = Submitted {
+                hide_form: submitted.hide_form || view.attempts_left == 0,
+                ..submitted
+            };
+            html(
+                status,
+                lang,
+                render(services, lang, token, &view, submitted),
+            )
+        }
+        Err(error) => failure_page(lang, &error),
+    })
+}
+
+/// `GET /assets/checkout.css`.
+pub fn stylesheet() -> HttpResponse {
+    let mut response = Response::new(Full::new(Bytes::from_static(STYLESHEET.as_bytes())));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/css; charset=utf-8"),
+    );
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=3600"),
+    );
+    headers.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    response
+}
+
+/// The customer's message for a declined card: the processor's words in English, ours in
+/// German.
+fn declined_text(lang: Lang, message: &str) -> String {
+    match lang {
+        Lang::En => message.to_owned(),
+        Lang::De => "Ihre Karte wurde abgelehnt.".to_owned(),
+    }
+}
+
+fn language(request: &Request<Incoming>) -> Lang {
+    let query = query_param(request.uri().query(), "lang");
+    let accept = request
+        .headers()
+        .get(header::ACCEPT_LANGUAGE)
+        .and_then(|v| v.to_str().ok());
+    Lang::choose(query.as_deref(), accept)
+}
+
+fn state_status(state: PageState) -> StatusCode {
+    match state {
+        PageState::Open | PageState::Paid => StatusCode::OK,
+        PageState::Cancelled | PageState::Expired => StatusCode::GONE,
+    }
+}
+
+/// Reads the urlencoded form, bounded; a wrong content type or an oversized body is refused.
+async fn read_form(request: Request<Incoming>) -> Result<CardForm, StatusCode> {
+    let urlencoded = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|mime| {
+            mime.trim()
+                .eq_ignore_ascii_case("application/x-www-form-urlencoded")
+        });
+    if !urlencoded {
+        return Err(StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    }
+    let body = Limited::new(request.into_body(), MAX_FORM_BYTES)
+        .collect()
+        .await
+        .map_err(|_| StatusCode::PAYLOAD_TOO_LARGE)?
+        .to_bytes();
+    let mut form = CardForm::default();
+    for (name, value) in form_urlencoded::parse(&body) {
+        let slot = match name.as_ref() {
+            "name_on_card" => &mut form.name_on_card,
+            "card_number" => &mut form.card_number,
+            "expiry" => &mut form.expiry,
+            "cvc" => &mut form.cvc,
+            "first_name" => &mut form.first_name,
+            "last_name" => &mut form.last_name,
+            "email" => &mut form.email,
+            "billing_name" => &mut form.billing_name,
+            "form_token" => &mut form.form_token,
+            _ => continue,
+        };
+        *slot = value.into_owned();
+    }
+    Ok(form)
+}
+
+fn render(
+    services: &Services,
+    lang: Lang,
+    token: &str,
+    view: &PageView,
+    submitted: Submitted,
+) -> String {
+    let t = lang.texts();
+    let other = match lang {
+        Lang::En => Lang::De,
+        Lang::De => Lang::En,
+    };
+    let money = |amount| lang.money(amount, &view.currency);
+    let (heading, lead, confirmation) = match view.state {
+        PageState::Open => (view.title.clone(), None, Vec::new()),
+        PageState::Paid => {
+            let mut entries = vec![
+                (t.reference.to_owned(), view.reference.clone()),
+                (
+                    t.amount_paid.to_owned(),
+                    money(view.amount_paid.unwrap_or(view.amount_due)),
+                ),
+            ];
+            if let Some(reference) = &view.payment_reference {
+                entries.push((t.payment_reference.to_owned(), reference.clone()));
+            }
+            (
+                t.paid_heading.to_owned(),
+                Some(t.paid_text.to_owned()),
+                entries,
+            )
+        }
+        PageState::Cancelled => (
+            t.cancelled_heading.to_owned(),
+            Some(t.cancelled_text.to_owned()),
+            Vec::new(),
+        ),
+        PageState::Expired => (
+            t.expired_heading.to_owned(),
+            Some(t.expired_text.to_owned()),
+            Vec::new(),
+        ),
+    };
+    let shows_booking = matches!(view.state, PageState::Open | PageState::Paid);
+    let open = view.state == PageState::Open;
+    let accepts = open && view.accepts_cards;
+    let form = (accepts && !submitted.hide_form).then(|| FormView {
+        action: format!(
+            "{}{token}?lang={}",
+            crate::app::PAYMENT_PAGE_PREFIX,
+            lang.tag()
+        ),
+        token: view.form_token.clone(),
+        card: fields(lang, &CARD_FIELDS, &submitted),
+        customer: fields(lang, &CUSTOMER_FIELDS, &submitted),
+        button: t.pay_button.replace("{amount}", &money(view.amount_due)),
+    });
+    let page = PageTemplate {
+        lang: lang.tag(),
+        t,
+        html_title: format!("{heading} – {}", view.provider_name),
+        provider: view.provider_name.clone(),
+        sandbox: services.sandbox,
+        other_lang_href: format!("?lang={}", other.tag()),
+        other_lang_tag: other.tag(),
+        other_lang_name: t.other_language,
+        heading,
+        lead,
+        reference: open.then(|| view.reference.clone()),
+        notice: submitted.notice.clone(),
+        errors: submitted
+            .problems
+            .iter()
+            .map(|(field, message)| (field_id(*field), message.clone()))
+            .collect(),
+        confirmation,
+        items: if shows_booking {
+            view.items
+                .iter()
+                .map(|item| item_view(lang, &view.currency, item))
+                .collect()
+        } else {
+            Vec::new()
+        },
+        total: open.then(|| money(view.amount_due)),
+        attachments: if shows_booking {
+            view.attachments
+                .iter()
+                .map(|a| (lang.attachment(a.attachment_type).to_owned(), a.url.clone()))
+                .collect()
+        } else {
+            Vec::new()
+        },
+        cards_notice: (open && !view.accepts_cards).then(|| t.cards_not_accepted.to_owned()),
+        link_expires: view.expires_at.filter(|_| open).map(|at| {
+            t.link_expires
+                .replace("{at}", &lang.instant(at, chrono_tz::UTC))
+        }),
+        form,
+    };
+    page.render().unwrap_or_else(|error| {
+        tracing::error!(%error, "payment page template failed");
+        String::new()
+    })
+}
+
+fn fields(lang: Lang, specs: &[FieldSpec], submitted: &Submitted) -> Vec<FieldView> {
+    let t = lang.texts();
+    specs
+        .iter()
+        .map(|spec| {
+            let error = submitted
+                .problems
+                .iter()
+                .find(|(field, _)| *field == spec.field)
+                .map(|(_, message)| message.clone());
+            let hint = match spec.field {
+                Field::CardNumber => Some(t.card_number_hint),
+                Field::Expiry => Some(t.expiry_hint),
+                Field::Cvc => Some(t.cvc_hint),
+                Field::BillingName => Some(t.billing_name_hint),
+                _ => None,
+            };
+            let mut described_by = Vec::new();
+            if hint.is_some() {
+                described_by.push(format!("{}-hint", spec.id));
+            }
+            if error.is_some() {
+                described_by.push(format!("{}-error", spec.id));
+            }
+            let form = &submitted.form;
+            let value = match spec.field {
+                Field::NameOnCard => &form.name_on_card,
+                Field::Expiry => &form.expiry,
+                Field::FirstName => &form.first_name,
+                Field::LastName => &form.last_name,
+                Field::Email => &form.email,
+                Field::BillingName => &form.billing_name,
+                // Never echoed back: the card number and the CVC are typed again.
+                Field::CardNumber | Field::Cvc => "",
+            };
+            FieldView {
+                id: spec.id,
+                name: spec.name,
+                label: lang.label(spec.field),
+                kind: spec.kind,
+                autocomplete: spec.autocomplete,
+                inputmode: spec.inputmode,
+                width: spec.width,
+                required: spec.required,
+                value: value.to_owned(),
+                hint,
+                error,
+                described_by: described_by.join(" "),
+            }
+        })
+        .collect()
+}
+
+fn field_id(field: Field) -> &'static str {
+    CARD_FIELDS
+        .iter()
+        .chain(&CUSTOMER_FIELDS)
+        .find(|spec| spec.field == field)
+        .map_or("", |spec| spec.id)
+}
+
+fn item_view(lang: Lang, currency: &str, item: &PageItem) -> ItemView {
+    let t = lang.texts();
+    let money = |amount| lang.money(amount, currency);
+    let mut lines = Vec::new();
+    if let Some(period) = &item.period {
+        let mut when = lang.instant(period.start, period.start_zone);
+        if let Some((end, zone)) = period.end {
+            when.push_str(" – ");
+            when.push_str(&lang.instant(end, zone));
+        }
+        lines.push((t.period.to_owned(), when));
+    }
+    let quantity = match item.unit {
+        Some(unit) => format!("{} {}", lang.quantity(item.quantity), lang.unit(unit)),
+        None => lang.quantity(item.quantity),
+    };
+    lines.push((t.quantity.to_owned(), quantity));
+    lines.push((t.net.to_owned(), money(item.net)));
+    for tax in &item.taxes {
+        let label = match tax.percent {
+            Some(percent) => format!("{} {}", t.tax, lang.percent(percent)),
+            None => t.tax.to_owned(),
+        };
+        lines.push((label, money(tax.amount)));
+    }
+    let terms = match &item.terms {
+        Terms::FreeAtAnyTime => vec![t.free_any_time.to_owned()],
+        Terms::NonRefundable => vec![t.non_refundable.to_owned()],
+        Terms::Schedule { free_until, steps } => {
+            let mut lines = Vec::with_capacity(steps.len() + 1);
+            if let Some(until) = free_until {
+                lines.push(
+                    t.free_until
+                        .replace("{at}", &lang.instant(*until, item.zone)),
+                );
+            }
+            for (i, step) in steps.iter().enumerate() {
+                let charge = match step.percent {
+                    Some(percent) => t
+                        .charged_percent
+                        .replace("{percent}", &lang.percent(percent))
+                        .replace("{amount}", &money(step.penalty)),
+                    None => t.charged_amount.replace("{amount}", &money(step.penalty)),
+                };
+                let template = if i == 0 && free_until.is_none() {
+                    t.step_now
+                } else {
+                    t.step_from
+                };
+                lines.push(
+                    template
+                        .replace("{at}", &lang.instant(step.from, item.zone))
+                        .replace("{charge}", &charge),
+                );
+            }
+            lines
+        }
+    };
+    ItemView {
+        order: item.order,
+        name: item
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("#{}", item.order)),
+        meta: item
+            .category
+            .map(|c| lang.category(c).to_owned())
+            .unwrap_or_default(),
+        description: item.description.clone(),
+        lines,
+        total: money(item.total),
+        terms,
+    }
+}
+
+/// A page that only says something: unknown link, failure, refused request.
+fn message_page(status: StatusCode, lang: Lang, heading: &str, text: &str) -> HttpResponse {
+    let t = lang.texts();
+    let other = match lang {
+        Lang::En => Lang::De,
+        Lang::De => Lang::En,
+    };
+    let page = PageTemplate {
+        lang: lang.tag(),
+        t,
+        html_title: heading.to_owned(),
+        provider: String::new(),
+        sandbox: false,
+        other_lang_href: format!("?lang={}", other.tag()),
+        other_lang_tag: other.tag(),
+        other_lang_name: t.other_language,
+        heading: heading.to_owned(),
+        lead: Some(text.to_owned()),
+        reference: None,
+        notice: None,
+        errors: Vec::new(),
+        confirmation: Vec::new(),
+        items: Vec::new(),
+        total: None,
+        attachments: Vec::new(),
+        cards_notice: None,
+        link_expires: None,
+        form: None,
+    };
+    html(status, lang, page.render().unwrap_or_default())
+}
+
+/// The page of an application error: an unknown token is a 404 in words; anything else is
+/// logged with its cause and shown as a generic failure, never a trace.
+fn failure_page(lang: Lang, error: &Error) -> HttpResponse {
+    let t = lang.texts();
+    match error {
+        Error::NotFound(Resource::PaymentPage) => message_page(
+            StatusCode::NOT_FOUND,
+            lang,
+            t.not_found_heading,
+            t.not_found_text,
+        ),
+        Error::Store(store) if store.is_unavailable() => message_page(
+            StatusCode::SERVICE_UNAVAILABLE,
+            lang,
+            t.failure_heading,
+            t.failure_text,
+        ),
+        other => {
+            tracing::error!(error = %other, "payment page failed");
+            message_page(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                lang,
+                t.failure_heading,
+                t.failure_text,
+            )
+        }
+    }
+}
+
+/// After a payment: see the page again by GET, so that a reload never submits twice.
+fn see_other(token: &str, lang: Lang) -> HttpResponse {
+    let mut response = html(StatusCode::SEE_OTHER, lang, String::new());
+    if let Ok(location) = HeaderValue::from_str(&format!(
+        "{}{token}?lang={}",
+        crate::app::PAYMENT_PAGE_PREFIX,
+        lang.tag()
+    )) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    response
+}
+
+fn html(status: StatusCode, lang: Lang, body: String) -> HttpResponse {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    headers.insert(
+        header::CONTENT_LANGUAGE,
+        HeaderValue::from_static(lang.tag()),
+    );
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert("x-frame-options", HeaderValue::from_static("DENY"));
+    response
+}

@@ -1,0 +1,363 @@
+//! The payment seam of the customer's payment page: the [`PaymentProcessor`] trait (like the
+//! refund gateway's), its one built-in implementation, the sandbox, and the capability tokens
+//! of payment pages and their forms.
+//!
+//! Card data lives only in this module's [`CardData`] while a charge is made: its `Debug` never
+//! shows the number or the CVC, and nothing here stores or logs them. What is kept of a card
+//! (brand, last four digits, expiry) is what [`ChargeOutcome::Approved`] returns.
+//!
+//! A real card processor plugs in as another [`PaymentProcessor`]; one with hosted fields (the
+//! card number typed into the processor's own frame) returns `false` from
+//! [`PaymentProcessor::takes_card_data`], and the page then never shows or accepts card fields
+//! (see `docs/DECISIONS-payment-page.md`).
+
+use std::fmt;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use futures_util::future::BoxFuture;
+use hmac::{Hmac, Mac};
+use rust_decimal::Decimal;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// The name under which the link key is kept in the database (one per database, shared by every
+/// instance).
+pub const LINK_KEY_NAME: &str = "payment_link";
+
+/// How long the anti-forgery token of a rendered payment form stays valid.
+pub const FORM_TOKEN_TTL_SECS: i64 = 2 * 3600;
+
+/// The key the payment-page tokens are derived from (256 random bits, made once per database).
+#[derive(Clone)]
+pub struct LinkKey([u8; 32]);
+
+impl fmt::Debug for LinkKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("LinkKey(…)")
+    }
+}
+
+impl LinkKey {
+    /// A key from its 32 bytes.
+    pub fn new(bytes: [u8; 32]) -> LinkKey {
+        LinkKey(bytes)
+    }
+
+    /// 32 fresh random bytes, the candidate stored when a database has no key yet.
+    pub fn random_bytes() -> [u8; 32] {
+        rand::random()
+    }
+
+    fn mac(&self, parts: &[&[u8]]) -> [u8; 32] {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.0)
+            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+        for part in parts {
+            mac.update(part);
+            // A separator that cannot occur inside a part keeps the parts apart.
+            mac.update(&[0]);
+        }
+        mac.finalize().into_bytes().into()
+    }
+
+    /// The capability token of a transaction's payment page: 256 bits, HMAC-SHA256 of the
+    /// transaction id under the link key, base64url. Only its SHA-256 is stored
+    /// ([`token_hash`]); the token is derived again when the page's URL is shown.
+    pub fn page_token(&self, transaction_id: &str) -> String {
+        URL_SAFE_NO_PAD.encode(self.mac(&[b"payment-page", transaction_id.as_bytes()]))
+    }
+
+    /// The anti-forgery token of a form rendered at `issued_at` (Unix seconds) for one
+    /// transaction's page: `issued.mac`.
+    pub fn form_token(&self, transaction_id: &str, issued_at: i64) -> String {
+        let issued = issued_at.to_string();
+        let mac = self.mac(&[
+            b"payment-form",
+            transaction_id.as_bytes(),
+            issued.as_bytes(),
+        ]);
+        format!("{issued}.{}", URL_SAFE_NO_PAD.encode(mac))
+    }
+
+    /// Whether `token` was made by [`LinkKey::form_token`] for this transaction, no more than
+    /// [`FORM_TOKEN_TTL_SECS`] before `now` (and not after it). Compared in constant time.
+    pub fn check_form_token(&self, transaction_id: &str, token: &str, now: i64) -> bool {
+        let Some((issued, _)) = token.split_once('.') else {
+            return false;
+        };
+        let Ok(issued_at) = issued.parse::<i64>() else {
+            return false;
+        };
+        if issued_at > now || now - issued_at > FORM_TOKEN_TTL_SECS {
+            return false;
+        }
+        let expected = self.form_token(transaction_id, issued_at);
+        expected.as_bytes().ct_eq(token.as_bytes()).into()
+    }
+}
+
+/// SHA-256 of a page token, as stored and looked up.
+pub fn token_hash(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// Card data as typed by the customer, for one charge. Never stored, never logged.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CardData {
+    /// Digits only.
+    pub number: String,
+    /// 1–12.
+    pub exp_month: u32,
+    /// Four digits.
+    pub exp_year: i32,
+    /// 3–4 digits.
+    pub cvc: String,
+    /// Name on card.
+    pub holder: String,
+}
+
+impl fmt::Debug for CardData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CardData")
+            .field("number", &"…")
+            .field("last4", &self.last4())
+            .field("exp_month", &self.exp_month)
+            .field("exp_year", &self.exp_year)
+            .field("cvc", &"…")
+            .finish_non_exhaustive()
+    }
+}
+
+impl CardData {
+    /// The last four digits.
+    pub fn last4(&self) -> &str {
+        self.number
+            .get(self.number.len().saturating_sub(4)..)
+            .unwrap_or_default()
+    }
+
+    /// The card brand by its number's prefix, as processors name them.
+    pub fn brand(&self) -> &'static str {
+        let n = self.number.as_str();
+        let prefix2: u32 = n.get(..2).and_then(|p| p.parse().ok()).unwrap_or(0);
+        let prefix4: u32 = n.get(..4).and_then(|p| p.parse().ok()).unwrap_or(0);
+        if n.starts_with('4') {
+            "visa"
+        } else if (51..=55).contains(&prefix2) || (2221..=2720).contains(&prefix4) {
+            "mastercard"
+        } else if prefix2 == 34 || prefix2 == 37 {
+            "amex"
+        } else {
+            "unknown"
+        }
+    }
+}
+
+/// One charge: the amount due of a transaction, paid by card.
+#[derive(Debug, Clone)]
+pub struct Charge {
+    /// Identifies the attempt: a repeat with the same key must not charge twice.
+    pub idempotency_key: String,
+    /// The transaction paid.
+    pub transaction_id: String,
+    /// Amount, at the currency's scale.
+    pub amount: Decimal,
+    /// ISO 4217 code.
+    pub currency: String,
+    /// The card.
+    pub card: CardData,
+}
+
+/// What the processor answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChargeOutcome {
+    /// The money is taken.
+    Approved {
+        /// The processor's reference of the payment.
+        reference: String,
+        /// Card brand (`visa`, …).
+        brand: String,
+        /// Last four digits.
+        last4: String,
+    },
+    /// The card was refused; `message` is for the customer.
+    Declined {
+        /// Why, in the processor's words.
+        message: String,
+    },
+}
+
+/// The processor could not be asked (network, outage): nothing is known to be charged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("payment processor unavailable: {0}")]
+pub struct ProcessorError(pub String);
+
+/// A card payment processor.
+pub trait PaymentProcessor: Send + Sync + fmt::Debug + 'static {
+    /// Its name, stored as `payment.provider`.
+    fn name(&self) -> &'static str;
+
+    /// Whether card numbers may be typed into this service's own page. Only the sandbox does:
+    /// a real processor takes card data in its hosted fields, never through this server.
+    fn takes_card_data(&self) -> bool;
+
+    /// Charges a card.
+    fn charge(&self, charge: Charge) -> BoxFuture<'_, Result<ChargeOutcome, ProcessorError>>;
+}
+
+/// The sandbox cards that succeed (the same numbers card processors publish for their test
+/// modes).
+pub const SANDBOX_SUCCESS_CARDS: [&str; 3] =
+    ["4242424242424242", "5555555555554444", "378282246310005"];
+/// The sandbox card that is always declined.
+pub const SANDBOX_DECLINED_CARD: &str = "4000000000000002";
+/// The customer's message of a declined card.
+pub const DECLINED_MESSAGE: &str = "Your card was declined.";
+
+/// The sandbox processor: deterministic by card number, no money moves. Any other number is
+/// declined, so that a real card typed into a sandbox page is never taken for a test card.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SandboxProcessor;
+
+impl PaymentProcessor for SandboxProcessor {
+    fn name(&self) -> &'static str {
+        "sandbox"
+    }
+
+    fn takes_card_data(&self) -> bool {
+        true
+    }
+
+    fn charge(&self, charge: Charge) -> BoxFuture<'_, Result<ChargeOutcome, ProcessorError>> {
+        let outcome = if SANDBOX_SUCCESS_CARDS.contains(&charge.card.number.as_str()) {
+            // A reference derived from the attempt: a repeated attempt gets the same one.
+            let digest = Sha256::digest(charge.idempotency_key.as_bytes());
+            let reference = format!(
+                "SBX-{}",
+                digest
+                    .iter()
+                    .take(6)
+                    .map(|b| format!("{b:02X}"))
+                    .collect::<String>()
+            );
+            ChargeOutcome::Approved {
+                reference,
+                brand: charge.card.brand().to_owned(),
+                last4: charge.card.last4().to_owned(),
+            }
+        } else {
+            ChargeOutcome::Declined {
+                message: DECLINED_MESSAGE.to_owned(),
+            }
+        };
+        Box::pin(std::future::ready(Ok(outcome)))
+    }
+}
+
+/// Whether a digit string passes the Luhn check (ISO/IEC 7812).
+pub fn luhn_valid(digits: &str) -> bool {
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return false;
+    }
+    let sum: u32 = digits
+        .bytes()
+        .rev()
+        .enumerate()
+        .map(|(i, b)| {
+            let d = u32::from(b - b'0');
+            if i % 2 == 1 {
+                let doubled = d * 2;
+                if doubled > 9 { doubled - 9 } else { doubled }
+            } else {
+                d
+            }
+        })
+        .sum();
+    sum % 10 == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn card(number: &str) -> CardData {
+        CardData {
+            number: number.to_owned(),
+            exp_month: 12,
+            exp_year: 2030,
+            cvc: "123".to_owned(),
+            holder: "Ada".to_owned(),
+        }
+    }
+
+    #[test]
+    fn luhn_accepts_the_sandbox_cards_and_refuses_a_changed_digit() {
+        for number in SANDBOX_SUCCESS_CARDS
+            .iter()
+            .chain(std::iter::once(&SANDBOX_DECLINED_CARD))
+        {
+            assert!(luhn_valid(number), "{number}");
+        }
+        assert!(!luhn_valid("4242424242424241"));
+        assert!(!luhn_valid(""));
+        assert!(!luhn_valid("4242 4242"));
+    }
+
+    #[test]
+    fn card_debug_shows_neither_number_nor_cvc() {
+        let shown = format!("{:?}", card("4242424242424242"));
+        assert!(!shown.contains("4242424242424242"), "{shown}");
+        assert!(!shown.contains("123"), "{shown}");
+        assert!(shown.contains("\"4242\""), "{shown}");
+    }
+
+    #[test]
+    fn brands_follow_the_prefixes() {
+        assert_eq!(card("4242424242424242").brand(), "visa");
+        assert_eq!(card("5555555555554444").brand(), "mastercard");
+        assert_eq!(card("378282246310005").brand(), "amex");
+    }
+
+    #[tokio::test]
+    async fn the_sandbox_declines_0002_and_unknown_cards() {
+        let charge = |number: &str| Charge {
+            idempotency_key: "k".to_owned(),
+            transaction_id: "t".to_owned(),
+            amount: Decimal::ONE,
+            currency: "EUR".to_owned(),
+            card: card(number),
+        };
+        let approved = SandboxProcessor
+            .charge(charge("4242424242424242"))
+            .await
+            .unwrap();
+        assert!(
+            matches!(&approved, ChargeOutcome::Approved { brand, last4, .. } if brand == "visa" && last4 == "4242")
+        );
+        for number in [SANDBOX_DECLINED_CARD, "4111111111111111"] {
+            assert_eq!(
+                SandboxProcessor.charge(charge(number)).await.unwrap(),
+                ChargeOutcome::Declined {
+                    message: DECLINED_MESSAGE.to_owned()
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn tokens_are_per_transaction_and_forms_expire() {
+        let key = LinkKey::new([7; 32]);
+        let other = LinkKey::new([8; 32]);
+        assert_ne!(key.page_token("a"), key.page_token("b"));
+        assert_ne!(key.page_token("a"), other.page_token("a"));
+        // 256 bits in base64url.
+        assert_eq!(key.page_token("a").len(), 43);
+        let form = key.form_token("a", 1000);
+        assert!(key.check_form_token("a", &form, 1000 + FORM_TOKEN_TTL_SECS));
+        assert!(!key.check_form_token("a", &form, 1001 + FORM_TOKEN_TTL_SECS));
+        assert!(!key.check_form_token("a", &form, 999));
+        assert!(!key.check_form_token("b", &form, 1000));
+        assert!(!other.check_form_token("a", &form, 1000));
+        assert!(!key.check_form_token("a", "1000.forged", 1000));
+    }
+}
