@@ -1,0 +1,528 @@
+//! Black-box tests of the customer's payment page over HTTP: the capability link, what the
+//! page shows, its security headers, and every outcome of the card form. What a real browser
+//! makes of the page is tested in `http_payment_browser.rs`.
+
+use hyper::Method;
+use serde_json::Value;
+use tests::http::{Creds, PUBLIC_URL, Reply, TestServer, sqlite_only};
+
+const BERLIN_TRIP: &str = r#"{"title":"Berlin trip","currency":"EUR","note":"internal: VIP <b>client</b>",
+ "attachments":[{"url":"https://example.com/terms.pdf","type":"TERMS_CONDITIONS"}],
+ "items":[
+  {"name":"Flight BER","category":"FLIGHT","price":100,"taxes":[{"value":19}],
+   "cancellationPolicy":{"reference":"PAYMENT_DATE","penalties":[
+     {"type":"OFFSET_PENALTY","value":{"amount":50,"unit":"PERCENTAGE"},"offset":{"amount":1,"unit":"DAYS"}}]}},
+  {"name":"Hotel <Adlon>","category":"ACCOMMODATION","price":80,"quantity":{"amount":2,"unit":"PER_NIGHT"},
+   "taxes":[{"value":7}],
+   "period":{"start":"2099-12-10T15:00:00","startTimeZone":"Europe/Berlin"},
+   "cancellationPolicy":{"reference":"START_PERIOD","penalties":[
+     {"type":"OFFSET_PENALTY","value":{"amount":50,"unit":"PERCENTAGE"},"offset":{"amount":7,"unit":"DAYS"}}]}},
+  {"name":"Service fee","category":"FEE","price":10}
+ ]}"#;
+
+/// Creates the Berlin trip; returns (transaction id, page path).
+async fn trip(server: &TestServer, creds: &Creds) -> (String, String) {
+    let reply = server
+        .json(Method::POST, "/initialize", creds, BERLIN_TRIP)
+        .await;
+    assert_eq!(reply.status, 201, "{}", text(&reply));
+    let body = reply.json();
+    let url = body["paymentUrl"].as_str().expect("paymentUrl").to_owned();
+    let path = url
+        .strip_prefix(PUBLIC_URL)
+        .unwrap_or_else(|| panic!("{url} is built from --public-url"))
+        .to_owned();
+    (body["transactionId"].as_str().unwrap().to_owned(), path)
+}
+
+fn text(reply: &Reply) -> String {
+    String::from_utf8_lossy(&reply.body).into_owned()
+}
+
+async fn open(server: &TestServer, path: &str, headers: &[(&str, &str)]) -> Reply {
+    server.send(Method::GET, path, None, headers, None).await
+}
+
+/// The value of the hidden anti-forgery field of a rendered form.
+fn form_token(page: &str) -> String {
+    let marker = "name=\"form_token\" value=\"";
+    let start = page.find(marker).expect("form token in the page") + marker.len();
+    page[start..]
+        .split('"')
+        .next()
+        .expect("closing quote")
+        .to_owned()
+}
+
+/// The form of a good payment, with `card` and `token`.
+fn form(card: &str, token: &str) -> String {
+    form_urlencoded::Serializer::new(String::new())
+        .append_pair("form_token", token)
+        .append_pair("name_on_card", "Ada Lovelace")
+        .append_pair("card_number", card)
+        .append_pair("expiry", "12/34")
+        .append_pair("cvc", "123")
+        .append_pair("first_name", "Ada")
+        .append_pair("last_name", "Lovelace")
+        .append_pair("email", "ada@example.com")
+        .append_pair("billing_name", "Analytical Engines Ltd")
+        .finish()
+}
+
+async fn submit(server: &TestServer, path: &str, body: &str) -> Reply {
+    server
+        .send(
+            Method::POST,
+            path,
+            None,
+            &[("content-type", "application/x-www-form-urlencoded")],
+            Some(body),
+        )
+        .await
+}
+
+async fn status(server: &TestServer, creds: &Creds, id: &str) -> Value {
+    let reply = server.get(&format!("/status/{id}"), creds).await;
+    assert_eq!(reply.status, 200);
+    reply.json()
+}
+
+#[tokio::test]
+async fn creation_answers_a_payment_url_the_status_shows_while_pending() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let (id, path) = trip(&server, &acme).await;
+    assert!(path.starts_with("/pay/"), "{path}");
+    // 256 bits in base64url.
+    assert_eq!(path.len(), "/pay/".len() + 43);
+    let record = status(&server, &acme, &id).await;
+    assert_eq!(record["paymentUrl"], format!("{PUBLIC_URL}{path}"));
+    assert!(record["paymentUrlExpiresAt"].is_string());
+    // Only the token's hash is stored.
+    let token = path.trim_start_matches("/pay/");
+    let stored = server
+        .scalar(&format!(
+            "SELECT count(*) FROM transactions WHERE payload LIKE '%{token}%' OR \
+             id LIKE '%{token}%' OR reference LIKE '%{token}%'"
+        ))
+        .unwrap();
+    assert_eq!(stored, "0");
+    if sqlite_only(&server.db, "token_is_not_in_the_file") {
+        let bytes = std::fs::read(&server.db_path).unwrap();
+        let wal = std::fs::read(server.db_path.with_extension("db-wal")).unwrap_or_default();
+        for haystack in [bytes, wal] {
+            assert!(
+                !haystack
+                    .windows(token.len())
+                    .any(|window| window == token.as_bytes()),
+                "the token is stored in clear"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_page_shows_items_totals_terms_and_documents_without_credentials() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let (_, path) = trip(&server, &acme).await;
+    let reply = open(&server, &path, &[]).await;
+    assert_eq!(reply.status, 200);
+    let page = text(&reply);
+    for expected in [
+        "<html lang=\"en\">",
+        "Checkout from</span> <span class=\"provider-name\">acme</span>",
+        "Berlin trip",
+        "Flight BER",
+        "Flight",
+        "VAT 19 %",
+        "EUR 119.00",
+        // Escaped, never markup.
+        "Hotel &#60;Adlon&#62;",
+        "Thu 10 Dec 2099, 15:00 (Europe/Berlin)",
+        "2 per night",
+        "EUR 160.00",
+        "VAT 7 %",
+        "EUR 11.20",
+        "EUR 171.20",
+        // START_PERIOD − 7 days, in the item's zone (R-5.5, R-6.5).
+        "Free cancellation until Thu 3 Dec 2099, 15:00 (Europe/Berlin)",
+        "from Thu 3 Dec 2099, 15:00 (Europe/Berlin): 50 % charged (EUR 85.60)",
+        "Free cancellation at any time",
+        "Total to pay",
+        "EUR 300.20",
+        "href=\"https://example.com/terms.pdf\"",
+        "Terms and conditions",
+        "<label for=\"card-number\">Card number</label>",
+        "<label for=\"name-on-card\">Name on card</label>",
+        "<label for=\"expiry\">Expiry (MM/YY)</label>",
+        "<label for=\"cvc\">CVC</label>",
+        "<label for=\"first-name\">First name</label>",
+        "<label for=\"last-name\">Last name</label>",
+        "<label for=\"email\">E-mail</label>",
+        "<label for=\"billing-name\">Billing name</label>",
+        "Pay EUR 300.20",
+        "Sandbox",
+        "4242 4242 4242 4242",
+    ] {
+        assert!(page.contains(expected), "missing {expected:?} in\n{page}");
+    }
+    // The internal note never reaches the customer.
+    assert!(!page.contains("VIP"), "{page}");
+    assert!(!page.contains("<script"), "{page}");
+    for (header, value) in [
+        ("content-type", "text/html; charset=utf-8"),
+        ("referrer-policy", "no-referrer"),
+        ("cache-control", "no-store"),
+        ("x-frame-options", "DENY"),
+        ("content-language", "en"),
+    ] {
+        assert_eq!(reply.header(header), Some(value), "{header}");
+    }
+    let csp = reply.header("content-security-policy").unwrap();
+    for directive in [
+        "default-src 'none'",
+        "style-src 'self'",
+        "frame-ancestors 'none'",
+        "form-action 'self'",
+    ] {
+        assert!(csp.contains(directive), "{csp}");
+    }
+    assert!(!csp.contains("unsafe-inline"), "{csp}");
+    let css = open(&server, "/assets/checkout.css", &[]).await;
+    assert_eq!(css.status, 200);
+    assert_eq!(css.header("content-type"), Some("text/css; charset=utf-8"));
+}
+
+#[tokio::test]
+async fn german_by_accept_language_or_query_and_english_by_query() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let (_, path) = trip(&server, &acme).await;
+    let german = text(
+        &open(
+            &server,
+            &path,
+            &[("accept-language", "de-DE,de;q=0.9,en;q=0.5")],
+        )
+        .await,
+    );
+    for expected in [
+        "<html lang=\"de\">",
+        "Ihre Buchung",
+        "300,20 EUR",
+        "Kostenlose Stornierung bis Do. 3. Dez. 2099, 15:00 (Europe/Berlin)",
+        "ab Do. 3. Dez. 2099, 15:00 (Europe/Berlin): 50 % Stornogebühr (85,60 EUR)",
+        "Jederzeit kostenlos stornierbar",
+        "Jetzt bezahlen: 300,20 EUR",
+        "action=\"/pay/",
+    ] {
+        assert!(
+            german.contains(expected),
+            "missing {expected:?} in\n{german}"
+        );
+    }
+    let by_query = open(&server, &format!("{path}?lang=de"), &[]).await;
+    assert_eq!(by_query.header("content-language"), Some("de"));
+    let english = open(
+        &server,
+        &format!("{path}?lang=en"),
+        &[("accept-language", "de")],
+    )
+    .await;
+    assert!(text(&english).contains("<html lang=\"en\">"));
+}
+
+#[tokio::test]
+async fn unknown_or_malformed_tokens_are_404_pages_in_words() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let (_, path) = trip(&server, &acme).await;
+    let mut other = path.clone();
+    // The same length, one character changed.
+    let last = other.pop().unwrap();
+    other.push(if last == 'A' { 'B' } else { 'A' });
+    for bad in [
+        other.as_str(),
+        "/pay/short",
+        "/pay/..%2F..%2Fetc",
+        "/pay/%00",
+    ] {
+        let reply = open(&server, bad, &[]).await;
+        assert_eq!(reply.status, 404, "{bad}");
+        let page = text(&reply);
+        assert!(page.contains("Payment page not found"), "{page}");
+        assert_eq!(reply.header("cache-control"), Some("no-store"));
+    }
+}
+
+#[tokio::test]
+async fn a_good_card_pays_once_exactly_as_the_sandbox_route_r_3_6() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let (id, path) = trip(&server, &acme).await;
+    let page = text(&open(&server, &path, &[]).await);
+    let token = form_token(&page);
+    let paid = submit(&server, &path, &form("4242 4242 4242 4242", &token)).await;
+    assert_eq!(paid.status, 303, "{}", text(&paid));
+    assert_eq!(paid.header("location").unwrap(), format!("{path}?lang=en"));
+    let record = status(&server, &acme, &id).await;
+    assert_eq!(record["status"], "PAID");
+    assert_eq!(record["amounts"]["paid"].to_string(), "300.20");
+    assert!(record["paymentUrl"].is_null(), "no link once paid");
+    let checkout = &record["checkout"];
+    assert_eq!(checkout["payment"]["provider"], "sandbox");
+    assert!(
+        checkout["payment"]["reference"]
+            .as_str()
+            .unwrap()
+            .starts_with("SBX-")
+    );
+    assert_eq!(checkout["customer"]["firstName"], "Ada");
+    assert_eq!(checkout["customer"]["email"], "ada@example.com");
+    assert_eq!(checkout["beneficiary"]["lastName"], "Lovelace");
+    assert_eq!(checkout["billing"]["name"], "Analytical Engines Ltd");
+    assert_eq!(
+        checkout["card"],
+        serde_json::json!({"brand":"visa","last4":"4242","expMonth":12,"expYear":2034})
+    );
+
+    // The confirmation, on reload.
+    let confirmation = open(&server, &path, &[]).await;
+    assert_eq!(confirmation.status, 200);
+    let confirmation = text(&confirmation);
+    for expected in [
+        "Payment received",
+        checkout["reference"].as_str().unwrap(),
+        "EUR 300.20",
+        "href=\"#terms\"",
+    ] {
+        assert!(confirmation.contains(expected), "missing {expected:?}");
+    }
+    assert!(!confirmation.contains("<form"), "no form once paid");
+
+    // The same form again, and a new one: never a second payment.
+    let again = submit(&server, &path, &form("4242424242424242", &token)).await;
+    assert_eq!(again.status, 303);
+    let after = status(&server, &acme, &id).await;
+    assert_eq!(after["checkout"], *checkout);
+    assert_eq!(after["amounts"], record["amounts"]);
+
+    // Neither the card number nor the CVC is stored anywhere.
+    let stored = server
+        .scalar("SELECT count(*) FROM transactions WHERE CAST(payment AS TEXT) LIKE '%4242424242424242%' OR CAST(payment AS TEXT) LIKE '%\"123\"%'")
+        .unwrap();
+    assert_eq!(stored, "0");
+    if sqlite_only(&server.db, "card_number_is_not_in_the_file") {
+        for file in [
+            server.db_path.clone(),
+            server.db_path.with_extension("db-wal"),
+        ] {
+            let bytes = std::fs::read(&file).unwrap_or_default();
+            assert!(
+                !bytes.windows(16).any(|w| w == b"4242424242424242"),
+                "card number in {}",
+                file.display()
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_declined_card_leaves_it_pending_and_a_retry_pays() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let (id, path) = trip(&server, &acme).await;
+    let token = form_token(&text(&open(&server, &path, &[]).await));
+    let declined = submit(&server, &path, &form("4000 0000 0000 0002", &token)).await;
+    assert_eq!(declined.status, 402);
+    let page = text(&declined);
+    assert!(page.contains("Your card was declined."), "{page}");
+    assert!(page.contains("aria-describedby=\"card-number-hint card-number-error\""));
+    // What was typed is kept, except the card number and the CVC.
+    assert!(page.contains("value=\"Ada Lovelace\""));
+    assert!(page.contains("value=\"ada@example.com\""));
+    assert!(
+        !page.contains("4000 0000 0000 0002\""),
+        "card number echoed"
+    );
+    assert!(!page.contains("value=\"123\""), "CVC echoed");
+    assert_eq!(status(&server, &acme, &id).await["status"], "PENDING");
+
+    let retry = submit(
+        &server,
+        &path,
+        &form("4242424242424242", &form_token(&page)),
+    )
+    .await;
+    assert_eq!(retry.status, 303);
+    assert_eq!(status(&server, &acme, &id).await["status"], "PAID");
+}
+
+#[tokio::test]
+async fn field_errors_are_shown_next_to_their_fields() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let (id, path) = trip(&server, &acme).await;
+    let token = form_token(&text(&open(&server, &path, &[]).await));
+    let body = form_urlencoded::Serializer::new(String::new())
+        .append_pair("form_token", &token)
+        .append_pair("name_on_card", "")
+        .append_pair("card_number", "4242 4242 4242 4241")
+        .append_pair("expiry", "01/20")
+        .append_pair("cvc", "12")
+        .append_pair("first_name", "Ada")
+        .append_pair("last_name", "")
+        .append_pair("email", "not-an-email")
+        .finish();
+    let reply = submit(&server, &path, &body).await;
+    assert_eq!(reply.status, 422);
+    let page = text(&reply);
+    for (id, message) in [
+        ("name-on-card", "Enter the Name on card"),
+        ("card-number", "Enter a valid card number"),
+        ("expiry", "The card has expired"),
+        ("cvc", "Enter the 3 or 4 digit security code"),
+        ("last-name", "Enter the Last name"),
+        ("email", "Enter an e-mail address like name@example.com"),
+    ] {
+        assert!(
+            page.contains(&format!("<p id=\"{id}-error\" class=\"error-message\">")),
+            "no error next to {id}"
+        );
+        assert!(page.contains(message), "missing {message:?}");
+        assert!(
+            page.contains(&format!("href=\"#{id}\"")),
+            "summary link {id}"
+        );
+    }
+    assert!(page.contains("value=\"Ada\""));
+    assert!(page.contains("value=\"01/20\""));
+    assert_eq!(status(&server, &acme, &id).await["status"], "PENDING");
+}
+
+#[tokio::test]
+async fn a_forged_or_missing_form_token_is_refused_and_nothing_is_charged() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let (id, path) = trip(&server, &acme).await;
+    let (_, other_path) = trip(&server, &acme).await;
+    let other_token = form_token(&text(&open(&server, &other_path, &[]).await));
+    for token in ["", "1.forged", other_token.as_str()] {
+        let reply = submit(&server, &path, &form("4242424242424242", token)).await;
+        assert_eq!(reply.status, 403, "{token}");
+        assert!(text(&reply).contains("This form has expired"));
+    }
+    assert_eq!(status(&server, &acme, &id).await["status"], "PENDING");
+    let json = server
+        .send(
+            Method::POST,
+            &path,
+            None,
+            &[("content-type", "application/json")],
+            Some("{}"),
+        )
+        .await;
+    assert_eq!(json.status, 415);
+}
+
+#[tokio::test]
+async fn ten_failed_attempts_an_hour_then_a_clear_message() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let (id, path) = trip(&server, &acme).await;
+    let token = form_token(&text(&open(&server, &path, &[]).await));
+    for attempt in 1..=10 {
+        let reply = submit(&server, &path, &form("4000000000000002", &token)).await;
+        assert_eq!(reply.status, 402, "attempt {attempt}");
+    }
+    let blocked = submit(&server, &path, &form("4242424242424242", &token)).await;
+    assert_eq!(blocked.status, 429);
+    let page = text(&blocked);
+    assert!(page.contains("Too many failed payment attempts"), "{page}");
+    assert!(!page.contains("<form"));
+    assert_eq!(status(&server, &acme, &id).await["status"], "PENDING");
+    let reload = text(&open(&server, &path, &[]).await);
+    assert!(reload.contains("Too many failed payment attempts"));
+}
+
+#[tokio::test]
+async fn expired_and_cancelled_links_say_so_with_410() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let (expired_id, expired) = trip(&server, &acme).await;
+    let token = form_token(&text(&open(&server, &expired, &[]).await));
+    server.execute_sql(&format!(
+        "UPDATE transactions SET pay_expires_at = created_at WHERE id = '{expired_id}'"
+    ));
+    let reply = open(&server, &expired, &[]).await;
+    assert_eq!(reply.status, 410);
+    assert!(text(&reply).contains("This payment link has expired"));
+    let late = submit(&server, &expired, &form("4242424242424242", &token)).await;
+    assert_eq!(late.status, 410);
+    assert_eq!(
+        status(&server, &acme, &expired_id).await["status"],
+        "PENDING"
+    );
+
+    // Every item voided before payment (R-4.4): CANCELLED.
+    let (cancelled_id, cancelled) = trip(&server, &acme).await;
+    let reply = server
+        .json(
+            Method::PATCH,
+            &format!("/cancel/{cancelled_id}"),
+            &acme,
+            r#"{"itemsOrder":[1,2,3]}"#,
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", text(&reply));
+    let reply = open(&server, &cancelled, &[]).await;
+    assert_eq!(reply.status, 410);
+    assert!(text(&reply).contains("This checkout was cancelled"));
+}
+
+#[tokio::test]
+async fn voided_items_leave_the_page_and_the_amount_due() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let (id, path) = trip(&server, &acme).await;
+    let reply = server
+        .json(
+            Method::PATCH,
+            &format!("/cancel/{id}"),
+            &acme,
+            r#"{"itemsOrder":[2]}"#,
+        )
+        .await;
+    assert_eq!(reply.status, 200);
+    let page = text(&open(&server, &path, &[]).await);
+    assert!(!page.contains("Adlon"));
+    assert!(page.contains("Pay EUR 129.00"), "{page}");
+    let paid = submit(
+        &server,
+        &path,
+        &form("4242424242424242", &form_token(&page)),
+    )
+    .await;
+    assert_eq!(paid.status, 303);
+    assert_eq!(
+        status(&server, &acme, &id).await["amounts"]["paid"].to_string(),
+        "129.00"
+    );
+}
+
+#[tokio::test]
+async fn outside_sandbox_mode_the_page_takes_no_card_data() {
+    let server = TestServer::start_with(false).await;
+    let acme = server.provider("acme");
+    let (id, path) = trip(&server, &acme).await;
+    let reply = open(&server, &path, &[]).await;
+    assert_eq!(reply.status, 200);
+    let page = text(&reply);
+    assert!(page.contains("Card payments are not taken on this page"));
+    assert!(!page.contains("<form"));
+    assert!(!page.contains("Sandbox"));
+    let refused = submit(&server, &path, &form("4242424242424242", "")).await;
+    assert_eq!(refused.status, 403);
+    assert_eq!(status(&server, &acme, &id).await["status"], "PENDING");
+}
