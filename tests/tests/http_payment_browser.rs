@@ -1,0 +1,596 @@
+//! The payment page in a real browser: headless Chromium (Debian's `chromium` and
+//! `chromium-driver`) driven over WebDriver against a real server, with axe-core checking
+//! WCAG 2.1 AA on the form, its error states and the confirmation.
+//!
+//! Needs `chromedriver` and `chromium` on the machine and axe-core under
+//! `tests/browser/node_modules` (`npm ci --prefix tests/browser`). Without them the tests say
+//! that they were skipped — unless `CHECKOUT_TEST_BROWSER=1`, as CI sets, which makes a missing
+//! piece a failure. With `CHECKOUT_SCREENSHOTS=DIR` the tests save the screenshots shown in the
+//! README.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use hyper::Method;
+use serde_json::{Value, json};
+use tests::http::{Creds, PUBLIC_URL, TestServer};
+use tokio::process::{Child, Command};
+use tokio::sync::Mutex;
+
+/// One browser at a time: the machine has two cores, and screenshots want a quiet page.
+static ONE_BROWSER: Mutex<()> = Mutex::const_new(());
+
+/// How long a page may take to show what a test waits for.
+const WAIT: Duration = Duration::from_secs(15);
+
+const TRIP: &str = r#"{"title":"Berlin trip","currency":"EUR",
+ "attachments":[{"url":"https://example.com/terms.pdf","type":"TERMS_CONDITIONS"}],
+ "items":[
+  {"name":"Flight BER → LHR","category":"FLIGHT","price":100,"taxes":[{"value":19}],
+   "cancellationPolicy":{"reference":"PAYMENT_DATE","penalties":[
+     {"type":"OFFSET_PENALTY","value":{"amount":50,"unit":"PERCENTAGE"},"offset":{"amount":1,"unit":"DAYS"}}]}},
+  {"name":"Hotel Adlon, deluxe room","category":"ACCOMMODATION","price":80,
+   "quantity":{"amount":2,"unit":"PER_NIGHT"},"taxes":[{"value":7}],
+   "period":{"start":"2099-12-10T15:00:00","end":"2099-12-12T11:00:00",
+             "startTimeZone":"Europe/Berlin","endTimeZone":"Europe/Berlin"},
+   "cancellationPolicy":{"reference":"START_PERIOD","penalties":[
+     {"type":"OFFSET_PENALTY","value":{"amount":50,"unit":"PERCENTAGE"},"offset":{"amount":7,"unit":"DAYS"}},
+     {"type":"OFFSET_PENALTY","value":{"amount":100,"unit":"PERCENTAGE"},"offset":{"amount":1,"unit":"DAYS"}}]}},
+  {"name":"Service fee","category":"FEE","price":10}
+ ]}"#;
+
+/// A chromedriver process and one browser session on it.
+struct Browser {
+    client: Client,
+    driver: Child,
+    axe: String,
+}
+
+fn required() -> bool {
+    matches!(
+        std::env::var("CHECKOUT_TEST_BROWSER").as_deref(),
+        Ok("1" | "true" | "required")
+    )
+}
+
+fn axe_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("browser/node_modules/axe-core/axe.min.js")
+}
+
+fn on_path(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|candidate| candidate.is_file())
+    })
+}
+
+impl Browser {
+    /// A browser whose requests prefer `accept_language`, or `None` (skipped) when the machine
+    /// has no browser and the tests are not required.
+    async fn start(test: &str, accept_language: &str) -> Option<Browser> {
+        let driver = std::env::var_os("CHROMEDRIVER")
+            .map(PathBuf::from)
+            .or_else(|| on_path("chromedriver"));
+        let chromium = std::env::var_os("CHROMIUM")
+            .map(PathBuf::from)
+            .or_else(|| on_path("chromium"));
+        let axe = std::fs::read_to_string(axe_path()).ok();
+        let (Some(driver), Some(chromium), Some(axe)) = (driver, chromium, axe) else {
+            assert!(
+                !required(),
+                "CHECKOUT_TEST_BROWSER is set, but chromedriver, chromium or {} is missing",
+                axe_path().display()
+            );
+            eprintln!(
+                "skipped {test}: needs chromedriver and chromium (Debian: chromium \
+                 chromium-driver) and `npm ci --prefix tests/browser`"
+            );
+            return None;
+        };
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let child = Command::new(&driver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("chromedriver starts");
+        let mut capabilities = serde_json::Map::new();
+        capabilities.insert(
+            "goog:chromeOptions".to_owned(),
+            json!({
+                "binary": chromium,
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                         "--disable-dev-shm-usage", "--window-size=1280,1000",
+                         "--hide-scrollbars", "--force-device-scale-factor=1"],
+                "prefs": {"intl": {"accept_languages": accept_language}}
+            }),
+        );
+        let webdriver = format!("http://127.0.0.1:{port}");
+        let mut last_error = String::new();
+        for _ in 0..100 {
+            match ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+                .capabilities(capabilities.clone())
+                .connect(&webdriver)
+                .await
+            {
+                Ok(client) => {
+                    return Some(Browser {
+                        client,
+                        driver: child,
+                        axe,
+                    });
+                }
+                Err(error) => last_error = error.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("no WebDriver session on {webdriver}: {last_error}");
+    }
+
+    async fn close(mut self) {
+        let _ = self.client.close().await;
+        let _ = self.driver.kill().await;
+    }
+
+    async fn open(&self, server: &TestServer, path: &str) {
+        self.client
+            .goto(&format!("http://{}{path}", server.addr))
+            .await
+            .expect("page opens");
+    }
+
+    /// The element's rendered text, runs of white space made one space.
+    async fn text(&self, css: &str) -> String {
+        let text = self
+            .client
+            .wait()
+            .at_most(WAIT)
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("{css}: {e}"))
+            .text()
+            .await
+            .expect("text");
+        text.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    async fn texts(&self, css: &str) -> Vec<String> {
+        let mut texts = Vec::new();
+        for element in self
+            .client
+            .find_all(Locator::Css(css))
+            .await
+            .expect("elements")
+        {
+            texts.push(element.text().await.expect("text"));
+        }
+        texts
+    }
+
+    async fn attribute(&self, css: &str, name: &str) -> Option<String> {
+        self.client
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("{css}: {e}"))
+            .attr(name)
+            .await
+            .expect("attribute")
+    }
+
+    async fn value(&self, css: &str) -> String {
+        self.client
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("{css}: {e}"))
+            .prop("value")
+            .await
+            .expect("value")
+            .unwrap_or_default()
+    }
+
+    async fn fill(&self, fields: &[(&str, &str)]) {
+        for (id, value) in fields {
+            let input = self
+                .client
+                .find(Locator::Css(&format!("#{id}")))
+                .await
+                .unwrap_or_else(|e| panic!("#{id}: {e}"));
+            input.clear().await.expect("clear");
+            input.send_keys(value).await.expect("type");
+        }
+    }
+
+    /// Clicks the pay button and waits until the page shown has `expected_h1`.
+    async fn pay(&self, expected_h1: &str) {
+        self.client
+            .find(Locator::Css("button[type=submit]"))
+            .await
+            .expect("pay button")
+            .click()
+            .await
+            .expect("click");
+        self.wait_for_h1(expected_h1).await;
+    }
+
+    async fn wait_for_h1(&self, expected: &str) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Ok(h1) = self.client.find(Locator::Css("h1")).await {
+                if h1.text().await.is_ok_and(|text| text == expected) {
+                    return;
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no page with <h1>{expected}</h1>: {}",
+                self.client.source().await.unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Runs axe-core on the page as it is; panics listing every WCAG 2.1 A/AA violation.
+    async fn assert_accessible(&self, state: &str) {
+        self.client
+            .execute(&self.axe, Vec::new())
+            .await
+            .expect("axe-core loads");
+        let result = self
+            .client
+            .execute_async(
+                "const done = arguments[arguments.length - 1];
+                 axe.run(document, {runOnly: {type: 'tag',
+                     values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']}})
+                   .then(r => done({passes: r.passes.length, violations: r.violations.map(v =>
+                       ({id: v.id, impact: v.impact, help: v.help,
+                         nodes: v.nodes.map(n => n.target.join(' '))}))}))
+                   .catch(e => done({error: String(e)}));",
+                Vec::new(),
+            )
+            .await
+            .expect("axe-core runs");
+        assert!(
+            result["error"].is_null(),
+            "axe-core failed on {state}: {result}"
+        );
+        assert!(
+            result["passes"].as_u64().unwrap_or(0) > 10,
+            "axe-core checked next to nothing on {state}: {result}"
+        );
+        assert_eq!(
+            result["violations"],
+            json!([]),
+            "WCAG 2.1 AA violations on {state}"
+        );
+    }
+
+    /// Saves a full-page screenshot at `width` as `name` when `CHECKOUT_SCREENSHOTS` names a
+    /// directory.
+    async fn screenshot(&self, name: &str, width: u32) {
+        let Some(dir) = std::env::var_os("CHECKOUT_SCREENSHOTS") else {
+            return;
+        };
+        self.client
+            .set_window_size(width, 900)
+            .await
+            .expect("window size");
+        let height = self
+            .client
+            .execute("return document.documentElement.scrollHeight;", Vec::new())
+            .await
+            .expect("height")
+            .as_u64()
+            .unwrap_or(900);
+        let height = u32::try_from(height).unwrap_or(4000).clamp(600, 4000);
+        // The window's frame adds nothing in headless mode: the viewport is the window.
+        self.client
+            .set_window_size(width, height)
+            .await
+            .expect("window size");
+        let png = self.client.screenshot().await.expect("screenshot");
+        std::fs::create_dir_all(&dir).expect("screenshot directory");
+        std::fs::write(PathBuf::from(dir).join(name), png).expect("screenshot saved");
+        self.client
+            .set_window_size(1280, 1000)
+            .await
+            .expect("window size");
+    }
+}
+
+/// Creates the trip; returns (transaction id, path of its payment page).
+async fn trip(server: &TestServer, creds: &Creds) -> (String, String) {
+    let reply = server.json(Method::POST, "/initialize", creds, TRIP).await;
+    assert_eq!(reply.status, 201);
+    let body = reply.json();
+    let url = body["paymentUrl"].as_str().expect("paymentUrl");
+    (
+        body["transactionId"].as_str().unwrap().to_owned(),
+        url.strip_prefix(PUBLIC_URL).expect("public URL").to_owned(),
+    )
+}
+
+async fn status(server: &TestServer, creds: &Creds, id: &str) -> Value {
+    server.get(&format!("/status/{id}"), creds).await.json()
+}
+
+const CUSTOMER: [(&str, &str); 6] = [
+    ("name-on-card", "Ada Lovelace"),
+    ("expiry", "12/34"),
+    ("first-name", "Ada"),
+    ("last-name", "Lovelace"),
+    ("email", "ada@example.com"),
+    ("billing-name", "Analytical Engines Ltd"),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_customer_checks_the_booking_pays_and_sees_the_confirmation() {
+    let _one = ONE_BROWSER.lock().await;
+    let Some(browser) = Browser::start("a_customer_pays", "en-GB,en").await else {
+        return;
+    };
+    let server = TestServer::start().await;
+    let acme = server.provider("Acme Travel");
+    let (id, path) = trip(&server, &acme).await;
+    browser.open(&server, &path).await;
+
+    assert_eq!(browser.text("h1").await, "Berlin trip");
+    assert_eq!(
+        browser.attribute("html", "lang").await.as_deref(),
+        Some("en")
+    );
+    assert_eq!(
+        browser.texts(".item-name").await,
+        [
+            "Flight BER → LHR",
+            "Hotel Adlon, deluxe room",
+            "Service fee"
+        ]
+    );
+    assert_eq!(browser.text(".grand-total strong").await, "EUR 300.20");
+    let terms = browser.texts(".terms li").await;
+    assert!(
+        terms.contains(&"Free cancellation until Thu 3 Dec 2099, 15:00 (Europe/Berlin)".to_owned()),
+        "{terms:?}"
+    );
+    assert!(
+        terms.contains(
+            &"from Wed 9 Dec 2099, 15:00 (Europe/Berlin): 100 % charged (EUR 171.20)".to_owned()
+        ),
+        "{terms:?}"
+    );
+    assert!(terms.contains(&"Free cancellation at any time".to_owned()));
+    let labels = browser.texts("label").await;
+    assert_eq!(
+        labels,
+        [
+            "Name on card",
+            "Card number",
+            "Expiry (MM/YY)",
+            "CVC",
+            "First name",
+            "Last name",
+            "E-mail",
+            "Billing name"
+        ]
+    );
+    assert_eq!(browser.text("button[type=submit]").await, "Pay EUR 300.20");
+    // Upper case by the stylesheet.
+    assert!(
+        browser
+            .text(".sandbox-banner")
+            .await
+            .starts_with("SANDBOX Test mode")
+    );
+    browser.assert_accessible("the form").await;
+    browser
+        .screenshot("payment-page-en-desktop.png", 1280)
+        .await;
+    browser.screenshot("payment-page-en-phone.png", 390).await;
+
+    browser.fill(&CUSTOMER).await;
+    browser
+        .fill(&[("card-number", "4242 4242 4242 4242"), ("cvc", "123")])
+        .await;
+    browser.pay("Payment received").await;
+    let confirmation = browser.texts(".confirmation dd").await;
+    let record = status(&server, &acme, &id).await;
+    assert_eq!(record["status"], "PAID");
+    assert_eq!(
+        confirmation[0],
+        record["checkout"]["reference"].as_str().unwrap()
+    );
+    assert_eq!(confirmation[1], "EUR 300.20");
+    assert_eq!(
+        record["checkout"]["card"],
+        json!({"brand":"visa","last4":"4242","expMonth":12,"expYear":2034})
+    );
+    assert_eq!(
+        browser
+            .attribute("a[href='#terms']", "href")
+            .await
+            .as_deref(),
+        Some("#terms")
+    );
+    browser.assert_accessible("the confirmation").await;
+    browser
+        .screenshot("payment-confirmation-en.png", 1280)
+        .await;
+
+    // A reload shows the confirmation again and pays nothing more.
+    browser.client.refresh().await.expect("reload");
+    browser.wait_for_h1("Payment received").await;
+    assert_eq!(status(&server, &acme, &id).await, record);
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declined_card_then_a_good_one() {
+    let _one = ONE_BROWSER.lock().await;
+    let Some(browser) = Browser::start("a_declined_card", "en").await else {
+        return;
+    };
+    let server = TestServer::start().await;
+    let acme = server.provider("Acme Travel");
+    let (id, path) = trip(&server, &acme).await;
+    browser.open(&server, &path).await;
+    browser.fill(&CUSTOMER).await;
+    browser
+        .fill(&[("card-number", "4000 0000 0000 0002"), ("cvc", "123")])
+        .await;
+    browser.pay("Berlin trip").await;
+    assert!(
+        browser
+            .text(".notice")
+            .await
+            .starts_with("Your card was declined.")
+    );
+    assert_eq!(
+        browser.text("#card-number-error").await,
+        "Error: Your card was declined."
+    );
+    let described = browser
+        .attribute("#card-number", "aria-describedby")
+        .await
+        .unwrap_or_default();
+    assert!(
+        described.split(' ').any(|id| id == "card-number-error"),
+        "{described}"
+    );
+    // Kept: everything but the card number and the CVC.
+    assert_eq!(browser.value("#name-on-card").await, "Ada Lovelace");
+    assert_eq!(browser.value("#email").await, "ada@example.com");
+    assert_eq!(browser.value("#card-number").await, "");
+    assert_eq!(browser.value("#cvc").await, "");
+    assert_eq!(status(&server, &acme, &id).await["status"], "PENDING");
+    browser.assert_accessible("a declined card").await;
+    browser
+        .screenshot("payment-page-declined-en.png", 1280)
+        .await;
+
+    browser
+        .fill(&[("card-number", "4242424242424242"), ("cvc", "321")])
+        .await;
+    browser.pay("Payment received").await;
+    assert_eq!(status(&server, &acme, &id).await["status"], "PAID");
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn field_errors_stand_next_to_their_fields() {
+    let _one = ONE_BROWSER.lock().await;
+    let Some(browser) = Browser::start("field_errors", "en").await else {
+        return;
+    };
+    let server = TestServer::start().await;
+    let acme = server.provider("Acme Travel");
+    let (id, path) = trip(&server, &acme).await;
+    browser.open(&server, &path).await;
+    browser.fill(&CUSTOMER).await;
+    browser
+        .fill(&[
+            ("card-number", "4242 4242 4242 4241"),
+            ("expiry", "01/21"),
+            ("cvc", "12"),
+        ])
+        .await;
+    browser.pay("Berlin trip").await;
+    assert_eq!(
+        browser.text("#error-summary-title").await,
+        "There is a problem"
+    );
+    for (field, message) in [
+        ("card-number", "Error: Enter a valid card number"),
+        (
+            "expiry",
+            "Error: The card has expired: check the expiry date",
+        ),
+        ("cvc", "Error: Enter the 3 or 4 digit security code (CVC)"),
+    ] {
+        assert_eq!(browser.text(&format!("#{field}-error")).await, message);
+        assert_eq!(
+            browser
+                .attribute(&format!("#{field}"), "aria-invalid")
+                .await
+                .as_deref(),
+            Some("true")
+        );
+    }
+    assert_eq!(browser.texts(".error-summary li").await.len(), 3);
+    assert_eq!(browser.value("#expiry").await, "01/21");
+    assert_eq!(browser.value("#first-name").await, "Ada");
+    assert_eq!(status(&server, &acme, &id).await["status"], "PENDING");
+    browser.assert_accessible("field errors").await;
+    browser.screenshot("payment-page-errors-en.png", 1280).await;
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_link_says_so() {
+    let _one = ONE_BROWSER.lock().await;
+    let Some(browser) = Browser::start("an_expired_link", "en").await else {
+        return;
+    };
+    let server = TestServer::start().await;
+    let acme = server.provider("Acme Travel");
+    let (id, path) = trip(&server, &acme).await;
+    server.execute_sql(&format!(
+        "UPDATE transactions SET pay_expires_at = created_at WHERE id = '{id}'"
+    ));
+    browser.open(&server, &path).await;
+    assert_eq!(browser.text("h1").await, "This payment link has expired");
+    assert!(browser.client.find(Locator::Css("form")).await.is_err());
+    browser.assert_accessible("an expired link").await;
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_german_page_follows_the_browser_language() {
+    let _one = ONE_BROWSER.lock().await;
+    let Some(browser) = Browser::start("the_german_page", "de-DE,de").await else {
+        return;
+    };
+    let server = TestServer::start().await;
+    let acme = server.provider("Acme Travel");
+    let (id, path) = trip(&server, &acme).await;
+    browser.open(&server, &path).await;
+    assert_eq!(
+        browser.attribute("html", "lang").await.as_deref(),
+        Some("de")
+    );
+    assert_eq!(browser.text("#items-heading").await, "Ihre Buchung");
+    assert_eq!(browser.text(".grand-total strong").await, "300,20 EUR");
+    assert_eq!(
+        browser.text("button[type=submit]").await,
+        "Jetzt bezahlen: 300,20 EUR"
+    );
+    let terms = browser.texts(".terms li").await;
+    assert!(
+        terms.contains(
+            &"Kostenlose Stornierung bis Do. 3. Dez. 2099, 15:00 (Europe/Berlin)".to_owned()
+        ),
+        "{terms:?}"
+    );
+    assert_eq!(browser.texts("label").await[0], "Name auf der Karte");
+    browser.assert_accessible("the German form").await;
+    browser
+        .screenshot("payment-page-de-desktop.png", 1280)
+        .await;
+    browser.screenshot("payment-page-de-phone.png", 390).await;
+
+    browser.fill(&CUSTOMER).await;
+    browser
+        .fill(&[("card-number", "4242424242424242"), ("cvc", "123")])
+        .await;
+    browser.pay("Zahlung erhalten").await;
+    assert_eq!(status(&server, &acme, &id).await["status"], "PAID");
+    browser.assert_accessible("the German confirmation").await;
+    browser.close().await;
+}
