@@ -160,14 +160,6 @@ pub fn serve(args: ServeArgs) -> ExitCode {
         Err(error) => return fail(&error),
     };
     runtime.block_on(async move {
-        let demo = if args.demo {
-            match providers::demo_credential(&args.db, Utc::now()) {
-                Ok(issued) => Some(issued),
-                Err(error) => return fail(&error),
-            }
-        } else {
-            None
-        };
         let mut config = Config::new(args.listen, args.db.clone());
         config.pool = PoolSettings {
             max_connections: args.db_pool_size,
@@ -183,8 +175,13 @@ pub fn serve(args: ServeArgs) -> ExitCode {
             Ok(app) => app,
             Err(error) => return fail(&error),
         };
-        if let Some(issued) = demo {
-            print_demo(&issued, app.local_addr());
+        // After App::build: the address is bound before the database is touched, so a second
+        // server on a busy port fails without issuing (or revoking) any credential.
+        if args.demo {
+            match providers::demo_credential(&args.db, Utc::now()) {
+                Ok(issued) => print_demo(&issued, app.local_addr()),
+                Err(error) => return fail(&error),
+            }
         }
         match app.run().await {
             Ok(()) => ExitCode::SUCCESS,
@@ -215,19 +212,22 @@ pub fn migrate(args: DbArg) -> ExitCode {
     }
 }
 
+/// The `serve --demo` banner: the credential in force and commands to paste into another shell.
 fn print_demo(issued: &IssuedCredential, addr: SocketAddr) {
-    println!("Demo provider ready (sandbox mode). The secret is shown only now.");
+    println!("Demo provider ready (sandbox payments on), listening on http://{addr}");
     println!("  providerId:    {}", issued.provider_id);
     println!("  widgetId:      {}", issued.widget_id);
     println!("  backendSecret: {}", issued.backend_secret);
+    println!("This credential is in force; the demo credentials of earlier starts are revoked.");
+    println!("The secret is shown only now. In another shell:");
     println!();
-    println!("Create a transaction:");
+    println!("  AUTH='{}:{}'", issued.widget_id, issued.backend_secret);
+    println!("  curl -s -u \"$AUTH\" http://{addr}/status");
     println!(
-        "  curl -s -u '{}:{}' -H 'Content-Type: application/json' \
+        "  curl -s -u \"$AUTH\" -H 'Content-Type: application/json' \
          -d '{{\"title\":\"Demo trip\",\"currency\":\"EUR\",\"items\":[{{\"name\":\"Flight\",\
          \"category\":\"FLIGHT\",\"price\":100,\"taxes\":[{{\"value\":19}}]}}]}}' \
-         http://{addr}/initialize",
-        issued.widget_id, issued.backend_secret
+         http://{addr}/initialize"
     );
 }
 

@@ -101,8 +101,17 @@ pub struct App {
 }
 
 impl App {
-    /// Opens (creating and migrating) the database and binds the address.
+    /// Binds the address, then opens (creating and migrating) the database: an address in use
+    /// fails the start before any database file is created or migrated.
     pub async fn build(config: Config) -> Result<App, AppError> {
+        let listen_error = |source| AppError::Listen {
+            addr: config.listen,
+            source,
+        };
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(listen_error)?;
+        let local_addr = listener.local_addr().map_err(listen_error)?;
         let store_error = |source| AppError::Store {
             db: config.db.clone(),
             source,
@@ -132,14 +141,6 @@ impl App {
             .map_err(store_error)?;
         let store = opened.store;
         let (refunds, recovery) = refunds::Refunds::new(gateway, cancellations, &config.refunds);
-        let listen_error = |source| AppError::Listen {
-            addr: config.listen,
-            source,
-        };
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .map_err(listen_error)?;
-        let local_addr = listener.local_addr().map_err(listen_error)?;
         Ok(App {
             listener,
             local_addr,
