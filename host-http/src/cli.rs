@@ -138,10 +138,12 @@ pub enum ProviderCommand {
     },
 }
 
-/// Installs the log subscriber: `RUST_LOG` filters (default `info`), lines on stderr.
+/// Installs the log subscriber: `RUST_LOG` filters, lines on stderr. The default is `info`,
+/// except that the PostgreSQL driver's server notices (`relation … already exists, skipping`
+/// at every start, from the idempotent schema statements) are left out below `warn`.
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,tokio_postgres=warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
