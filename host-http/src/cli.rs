@@ -159,10 +159,12 @@ pub enum ProviderCommand {
     },
 }
 
-/// Installs the log subscriber: `RUST_LOG` filters (default `info`), lines on stderr.
+/// Installs the log subscriber: `RUST_LOG` filters, lines on stderr. The default is `info`,
+/// except that the PostgreSQL driver's server notices (`relation … already exists, skipping`
+/// at every start, from the idempotent schema statements) are left out below `warn`.
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,tokio_postgres=warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -181,14 +183,6 @@ pub fn serve(args: ServeArgs) -> ExitCode {
         Err(error) => return fail(&error),
     };
     runtime.block_on(async move {
-        let demo = if args.demo {
-            match providers::demo_credential(&args.db, Utc::now()) {
-                Ok(issued) => Some(issued),
-                Err(error) => return fail(&error),
-            }
-        } else {
-            None
-        };
         let mut config = Config::new(args.listen, args.db.clone());
         config.pool = PoolSettings {
             max_connections: args.db_pool_size,
@@ -206,8 +200,13 @@ pub fn serve(args: ServeArgs) -> ExitCode {
             Ok(app) => app,
             Err(error) => return fail(&error),
         };
-        if let Some(issued) = demo {
-            print_demo(&issued, app.local_addr());
+        // After App::build: the address is bound before the database is touched, so a second
+        // server on a busy port fails without issuing (or revoking) any credential.
+        if args.demo {
+            match providers::demo_credential(&args.db, Utc::now()) {
+                Ok(issued) => print_demo(&issued, app.local_addr()),
+                Err(error) => return fail(&error),
+            }
         }
         match app.run().await {
             Ok(()) => ExitCode::SUCCESS,
@@ -238,19 +237,22 @@ pub fn migrate(args: DbArg) -> ExitCode {
     }
 }
 
+/// The `serve --demo` banner: the credential in force and commands to paste into another shell.
 fn print_demo(issued: &IssuedCredential, addr: SocketAddr) {
-    println!("Demo provider ready (sandbox mode). The secret is shown only now.");
+    println!("Demo provider ready (sandbox payments on), listening on http://{addr}");
     println!("  providerId:    {}", issued.provider_id);
     println!("  widgetId:      {}", issued.widget_id);
     println!("  backendSecret: {}", issued.backend_secret);
+    println!("This credential is in force; the demo credentials of earlier starts are revoked.");
+    println!("The secret is shown only now. In another shell:");
     println!();
-    println!("Create a transaction:");
+    println!("  AUTH='{}:{}'", issued.widget_id, issued.backend_secret);
+    println!("  curl -s -u \"$AUTH\" http://{addr}/status");
     println!(
-        "  curl -s -u '{}:{}' -H 'Content-Type: application/json' \
+        "  curl -s -u \"$AUTH\" -H 'Content-Type: application/json' \
          -d '{{\"title\":\"Demo trip\",\"currency\":\"EUR\",\"items\":[{{\"name\":\"Flight\",\
          \"category\":\"FLIGHT\",\"price\":100,\"taxes\":[{{\"value\":19}}]}}]}}' \
-         http://{addr}/initialize",
-        issued.widget_id, issued.backend_secret
+         http://{addr}/initialize"
     );
     println!();
     println!(

@@ -115,8 +115,17 @@ pub struct App {
 }
 
 impl App {
-    /// Opens (creating and migrating) the database and binds the address.
+    /// Binds the address, then opens (creating and migrating) the database: an address in use
+    /// fails the start before any database file is created or migrated.
     pub async fn build(config: Config) -> Result<App, AppError> {
+        let listen_error = |source| AppError::Listen {
+            addr: config.listen,
+            source,
+        };
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(listen_error)?;
+        let local_addr = listener.local_addr().map_err(listen_error)?;
         let store_error = |source| AppError::Store {
             db: config.db.clone(),
             source,
@@ -146,14 +155,6 @@ impl App {
             .map_err(store_error)?;
         let store = opened.store;
         let (refunds, recovery) = refunds::Refunds::new(gateway, cancellations, &config.refunds);
-        let listen_error = |source| AppError::Listen {
-            addr: config.listen,
-            source,
-        };
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .map_err(listen_error)?;
-        let local_addr = listener.local_addr().map_err(listen_error)?;
         let key = store
             .service_key(
                 payments::LINK_KEY_NAME.to_owned(),

@@ -316,17 +316,17 @@ pub fn list_providers(db: impl Into<Db>) -> Result<Vec<ProviderSummary>, AdminEr
 }
 
 /// Creates the demo provider, or reuses the oldest one named [`DEMO_PROVIDER_NAME`], and
-/// issues it a fresh credential: secrets are stored only hashed, so an earlier one cannot be
-/// shown again.
+/// issues it a fresh credential. Secrets are stored only hashed, so an earlier one cannot be
+/// shown again; instead every other active credential of the demo provider is revoked once the
+/// new one is stored, so that the credential printed last is the only one in force.
 pub fn demo_credential(
     db: impl Into<Db>,
     now: DateTime<Utc>,
 ) -> Result<IssuedCredential, AdminError> {
     let db = db.into();
-    let existing = store::admin(&db)?.provider_named(DEMO_PROVIDER_NAME)?;
-    match existing {
-        Some(id) => add_credential(&db, &id, Scopes::all(), now),
-        None => create_provider(
+    let admin = store::admin(&db)?;
+    let Some(id) = admin.provider_named(DEMO_PROVIDER_NAME)? else {
+        return create_provider(
             &db,
             &NewProvider {
                 name: DEMO_PROVIDER_NAME.to_owned(),
@@ -336,6 +336,22 @@ pub fn demo_credential(
                 scopes: Scopes::all(),
             },
             now,
-        ),
+        );
+    };
+    let (stored, issued) = issue(&id, Scopes::all(), now);
+    if !admin.add_credential(&stored)? {
+        return Err(AdminError::UnknownProvider(id));
     }
+    let earlier: Vec<String> = admin
+        .list_providers()?
+        .into_iter()
+        .filter(|(provider, _)| provider.id == id)
+        .flat_map(|(_, credentials)| credentials)
+        .filter(|c| c.revoked_at.is_none() && c.widget_id != issued.widget_id)
+        .map(|c| c.widget_id)
+        .collect();
+    for widget_id in earlier {
+        admin.revoke_credential(&widget_id, now)?;
+    }
+    Ok(issued)
 }
