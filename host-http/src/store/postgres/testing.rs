@@ -90,14 +90,19 @@ impl TestDatabase {
     /// Refuses (and cuts) or allows again every connection to this database, as a database that
     /// goes down and comes back would.
     pub fn allow_connections(&self, allowed: bool) {
-        let mut sql = format!("ALTER DATABASE {} ALLOW_CONNECTIONS {allowed};", self.name);
+        let alter = format!("ALTER DATABASE {} ALLOW_CONNECTIONS {allowed}", self.name);
+        block_on(execute(&self.admin_url, &alter)).unwrap_or_else(|e| panic!("{alter}: {e}"));
         if !allowed {
-            sql.push_str(&format!(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}';",
+            // Only once the ALTER has committed (a batch of statements would be one transaction,
+            // letting a pool reconnect while it waits), and waiting up to 5 s for each backend
+            // to exit: a backend still alive would go on serving its pooled connection.
+            let terminate = format!(
+                "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = '{}'",
                 self.name
-            ));
+            );
+            block_on(execute(&self.admin_url, &terminate))
+                .unwrap_or_else(|e| panic!("{terminate}: {e}"));
         }
-        block_on(execute(&self.admin_url, &sql)).unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 
     /// The rows of a query, every column read as text.
