@@ -976,6 +976,107 @@ pub struct StatusRecord {
     pub payment_url: Option<String>,
     /// Extension: when the payment page stops working (RFC 3339), while it is shown.
     pub payment_url_expires_at: Option<String>,
+    /// Extension: the e-mails of the transaction (the contract e-mail, receipts) and where each
+    /// stands.
+    pub emails: Vec<EmailStatus>,
+}
+
+/// One e-mail of a transaction as its status record shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EmailStatus {
+    /// `CONTRACT` (sent at creation) or `RECEIPT` (after a successful cancellation).
+    pub kind: String,
+    /// The receipt number, for a receipt.
+    pub receipt_number: Option<String>,
+    /// The recipients.
+    pub recipients: Vec<String>,
+    /// `QUEUED`, `SENT` or `FAILED`.
+    pub status: String,
+    /// When it reached that status (RFC 3339).
+    pub at: String,
+}
+
+/// One event, as `GET /events` lists it: the Standard Webhooks payload (`type`, `timestamp`,
+/// `data`) and its id (the `webhook-id` of its deliveries).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Event {
+    /// Unique id, the same on every delivery of the event.
+    pub id: String,
+    /// `transaction.created`, `transaction.paid`, `cancellation.succeeded`, …
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// When it happened (RFC 3339).
+    pub timestamp: String,
+    /// What happened.
+    pub data: EventData,
+}
+
+/// The Standard Webhooks payload of an event, as delivered to webhook endpoints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventPayload {
+    /// The event type.
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// When it happened (RFC 3339).
+    pub timestamp: String,
+    /// What happened.
+    pub data: EventData,
+}
+
+/// `data` of an event: the transaction as it stands after the change, and, for cancellation and
+/// refund events, the cancellation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventData {
+    /// The transaction.
+    pub transaction_id: String,
+    /// Its `CHK-…` reference.
+    pub reference: String,
+    /// Its status after the change.
+    pub status: TransactionStatus,
+    /// Its currency.
+    pub currency: String,
+    /// Total, paid and refunded after the change.
+    pub amounts: Amounts,
+    /// The cancellation, for `cancellation.*` and `refund.*` events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancellation: Option<EventCancellation>,
+    /// Why a payment failed, for `transaction.payment_failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The cancellation an event is about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventCancellation {
+    /// The refund id (the gateway's idempotency key).
+    pub refund_id: String,
+    /// `PENDING`, `SUCCESS` or `FAILED`.
+    pub outcome: String,
+    /// Receipt number once SUCCESS.
+    pub receipt_number: Option<String>,
+    /// The gateway's reason when FAILED.
+    pub error_message: Option<String>,
+    /// Items with their totals, penalties and refunds.
+    pub items: Vec<CancelledItem>,
+    /// The refund.
+    #[serde(with = "crate::decimal")]
+    #[schemars(schema_with = "crate::decimal::schema")]
+    pub refund: Decimal,
+}
+
+/// 200 body of `GET /events`: the provider's events after the cursor, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventPage {
+    /// At most `limit` events.
+    pub events: Vec<Event>,
+    /// Whether more events follow the last one listed.
+    pub has_more: bool,
 }
 
 /// 200 body of the three cancel routes (spec: status, errorMessage; the rest extensions).

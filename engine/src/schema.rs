@@ -13,8 +13,8 @@ use serde_json::{Map, Value, json};
 
 use crate::api::{
     CancellationPolicy, CancellationReq, CancellationResult, CorporateCheckout, Created, ErrorBody,
-    HealthStatus, PaymentReq, ProviderSettings, QuoteResult, RefundPreview, StatusRecord,
-    UpdateResult, UpdateTransaction,
+    EventPage, HealthStatus, PaymentReq, ProviderSettings, QuoteResult, RefundPreview,
+    StatusRecord, UpdateResult, UpdateTransaction,
 };
 
 /// A local date-time or an RFC 3339 date-time with offset: `2026-12-01T15:00:00` or
@@ -335,6 +335,10 @@ pub fn body_schemas() -> Vec<(&'static str, Value)> {
         (
             "update-result.schema.json",
             root_schema::<UpdateResult>(Direction::Response),
+        ),
+        (
+            "event-page.schema.json",
+            root_schema::<EventPage>(Direction::Response),
         ),
     ]
 }
@@ -783,6 +787,18 @@ pub fn openapi() -> Value {
             },
         ),
         (
+            "/events",
+            "get",
+            Operation {
+                id: "listEvents",
+                summary: "The provider's events after a cursor, oldest first: the same payloads webhooks deliver, to poll or replay.",
+                parameters: vec![param("after"), param("limit")],
+                body: None,
+                ok: ok_response(200, "A page of events.", schema_ref("EventPage"), false),
+                errors: &[400, 401, 403, 500],
+            },
+        ),
+        (
             "/receipts/{receiptNumber}",
             "get",
             Operation {
@@ -868,6 +884,20 @@ pub fn openapi() -> Value {
                     "required": false,
                     "description": "RFC 3339 instant of the preview; default now (R-11.1).",
                     "schema": { "type": "string", "format": "date-time" }
+                },
+                "after": {
+                    "name": "after",
+                    "in": "query",
+                    "required": false,
+                    "description": "Id of the last event already seen; the page starts after it. Absent: from the first event.",
+                    "schema": { "type": "string", "maxLength": 100 }
+                },
+                "limit": {
+                    "name": "limit",
+                    "in": "query",
+                    "required": false,
+                    "description": "Most events on the page, 1 to 100 (default 100).",
+                    "schema": { "type": "integer", "minimum": 1, "maximum": 100 }
                 },
                 "Idempotency-Key": {
                     "name": "Idempotency-Key",

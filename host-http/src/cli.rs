@@ -50,6 +50,32 @@ pub struct ServeArgs {
     /// address); payment links are built from it. Default: http:// and the listen address.
     #[arg(long, env = "CHECKOUT_PUBLIC_URL", value_parser = parse_public_url)]
     pub public_url: Option<String>,
+    /// SMTP server for e-mails: smtp://host:port, smtp://host:port?tls=required (STARTTLS),
+    /// smtps://host:port; credentials as user:password@. Without it, e-mails stay queued.
+    #[arg(long, env = "CHECKOUT_SMTP_URL")]
+    pub smtp_url: Option<String>,
+    /// Sender of e-mails.
+    #[arg(
+        long,
+        env = "CHECKOUT_MAIL_FROM",
+        default_value = "Checkout <checkout@localhost>"
+    )]
+    pub mail_from: String,
+    /// Deliver webhooks to http:// URLs and internal (loopback, private) addresses too.
+    #[arg(long, env = "CHECKOUT_ALLOW_PRIVATE_WEBHOOKS", action = ArgAction::SetTrue,
+          value_parser = BoolishValueParser::new())]
+    pub allow_private_webhooks: bool,
+    /// How long connecting to a webhook endpoint may take, in milliseconds.
+    #[arg(long, env = "CHECKOUT_WEBHOOK_CONNECT_TIMEOUT_MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub webhook_connect_timeout_ms: u64,
+    /// How long one webhook attempt may take in all, in milliseconds.
+    #[arg(long, env = "CHECKOUT_WEBHOOK_TIMEOUT_MS", default_value_t = 15000,
+          value_parser = clap::value_parser!(u64).range(1..=120_000))]
+    pub webhook_timeout_ms: u64,
+    /// Address of the metrics listener (GET /metrics, no credentials); default: none.
+    #[arg(long, env = "CHECKOUT_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
     /// How long a payment link works after its transaction is created, in seconds.
     #[arg(long, env = "CHECKOUT_PAYMENT_LINK_TTL_SECS",
           default_value_t = crate::DEFAULT_PAYMENT_LINK_TTL.as_secs(),
@@ -157,6 +183,45 @@ pub enum ProviderCommand {
         #[arg(long)]
         widget_id: String,
     },
+    /// Add a webhook endpoint; prints {"endpointId","secret"} (the secret is shown only now).
+    SetWebhook {
+        #[command(flatten)]
+        db: DbArg,
+        /// Provider identifier.
+        #[arg(long)]
+        provider: String,
+        /// https:// URL events are POSTed to (http:// only reaches a server run with
+        /// --allow-private-webhooks).
+        #[arg(long)]
+        url: String,
+        /// Comma-separated event types to deliver (default: every type).
+        #[arg(long)]
+        events: Option<String>,
+    },
+    /// Give an endpoint a new secret; the old one signs beside it for 24 hours.
+    RotateWebhookSecret {
+        #[command(flatten)]
+        db: DbArg,
+        /// Endpoint id (`ep_…`).
+        #[arg(long)]
+        endpoint: String,
+    },
+    /// Remove an endpoint; its undelivered events are marked failed.
+    RemoveWebhook {
+        #[command(flatten)]
+        db: DbArg,
+        /// Endpoint id (`ep_…`).
+        #[arg(long)]
+        endpoint: String,
+    },
+    /// List the active endpoints (never their secrets).
+    ListWebhooks {
+        #[command(flatten)]
+        db: DbArg,
+        /// Only this provider's endpoints.
+        #[arg(long)]
+        provider: Option<String>,
+    },
 }
 
 /// Installs the log subscriber: `RUST_LOG` filters, lines on stderr. The default is `info`,
@@ -192,6 +257,19 @@ pub fn serve(args: ServeArgs) -> ExitCode {
         config.sandbox = args.sandbox || args.demo;
         config.public_url = args.public_url.clone();
         config.payment_link_ttl = std::time::Duration::from_secs(args.payment_link_ttl_secs);
+        config.webhooks = crate::events::WebhookSettings {
+            connect_timeout: std::time::Duration::from_millis(args.webhook_connect_timeout_ms),
+            total_timeout: std::time::Duration::from_millis(args.webhook_timeout_ms),
+            allow_private: args.allow_private_webhooks,
+        };
+        config.smtp = args
+            .smtp_url
+            .clone()
+            .map(|url| crate::events::MailSettings {
+                url,
+                from: args.mail_from.clone(),
+            });
+        config.metrics_listen = args.metrics_listen;
         config.refunds = match args.refunds.settings() {
             Ok(settings) => settings,
             Err(message) => return fail(&message),
@@ -362,6 +440,36 @@ pub fn provider(command: ProviderCommand) -> ExitCode {
                 &serde_json::json!({"widgetId": widget_id, "revoked": true}),
             ))
         }
+        ProviderCommand::SetWebhook {
+            db,
+            provider,
+            url,
+            events,
+        } => {
+            let events: Vec<String> = events
+                .as_deref()
+                .unwrap_or_default()
+                .split(',')
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .map(str::to_owned)
+                .collect();
+            Ok(print_json(&providers::set_webhook(
+                &db.db, &provider, &url, &events, now,
+            )?))
+        }
+        ProviderCommand::RotateWebhookSecret { db, endpoint } => Ok(print_json(
+            &providers::rotate_webhook_secret(&db.db, &endpoint, now)?,
+        )),
+        ProviderCommand::RemoveWebhook { db, endpoint } => {
+            providers::remove_webhook(&db.db, &endpoint, now)?;
+            Ok(print_json(
+                &serde_json::json!({"endpointId": endpoint, "removed": true}),
+            ))
+        }
+        ProviderCommand::ListWebhooks { db, provider } => Ok(print_json(
+            &providers::list_webhooks(&db.db, provider.as_deref())?,
+        )),
     })();
     outcome.unwrap_or_else(|error| fail(&error))
 }

@@ -16,9 +16,12 @@
 pub mod app;
 pub mod auth;
 pub mod cli;
+pub mod events;
 pub mod fault;
 pub mod gateway;
 pub mod http;
+pub mod i18n;
+pub mod metrics;
 pub mod payments;
 pub mod providers;
 pub mod refunds;
@@ -55,6 +58,12 @@ pub struct Config {
     pub public_url: Option<String>,
     /// How long a payment link works after its transaction's creation.
     pub payment_link_ttl: Duration,
+    /// Webhook delivery: timeouts, and whether internal addresses may be reached.
+    pub webhooks: events::WebhookSettings,
+    /// The SMTP server e-mails go to; without one they stay queued in the outbox.
+    pub smtp: Option<events::MailSettings>,
+    /// Where `GET /metrics` is served (never on the public port); `None`: nowhere.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// Default lifetime of a payment link: 7 days.
@@ -73,6 +82,9 @@ impl Config {
             refunds: refunds::RefundSettings::default(),
             public_url: None,
             payment_link_ttl: DEFAULT_PAYMENT_LINK_TTL,
+            webhooks: events::WebhookSettings::default(),
+            smtp: None,
+            metrics_listen: None,
         }
     }
 }
@@ -99,9 +111,17 @@ pub enum AppError {
     /// The refund gateway could not be set up.
     #[error("refund gateway: {0}")]
     Gateway(#[from] refunds::GatewaySetupError),
-    /// A setting is out of range.
+    /// A setting is out of range or malformed.
     #[error("{0}")]
     Config(String),
+    /// The metrics address could not be bound.
+    #[error("metrics listen {addr}: {source}")]
+    MetricsListen {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        source: std::io::Error,
+    },
 }
 
 /// A bound, ready server: [`App::run`] or [`App::run_until`] serves until shut down.
@@ -112,6 +132,8 @@ pub struct App {
     state: Arc<Services>,
     config: Config,
     recovery: refunds::RecoveryTask,
+    dispatcher: events::Dispatcher,
+    metrics_listener: Option<TcpListener>,
 }
 
 impl App {
@@ -126,6 +148,20 @@ impl App {
             .await
             .map_err(listen_error)?;
         let local_addr = listener.local_addr().map_err(listen_error)?;
+        let metrics_listener = match config.metrics_listen {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| AppError::MetricsListen { addr, source })?,
+            ),
+            None => None,
+        };
+        let mailer = config
+            .smtp
+            .as_ref()
+            .map(events::Mailer::new)
+            .transpose()
+            .map_err(AppError::Config)?;
         let store_error = |source| AppError::Store {
             db: config.db.clone(),
             source,
@@ -154,7 +190,9 @@ impl App {
             .await
             .map_err(store_error)?;
         let store = opened.store;
-        let (refunds, recovery) = refunds::Refunds::new(gateway, cancellations, &config.refunds);
+        let outbox = opened.outbox;
+        let (refunds, recovery) =
+            refunds::Refunds::new(gateway, Arc::clone(&cancellations), &config.refunds);
         let key = store
             .service_key(
                 payments::LINK_KEY_NAME.to_owned(),
@@ -170,6 +208,23 @@ impl App {
             .unwrap_or_else(|| format!("http://{local_addr}"))
             .trim_end_matches('/')
             .to_owned();
+        let pages = app::PaymentPages {
+            public_url,
+            link_ttl,
+            key: payments::LinkKey::new(key),
+            processor: Arc::new(payments::SandboxProcessor),
+        };
+        let metrics = Arc::new(metrics::Metrics::new());
+        let dispatcher = events::Dispatcher {
+            outbox: Arc::clone(&outbox),
+            store: Arc::clone(&store),
+            cancellations,
+            webhooks: events::WebhookClient::new(config.webhooks),
+            mailer,
+            pages: pages.clone(),
+            instance: format!("events-{}", uuid::Uuid::now_v7().simple()),
+            metrics: Arc::clone(&metrics),
+        };
         Ok(App {
             listener,
             local_addr,
@@ -177,21 +232,27 @@ impl App {
                 store,
                 sandbox: config.sandbox,
                 refunds: Arc::new(refunds),
-                pages: app::PaymentPages {
-                    public_url,
-                    link_ttl,
-                    key: payments::LinkKey::new(key),
-                    processor: Arc::new(payments::SandboxProcessor),
-                },
+                pages,
+                outbox,
+                metrics,
             }),
             config,
             recovery,
+            dispatcher,
+            metrics_listener,
         })
     }
 
     /// The bound address (with the real port when port 0 was asked for).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// Where `GET /metrics` is served, if anywhere.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_listener
+            .as_ref()
+            .and_then(|listener| listener.local_addr().ok())
     }
 
     /// Serves until SIGINT or SIGTERM.
@@ -202,11 +263,24 @@ impl App {
     /// Serves until `shutdown` completes; then stops accepting, lets in-flight requests finish
     /// (bounded by [`Config::shutdown_grace`]) and closes the database.
     /// On start it spawns the recovery task, which drives every pending refund to an end
-    /// and stops it once the server has stopped.
+    /// the outbox dispatcher (webhooks, e-mails) and the metrics listener, and stops
+    /// them once the server has stopped.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> Result<(), AppError> {
         let recovery = tokio::spawn(self.recovery.run());
+        let dispatcher = tokio::spawn(self.dispatcher.run());
+        let metrics = self.metrics_listener.map(|listener| {
+            tokio::spawn(metrics::serve(
+                listener,
+                Arc::clone(&self.state.metrics),
+                Arc::clone(&self.state.outbox),
+            ))
+        });
         let served = http::server::serve(self.listener, self.state, &self.config, shutdown).await;
         recovery.abort();
+        dispatcher.abort();
+        if let Some(metrics) = metrics {
+            metrics.abort();
+        }
         served.map_err(|source| AppError::Listen {
             addr: self.local_addr,
             source,

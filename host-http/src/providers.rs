@@ -62,6 +62,12 @@ pub enum AdminError {
     /// No credential with this widget ID.
     #[error("no credential with widget id {0}")]
     UnknownWidget(String),
+    /// A webhook URL or event type that cannot be used.
+    #[error("webhook: {0}")]
+    Webhook(String),
+    /// No active webhook endpoint with this id.
+    #[error("no webhook endpoint with id {0}")]
+    UnknownWebhook(String),
 }
 
 /// What `provider create` makes.
@@ -253,6 +259,101 @@ pub fn revoke_credential(
         return Err(AdminError::UnknownWidget(widget_id.to_owned()));
     }
     Ok(())
+}
+
+/// What `provider set-webhook` prints: the endpoint and its secret, shown only now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IssuedWebhook {
+    /// `ep_…`.
+    pub endpoint_id: String,
+    /// The `whsec_…` signing secret.
+    pub secret: String,
+}
+
+/// Adds a webhook endpoint to a provider (`provider set-webhook`). The URL must be an absolute
+/// `https://` URL (`http://` is taken too, for servers run with `--allow-private-webhooks`,
+/// which alone may deliver to it); `events` lists the types delivered (all when empty).
+pub fn set_webhook(
+    db: impl Into<Db>,
+    provider_id: &str,
+    url: &str,
+    events: &[String],
+    now: DateTime<Utc>,
+) -> Result<IssuedWebhook, AdminError> {
+    let parsed = url::Url::parse(url).map_err(|e| AdminError::Webhook(format!("{url}: {e}")))?;
+    if !matches!(parsed.scheme(), "https" | "http") || parsed.host_str().is_none() {
+        return Err(AdminError::Webhook(format!(
+            "{url}: must be an https:// URL with a host"
+        )));
+    }
+    if url.len() > 2000 {
+        return Err(AdminError::Webhook(
+            "URL longer than 2000 characters".to_owned(),
+        ));
+    }
+    for event in events {
+        if !crate::store::outbox::types::ALL.contains(&event.as_str()) {
+            return Err(AdminError::Webhook(format!(
+                "unknown event type {event:?}; known: {}",
+                crate::store::outbox::types::ALL.join(", ")
+            )));
+        }
+    }
+    let issued = IssuedWebhook {
+        endpoint_id: format!("ep_{}", uuid::Uuid::now_v7().simple()),
+        secret: crate::events::webhooks::new_secret(),
+    };
+    let webhook = crate::store::admin::NewWebhook {
+        endpoint_id: issued.endpoint_id.clone(),
+        provider_id: provider_id.to_owned(),
+        url: parsed.to_string(),
+        events: (!events.is_empty()).then(|| events.join(",")),
+        secret: issued.secret.clone(),
+        created_at: now,
+    };
+    if !store::admin(&db.into())?.add_webhook(&webhook)? {
+        return Err(AdminError::UnknownProvider(provider_id.to_owned()));
+    }
+    Ok(issued)
+}
+
+/// Gives an endpoint a new secret; the old one keeps signing beside it for 24 hours
+/// (`provider rotate-webhook-secret`).
+pub fn rotate_webhook_secret(
+    db: impl Into<Db>,
+    endpoint_id: &str,
+    now: DateTime<Utc>,
+) -> Result<IssuedWebhook, AdminError> {
+    let secret = crate::events::webhooks::new_secret();
+    let until = now + crate::events::webhooks::ROTATION_OVERLAP;
+    if !store::admin(&db.into())?.rotate_webhook_secret(endpoint_id, &secret, until)? {
+        return Err(AdminError::UnknownWebhook(endpoint_id.to_owned()));
+    }
+    Ok(IssuedWebhook {
+        endpoint_id: endpoint_id.to_owned(),
+        secret,
+    })
+}
+
+/// Removes an endpoint (`provider remove-webhook`).
+pub fn remove_webhook(
+    db: impl Into<Db>,
+    endpoint_id: &str,
+    now: DateTime<Utc>,
+) -> Result<(), AdminError> {
+    if !store::admin(&db.into())?.remove_webhook(endpoint_id, now)? {
+        return Err(AdminError::UnknownWebhook(endpoint_id.to_owned()));
+    }
+    Ok(())
+}
+
+/// The active endpoints (`provider list-webhooks`).
+pub fn list_webhooks(
+    db: impl Into<Db>,
+    provider_id: Option<&str>,
+) -> Result<Vec<crate::store::outbox::WebhookEndpoint>, AdminError> {
+    Ok(store::admin(&db.into())?.list_webhooks(provider_id)?)
 }
 
 /// A change of a provider's configuration (`provider set-policy`). Existing transactions keep

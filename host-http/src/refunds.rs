@@ -240,6 +240,15 @@ impl Refunds {
             .await;
         fault::point(fault::AFTER_GATEWAY);
         let Some(settlement) = settlement_of(outcome) else {
+            // The provider hears of it (`refund.pending`) before the answer's 500.
+            if let Err(error) = self
+                .store
+                .refund_unknown(view.refund_id.clone(), Utc::now())
+                .await
+            {
+                tracing::warn!(refund_id = %view.refund_id, %error,
+                    "could not record that the refund's outcome is unknown");
+            }
             if self.recovery.send(view.clone()).is_err() {
                 tracing::warn!(refund_id = %view.refund_id,
                     "recovery task not running; the refund is retried at the next start");
@@ -386,6 +395,15 @@ impl Driver {
             } else if let GatewayOutcome::Unknown { detail } = outcome {
                 tracing::info!(refund_id = %view.refund_id, %detail,
                     "refund still unknown at the gateway; retrying later");
+                // Written once per refund (a refund left by a stopped instance gets it here).
+                if let Err(error) = self
+                    .store
+                    .refund_unknown(view.refund_id.clone(), Utc::now())
+                    .await
+                {
+                    tracing::warn!(refund_id = %view.refund_id, %error,
+                        "could not record that the refund's outcome is unknown");
+                }
             }
             // Sleep in beats, renewing the lease, so that a long pause never lets it lapse.
             let mut left = delay;

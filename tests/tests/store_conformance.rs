@@ -27,6 +27,7 @@ use host_http::store::{
     Opened, Owned, PayOutcome, PaymentDetails, PaymentLink, PoolSettings, format_instant,
 };
 use rust_decimal::Decimal;
+use serde_json::Value;
 use tests::http::Creds;
 
 // ---------------------------------------------------------------------------------------------
@@ -132,6 +133,7 @@ conformance!(
     race_concurrent_settles_number_receipts_without_gaps_r_10_2,
     race_two_instances_claiming_pending_refunds_split_them_r_4_8,
     payment_links_failures_and_service_keys,
+    outbox_events_deliveries_and_mails_in_order,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -250,7 +252,7 @@ async fn payment_links_failures_and_service_keys(opened: &Opened, db: &Db) {
     assert_eq!(store.payment_failures(id.clone(), window).await.unwrap(), 0);
     for n in 1..=3 {
         let count = store
-            .add_payment_failure(id.clone(), at(n), window)
+            .add_payment_failure(id.clone(), at(n), window, None)
             .await
             .unwrap();
         assert_eq!(count, u32::try_from(n).unwrap());
@@ -278,6 +280,320 @@ async fn payment_links_failures_and_service_keys(opened: &Opened, db: &Db) {
         .await
         .unwrap();
     assert_eq!(another, [3; 32]);
+}
+
+/// Every change writes its event in its own commit, in the order of the changes; deliveries
+/// fan out to the provider's endpoints by type and are claimed one per endpoint and transaction
+/// at a time, oldest first, under a lease; e-mails go with creation (recipients) and receipts.
+async fn outbox_events_deliveries_and_mails_in_order(opened: &Opened, db: &Db) {
+    use host_http::store::outbox::{Attempt, types};
+    let acme = provider(db, "acme");
+    let other = provider(db, "other");
+    let all = providers::set_webhook(
+        db,
+        &acme.provider_id,
+        "https://hooks.example/all",
+        &[],
+        t0(),
+    )
+    .expect("endpoint");
+    let paid_only = providers::set_webhook(
+        db,
+        &acme.provider_id,
+        "https://hooks.example/paid",
+        &[types::PAID.to_owned()],
+        t0(),
+    )
+    .expect("endpoint");
+    let outbox = &opened.outbox;
+
+    let mut new = transaction(&acme.provider_id, "EUR", &["100.00", "20.00"]);
+    new.email = Some(CheckoutEmail {
+        recipients: Some(vec!["a@example.com".to_owned(), "b@example.com".to_owned()]),
+        subject: Some("Your trip".to_owned()),
+        content: None,
+    });
+    let id = new.id.clone();
+    opened
+        .store
+        .create_transaction(new, None)
+        .await
+        .expect("created");
+    let second = create(opened, &acme.provider_id, &["5.00"]).await;
+    let change = UpdateTransaction {
+        external_ids: None,
+        title: Some("renamed".to_owned()),
+        note: None,
+        attachments: None,
+    };
+    opened
+        .store
+        .update_transaction(id.clone(), acme.provider_id.clone(), change, at(1))
+        .await
+        .expect("updated");
+    opened
+        .store
+        .record_payment(
+            id.clone(),
+            acme.provider_id.clone(),
+            payment_details(),
+            at(2),
+            at(2),
+        )
+        .await
+        .expect("paid");
+    opened
+        .store
+        .add_payment_failure(
+            second.clone(),
+            at(3),
+            at(0),
+            Some("Your card was declined.".to_owned()),
+        )
+        .await
+        .expect("failure");
+    let pending = reserve_pending(
+        opened,
+        paid_cancellation(&acme.provider_id, &id, vec![line(2, "20.00", "20.00")]),
+    )
+    .await;
+    for _ in 0..2 {
+        opened
+            .cancellations
+            .refund_unknown(pending.refund_id.clone(), at(4))
+            .await
+            .expect("unknown noted");
+    }
+    let settled = settle(opened, &pending.refund_id, succeeded("GW-1"), at(5)).await;
+    let receipt = settled.receipt_number.clone().expect("receipt");
+
+    let listed = outbox
+        .events_after(acme.provider_id.clone(), None, 100)
+        .await
+        .unwrap()
+        .unwrap();
+    let payloads: Vec<Value> = listed
+        .iter()
+        .map(|e| serde_json::from_str(&e.payload).unwrap())
+        .collect();
+    let kinds: Vec<(&str, &str)> = payloads
+        .iter()
+        .map(|p| {
+            (
+                p["type"].as_str().unwrap(),
+                p["data"]["transactionId"].as_str().unwrap(),
+            )
+        })
+        .map(|(kind, tx)| (kind, if tx == id { "first" } else { "second" }))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (types::CREATED, "first"),
+            (types::CREATED, "second"),
+            (types::UPDATED, "first"),
+            (types::PAID, "first"),
+            (types::PAYMENT_FAILED, "second"),
+            (types::REFUND_PENDING, "first"),
+            (types::CANCELLATION_SUCCEEDED, "first"),
+            (types::REFUND_COMPLETED, "first"),
+        ]
+    );
+    assert!(listed.iter().all(|e| e.id.starts_with("evt_")));
+    let paid = &payloads[3]["data"];
+    assert_eq!(paid["status"], "PAID");
+    assert_eq!(paid["amounts"]["paid"].to_string(), "120.00");
+    assert_eq!(payloads[4]["data"]["reason"], "Your card was declined.");
+    let cancelled = &payloads[6]["data"];
+    assert_eq!(cancelled["status"], "PARTIALLY_CANCELLED");
+    assert_eq!(cancelled["cancellation"]["receiptNumber"], receipt.as_str());
+    assert_eq!(cancelled["cancellation"]["refund"].to_string(), "20.00");
+    assert_eq!(cancelled["amounts"]["refunded"].to_string(), "20.00");
+    assert_eq!(payloads[5]["data"]["cancellation"]["outcome"], "PENDING");
+
+    // Paging, and no provider reads another's cursor.
+    let page = outbox
+        .events_after(acme.provider_id.clone(), Some(listed[1].id.clone()), 2)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        page.iter().map(|e| &e.id).collect::<Vec<_>>(),
+        [&listed[2].id, &listed[3].id]
+    );
+    assert_eq!(
+        outbox
+            .events_after(other.provider_id.clone(), Some(listed[0].id.clone()), 10)
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(
+        outbox
+            .events_after(other.provider_id.clone(), None, 10)
+            .await
+            .unwrap()
+            .unwrap()
+            .is_empty()
+    );
+
+    // Deliveries: one per endpoint and transaction at a time, oldest first.
+    let lease = |owner: &str| Lease {
+        owner: owner.to_owned(),
+        until: at(100),
+    };
+    let claimed = outbox
+        .claim_deliveries(lease("a"), at(10), 100)
+        .await
+        .unwrap();
+    let heads: Vec<(&str, &str)> = claimed
+        .iter()
+        .map(|job| {
+            let kind = listed.iter().position(|e| e.id == job.event_id).unwrap();
+            (job.endpoint_id.as_str(), kinds[kind].0)
+        })
+        .collect();
+    assert_eq!(
+        heads,
+        vec![
+            (all.endpoint_id.as_str(), types::CREATED),
+            (all.endpoint_id.as_str(), types::CREATED),
+            (paid_only.endpoint_id.as_str(), types::PAID),
+        ]
+    );
+    assert_eq!(claimed[0].secrets, vec![all.secret.clone()]);
+    assert_eq!(claimed[0].payload, listed[0].payload);
+    assert_eq!(claimed[0].url, "https://hooks.example/all");
+    // Leased: another instance gets none of them.
+    assert!(
+        outbox
+            .claim_deliveries(lease("b"), at(11), 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let first = &claimed[0];
+    outbox
+        .finish_delivery(
+            first.event_seq,
+            first.endpoint_id.clone(),
+            "a".to_owned(),
+            Attempt::Done,
+            at(12),
+        )
+        .await
+        .unwrap();
+    let retry_of = &claimed[1];
+    outbox
+        .finish_delivery(
+            retry_of.event_seq,
+            retry_of.endpoint_id.clone(),
+            "a".to_owned(),
+            Attempt::Retry {
+                at: at(50),
+                error: "endpoint answered 500".to_owned(),
+            },
+            at(12),
+        )
+        .await
+        .unwrap();
+    // A finish by an owner that does not hold the lease changes nothing.
+    outbox
+        .finish_delivery(
+            claimed[2].event_seq,
+            claimed[2].endpoint_id.clone(),
+            "b".to_owned(),
+            Attempt::Done,
+            at(12),
+        )
+        .await
+        .unwrap();
+    let next = outbox
+        .claim_deliveries(lease("b"), at(13), 100)
+        .await
+        .unwrap();
+    assert_eq!(
+        next.len(),
+        1,
+        "the first transaction's next event; the second waits for its retry"
+    );
+    assert_eq!(next[0].event_id, listed[2].id);
+    let retried = outbox
+        .claim_deliveries(lease("c"), at(51), 100)
+        .await
+        .unwrap();
+    assert!(
+        retried
+            .iter()
+            .any(|job| job.event_id == listed[1].id && job.attempts == 1)
+    );
+
+    // Rotation: both secrets sign until the overlap ends.
+    let rotated = providers::rotate_webhook_secret(db, &all.endpoint_id, at(0)).unwrap();
+    providers::remove_webhook(db, &paid_only.endpoint_id, at(0)).unwrap();
+    let stats = outbox.outbox_stats(at(60)).await.unwrap();
+    assert!(stats.deliveries_queued >= 5, "{stats:?}");
+    let later = outbox
+        .claim_deliveries(lease("d"), at(200), 100)
+        .await
+        .unwrap();
+    assert!(
+        later.iter().all(|job| job.endpoint_id == all.endpoint_id),
+        "removed endpoint"
+    );
+    let signing = later.first().expect("a due delivery");
+    assert_eq!(
+        signing.secrets,
+        vec![rotated.secret.clone(), all.secret.clone()]
+    );
+    let listed_endpoints = providers::list_webhooks(db, Some(&acme.provider_id)).unwrap();
+    assert_eq!(listed_endpoints.len(), 1);
+    assert!(listed_endpoints[0].previous_secret_until.is_some());
+
+    // E-mails: the contract e-mail at creation, the receipt after the cancellation.
+    let mails = outbox.claim_mails(lease("a"), at(10), 10).await.unwrap();
+    assert_eq!(
+        mails.iter().map(|m| m.kind.as_str()).collect::<Vec<_>>(),
+        ["CONTRACT", "RECEIPT"]
+    );
+    assert_eq!(mails[0].recipients, ["a@example.com", "b@example.com"]);
+    assert_eq!(mails[1].receipt_number.as_deref(), Some(receipt.as_str()));
+    assert!(
+        mails[0]
+            .message_id
+            .starts_with(&format!("<{}.", listed[0].id))
+    );
+    assert_eq!(stats.mails_queued, 2);
+    outbox
+        .finish_mail(mails[0].id.clone(), "a".to_owned(), Attempt::Done, at(11))
+        .await
+        .unwrap();
+    outbox
+        .finish_mail(
+            mails[1].id.clone(),
+            "a".to_owned(),
+            Attempt::GiveUp {
+                error: "refused".to_owned(),
+            },
+            at(11),
+        )
+        .await
+        .unwrap();
+    let shown = record(opened, &id).await.mails;
+    assert_eq!(
+        shown
+            .iter()
+            .map(|m| (m.kind.as_str(), m.status.as_str()))
+            .collect::<Vec<_>>(),
+        [("CONTRACT", "SENT"), ("RECEIPT", "FAILED")]
+    );
+    assert!(
+        outbox
+            .claim_mails(lease("b"), at(20), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// Creates an unpaid EUR transaction; returns its id.

@@ -12,6 +12,7 @@
 pub mod access;
 pub mod cancellations;
 mod error;
+pub mod events;
 pub mod files;
 pub mod idempotency;
 pub mod payments;
@@ -28,6 +29,7 @@ use crate::payments::{LinkKey, PaymentProcessor};
 use crate::refunds::Refunds;
 use crate::store::Store;
 use crate::store::cancellation::CancellationStore;
+use crate::store::outbox::OutboxStore;
 
 /// How long an idempotency key is honoured (R-9.1: at least 24 hours).
 pub const IDEMPOTENCY_TTL: Duration = Duration::hours(24);
@@ -43,6 +45,10 @@ pub struct Services {
     pub refunds: Arc<Refunds>,
     /// The customer's payment pages.
     pub pages: PaymentPages,
+    /// The outbox of events (`GET /events`).
+    pub outbox: Arc<dyn OutboxStore>,
+    /// Request and delivery metrics.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// What the customer's payment pages need: where they are served, how long their links live,

@@ -257,7 +257,7 @@ impl Services {
         }
         let (card, problems) = check_form(&form, now);
         let Some(card) = card.filter(|_| problems.is_empty()) else {
-            self.store.add_payment_failure(id, now, since).await?;
+            self.store.add_payment_failure(id, now, since, None).await?;
             return Ok(PayAttempt::Invalid(problems));
         };
         let amount = amount_due(&record);
@@ -283,7 +283,9 @@ impl Services {
         let reference = match outcome {
             ChargeOutcome::Approved { reference, .. } => reference,
             ChargeOutcome::Declined { message } => {
-                self.store.add_payment_failure(id, now, since).await?;
+                self.store
+                    .add_payment_failure(id, now, since, Some(message.clone()))
+                    .await?;
                 return Ok(PayAttempt::Declined(message));
             }
         };

@@ -3,8 +3,9 @@
 
 use chrono::{DateTime, Utc};
 use engine::api::{
-    Amounts, CheckoutEmail, CheckoutInfo, CorporateCheckout, Created, PaymentReq, ProviderSettings,
-    QuoteResult, StatusItem, StatusRecord, TransactionStatus, UpdateResult, UpdateTransaction,
+    Amounts, CheckoutEmail, CheckoutInfo, CorporateCheckout, Created, EmailStatus, PaymentReq,
+    ProviderSettings, QuoteResult, StatusItem, StatusRecord, TransactionStatus, UpdateResult,
+    UpdateTransaction,
 };
 
 use super::idempotency::{StoredResponse, body_hash, key_of};
@@ -340,6 +341,17 @@ fn status_record(record: &TransactionRecord) -> StatusRecord {
         cancellations: record.cancellations.clone(),
         payment_url: None,
         payment_url_expires_at: None,
+        emails: record
+            .mails
+            .iter()
+            .map(|mail| EmailStatus {
+                kind: mail.kind.clone(),
+                receipt_number: mail.receipt_number.clone(),
+                recipients: mail.recipients.clone(),
+                status: mail.status.clone(),
+                at: mail.at.clone(),
+            })
+            .collect(),
     }
 }
 

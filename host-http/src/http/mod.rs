@@ -7,7 +7,6 @@
 pub mod cancellations;
 pub mod error;
 pub mod files;
-pub mod i18n;
 pub mod multipart;
 pub mod pages;
 pub mod request;
@@ -63,5 +62,6 @@ pub async fn dispatch(
         Route::PaymentPage(token) => pages::page(services, request, &token, now).await,
         Route::PaymentSubmit(token) => pages::submit(services, request, &token, now).await,
         Route::Stylesheet => Ok(pages::stylesheet()),
+        Route::Events => transactions::events(services, request).await,
     }
 }

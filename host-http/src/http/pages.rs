@@ -15,12 +15,11 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 
 use super::error::ApiError;
-use super::i18n::{Lang, Texts};
 use super::request::query_param;
 use super::response::HttpResponse;
 use crate::app::payments::{CardForm, Field, PageItem, PageState, PageView, PayAttempt};
 use crate::app::{Error, Resource, Services};
-use engine::terms::Terms;
+use crate::i18n::{Lang, Texts};
 
 /// Largest payment form accepted: eight short fields and a token.
 pub const MAX_FORM_BYTES: usize = 16 * 1024;
@@ -595,39 +594,7 @@ fn item_view(lang: Lang, currency: &str, item: &PageItem) -> ItemView {
         };
         lines.push((label, money(tax.amount)));
     }
-    let terms = match &item.terms {
-        Terms::FreeAtAnyTime => vec![t.free_any_time.to_owned()],
-        Terms::NonRefundable => vec![t.non_refundable.to_owned()],
-        Terms::Schedule { free_until, steps } => {
-            let mut lines = Vec::with_capacity(steps.len() + 1);
-            if let Some(until) = free_until {
-                lines.push(
-                    t.free_until
-                        .replace("{at}", &lang.instant(*until, item.zone)),
-                );
-            }
-            for (i, step) in steps.iter().enumerate() {
-                let charge = match step.percent {
-                    Some(percent) => t
-                        .charged_percent
-                        .replace("{percent}", &lang.percent(percent))
-                        .replace("{amount}", &money(step.penalty)),
-                    None => t.charged_amount.replace("{amount}", &money(step.penalty)),
-                };
-                let template = if i == 0 && free_until.is_none() {
-                    t.step_now
-                } else {
-                    t.step_from
-                };
-                lines.push(
-                    template
-                        .replace("{at}", &lang.instant(step.from, item.zone))
-                        .replace("{charge}", &charge),
-                );
-            }
-            lines
-        }
-    };
+    let terms = lang.terms(&item.terms, item.zone, currency);
     ItemView {
         order: item.order,
         name: item

@@ -49,6 +49,8 @@ pub enum Route {
     PaymentSubmit(String),
     /// `GET /assets/checkout.css`: the payment page's stylesheet.
     Stylesheet,
+    /// `GET /events`: the provider's events after a cursor.
+    Events,
 }
 
 impl Route {
@@ -74,6 +76,7 @@ impl Route {
             Route::Receipt(_) => "/receipts/{receiptNumber}",
             Route::PaymentPage(_) | Route::PaymentSubmit(_) => "/pay/{token}",
             Route::Stylesheet => "/assets/checkout.css",
+            Route::Events => "/events",
         }
     }
 }
@@ -135,6 +138,7 @@ pub fn route(method: &Method, path: &str, sandbox: bool) -> Result<Route, ApiErr
             },
         ),
         ["assets", "checkout.css"] => ("GET", get.then_some(Route::Stylesheet)),
+        ["events"] => ("GET", get.then_some(Route::Events)),
         // `PUT /{transactionId}` catches every one-segment path: another method on a segment that
         // is not even a UUID is an unknown route (404), not a wrong method on this one (405).
         [id] if !id.is_empty() && (method == Method::PUT || uuid::Uuid::try_parse(id).is_ok()) => (

@@ -204,6 +204,9 @@ async fn handle(state: Arc<Services>, request: Request<Incoming>, id: String) ->
             .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
     }
     let elapsed = started.elapsed();
+    state
+        .metrics
+        .request(template, response.status().as_u16(), elapsed);
     tracing::info!(
         request_id = %id,
         method = %method,

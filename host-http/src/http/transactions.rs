@@ -9,7 +9,7 @@ use hyper::{Request, StatusCode};
 
 use super::error::ApiError;
 use super::request::{
-    authenticate, authorize, idempotency_key, read_json_body, read_json_body_or_empty,
+    authenticate, authorize, idempotency_key, query_param, read_json_body, read_json_body_or_empty,
     transaction_id,
 };
 use super::response::{HttpResponse, json, json_text, replayed, set_location};
@@ -98,6 +98,38 @@ pub async fn quote(
     let principal = authenticate(services, request.headers()).await?;
     let body = read_json_body(request).await?;
     json(StatusCode::OK, &services.quote(&principal, &body).await?)
+}
+
+/// `GET /events?after=<eventId>&limit=<n>`: the provider's events, oldest first (scope
+/// `transactions:read`).
+pub async fn events(
+    services: &Services,
+    request: Request<Incoming>,
+) -> Result<HttpResponse, ApiError> {
+    let principal = authorize(services, request.headers(), Scope::TransactionsRead).await?;
+    let query = request.uri().query();
+    let after = query_param(query, "after").filter(|a| !a.is_empty());
+    if after.as_ref().is_some_and(|a| a.len() > 100) {
+        return Err(ApiError::Validation(vec![
+            "after must be shorter than or equal to 100 characters".to_owned(),
+        ]));
+    }
+    let limit = match query_param(query, "limit") {
+        None => crate::app::events::MAX_PAGE,
+        Some(text) => match text.parse::<u32>() {
+            Ok(n) if (1..=crate::app::events::MAX_PAGE).contains(&n) => n,
+            _ => {
+                return Err(ApiError::Validation(vec![format!(
+                    "limit must be an integer from 1 to {}",
+                    crate::app::events::MAX_PAGE
+                )]));
+            }
+        },
+    };
+    json(
+        StatusCode::OK,
+        &services.events(&principal, after, limit).await?,
+    )
 }
 
 /// `POST /sandbox/transactions/{transactionId}/pay`. The body is validated by

@@ -43,6 +43,23 @@ pub struct CredentialListing {
     pub revoked_at: Option<String>,
 }
 
+/// A webhook endpoint to store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewWebhook {
+    /// `ep_…`.
+    pub endpoint_id: String,
+    /// Owner.
+    pub provider_id: String,
+    /// Where events are POSTed.
+    pub url: String,
+    /// Types delivered, comma-separated; `None`: every type.
+    pub events: Option<String>,
+    /// The `whsec_…` signing secret.
+    pub secret: String,
+    /// Creation instant.
+    pub created_at: DateTime<Utc>,
+}
+
 /// A change of a provider row, applied inside the store's write transaction.
 pub type ProviderChange<'a> = &'a (dyn Fn(&mut ProviderRow) + Sync);
 
@@ -75,4 +92,26 @@ pub trait AdminStore: std::fmt::Debug {
 
     /// The oldest provider with this display name.
     fn provider_named(&self, name: &str) -> Result<Option<String>, StoreError>;
+
+    /// Adds a webhook endpoint; `false` when its provider does not exist.
+    fn add_webhook(&self, webhook: &NewWebhook) -> Result<bool, StoreError>;
+
+    /// Replaces an endpoint's secret; the previous one signs beside it until `previous_until`.
+    /// `false` when no active endpoint has this id.
+    fn rotate_webhook_secret(
+        &self,
+        endpoint_id: &str,
+        secret: &str,
+        previous_until: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+
+    /// Removes an endpoint: nothing more is delivered to it, and its queued deliveries are
+    /// marked failed. `false` when no active endpoint has this id.
+    fn remove_webhook(&self, endpoint_id: &str, now: DateTime<Utc>) -> Result<bool, StoreError>;
+
+    /// The active endpoints, of one provider or of all, oldest first (never their secrets).
+    fn list_webhooks(
+        &self,
+        provider_id: Option<&str>,
+    ) -> Result<Vec<crate::store::outbox::WebhookEndpoint>, StoreError>;
 }

@@ -229,6 +229,14 @@ pub trait CancellationStore: Send + Sync + std::fmt::Debug + 'static {
         now: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<Option<CancellationView>, StoreError>>;
 
+    /// Notes that the gateway's answer on a PENDING refund is unknown, writing the
+    /// `refund.pending` event once per refund.
+    fn refund_unknown(
+        &self,
+        refund_id: String,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
+
     /// Every refund still PENDING, oldest first.
     fn pending_refunds(&self) -> BoxFuture<'_, Result<Vec<CancellationView>, StoreError>>;
 

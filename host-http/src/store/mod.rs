@@ -12,6 +12,7 @@
 
 pub mod admin;
 pub mod cancellation;
+pub mod outbox;
 pub mod postgres;
 pub mod sqlite;
 
@@ -202,6 +203,8 @@ pub struct Opened {
     pub cancellations: std::sync::Arc<dyn cancellation::CancellationStore>,
     /// The `ledger` refund gateway, which records refunds in this database.
     pub ledger: std::sync::Arc<dyn crate::gateway::RefundGateway>,
+    /// The outbox: events, webhook deliveries, e-mails.
+    pub outbox: std::sync::Arc<dyn outbox::OutboxStore>,
 }
 
 /// Opens (creating and migrating) the database `db` names.
@@ -214,8 +217,9 @@ pub async fn open(db: &Db, pool: &PoolSettings) -> Result<Opened, StoreError> {
                 .map_err(|e| StoreError::Config(e.to_string()))?;
             Ok(Opened {
                 store: store.clone(),
-                cancellations: store,
+                cancellations: store.clone(),
                 ledger: std::sync::Arc::new(ledger),
+                outbox: store,
             })
         }
         Db::Postgres(url) => {
@@ -223,6 +227,7 @@ pub async fn open(db: &Db, pool: &PoolSettings) -> Result<Opened, StoreError> {
             Ok(Opened {
                 store: store.clone(),
                 cancellations: store.clone(),
+                outbox: store.clone(),
                 ledger: std::sync::Arc::new(postgres::PgLedger::new(store)),
             })
         }
@@ -429,6 +434,8 @@ pub struct TransactionRecord {
     pub updated_at: String,
     /// When the payment page expires (RFC 3339); `None` for rows older than payment pages.
     pub payment_link_expires_at: Option<String>,
+    /// Its e-mails (the contract e-mail, receipts), oldest first.
+    pub mails: Vec<outbox::MailRecord>,
 }
 
 /// The identity of one idempotent request: keys are scoped per provider.
@@ -599,12 +606,14 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Records one failed payment attempt on a transaction's payment page (a declined card or
     /// invalid card data) at `at`; returns how many failed at or after `since`, this one
-    /// included.
+    /// included. A decline (`declined` holds the processor's reason) also writes the
+    /// `transaction.payment_failed` event, in the same transaction.
     fn add_payment_failure(
         &self,
         transaction_id: String,
         at: DateTime<Utc>,
         since: DateTime<Utc>,
+        declined: Option<String>,
     ) -> BoxFuture<'_, Result<u32, StoreError>>;
 
     /// How many payment attempts on a transaction's page failed at or after `since`.

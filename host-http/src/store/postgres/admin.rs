@@ -7,7 +7,10 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Object};
 
 use super::{build_pool, migrate_url, parse_instant, pool_error, provider_of, read_provider};
-use crate::store::admin::{AdminStore, CredentialListing, NewCredential, ProviderChange};
+use crate::store::admin::{
+    AdminStore, CredentialListing, NewCredential, NewWebhook, ProviderChange,
+};
+use crate::store::outbox::WebhookEndpoint;
 use crate::store::sqlite::to_json;
 use crate::store::{PoolSettings, ProviderRow, StoreError, format_instant};
 
@@ -229,6 +232,95 @@ impl AdminStore for PgAdmin {
                 .await?
                 .map(|row| row.try_get(0))
                 .transpose()?)
+        })
+    }
+
+    fn add_webhook(&self, webhook: &NewWebhook) -> Result<bool, StoreError> {
+        self.run(async move |client: &mut Object| {
+            let inserted = client
+                .execute(
+                    "INSERT INTO webhook_endpoints (id, provider_id, url, event_types, secret, \
+                     created_at) SELECT $1, id, $3, $4, $5, $6 FROM providers WHERE id = $2",
+                    &[
+                        &webhook.endpoint_id,
+                        &webhook.provider_id,
+                        &webhook.url,
+                        &webhook.events,
+                        &webhook.secret,
+                        &webhook.created_at,
+                    ],
+                )
+                .await?;
+            Ok(inserted == 1)
+        })
+    }
+
+    fn rotate_webhook_secret(
+        &self,
+        endpoint_id: &str,
+        secret: &str,
+        previous_until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.run(async move |client: &mut Object| {
+            let changed = client
+                .execute(
+                    "UPDATE webhook_endpoints SET previous_secret = secret, previous_until = $3, \
+                     secret = $2 WHERE id = $1 AND removed_at IS NULL",
+                    &[&endpoint_id, &secret, &previous_until],
+                )
+                .await?;
+            Ok(changed > 0)
+        })
+    }
+
+    fn remove_webhook(&self, endpoint_id: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        self.run(async move |client: &mut Object| {
+            let tx = client.transaction().await?;
+            let changed = tx
+                .execute(
+                    "UPDATE webhook_endpoints SET removed_at = $2 WHERE id = $1 \
+                     AND removed_at IS NULL",
+                    &[&endpoint_id, &now],
+                )
+                .await?;
+            tx.execute(
+                "UPDATE webhook_deliveries SET status = 'FAILED', \
+                 last_result = 'endpoint removed', lease_owner = NULL, lease_until = NULL \
+                 WHERE endpoint_id = $1 AND status = 'QUEUED'",
+                &[&endpoint_id],
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(changed > 0)
+        })
+    }
+
+    fn list_webhooks(&self, provider_id: Option<&str>) -> Result<Vec<WebhookEndpoint>, StoreError> {
+        self.run(async move |client: &mut Object| {
+            let rows = client
+                .query(
+                    "SELECT id, provider_id, url, event_types, created_at, previous_until \
+                     FROM webhook_endpoints WHERE removed_at IS NULL \
+                     AND ($1::text IS NULL OR provider_id = $1) ORDER BY created_at, id",
+                    &[&provider_id],
+                )
+                .await?;
+            rows.iter()
+                .map(|row| {
+                    Ok(WebhookEndpoint {
+                        endpoint_id: row.try_get(0)?,
+                        provider_id: row.try_get(1)?,
+                        url: row.try_get(2)?,
+                        events: row
+                            .try_get::<_, Option<String>>(3)?
+                            .map(|list| list.split(',').map(str::to_owned).collect()),
+                        created_at: format_instant(row.try_get(4)?),
+                        previous_secret_until: row
+                            .try_get::<_, Option<DateTime<Utc>>>(5)?
+                            .map(format_instant),
+                    })
+                })
+                .collect()
         })
     }
 }

@@ -19,6 +19,7 @@ use crate::store::cancellation::{
     CancellationStore, CancellationView, FileRecord, Lease, NewCancellation, NewFile, Reserved,
     Settlement, check_reservation, outcome, receipt_number, result_of, status_after,
 };
+use crate::store::outbox as events;
 use crate::store::sqlite::{from_json, to_json};
 use crate::store::{IdempotencyKey, IdempotentResponse, Owned, StoreError, format_instant};
 
@@ -343,7 +344,39 @@ async fn succeed(
         .await?;
     let view = must_view(client, refund_id).await?;
     finish_key(client, &view).await?;
+    settled_events(client, &view, now).await?;
     Ok(view)
+}
+
+/// The events of a settled cancellation, in its transaction: `cancellation.succeeded` or
+/// `cancellation.failed`, then `refund.completed` when the gateway's answer had been unknown.
+async fn settled_events(
+    client: &impl GenericClient,
+    view: &CancellationView,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let was_unknown: bool = client
+        .query_one(
+            "SELECT unknown_since IS NOT NULL FROM cancellations WHERE id = $1",
+            &[&view.refund_id],
+        )
+        .await?
+        .try_get(0)?;
+    let summary = super::outbox::summary(client, &view.transaction_id).await?;
+    let kind = if view.outcome == outcome::SUCCESS {
+        events::types::CANCELLATION_SUCCEEDED
+    } else {
+        events::types::CANCELLATION_FAILED
+    };
+    super::outbox::write_event(client, &events::cancellation(kind, &summary, view, now)?).await?;
+    if was_unknown {
+        super::outbox::write_event(
+            client,
+            &events::cancellation(events::types::REFUND_COMPLETED, &summary, view, now)?,
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// A decline: the refund FAILED with its reason, the items ACTIVE again (R-4.8).
@@ -377,6 +410,7 @@ async fn decline(
         .await?;
     let view = must_view(client, refund_id).await?;
     finish_key(client, &view).await?;
+    settled_events(client, &view, now).await?;
     Ok(view)
 }
 
@@ -456,6 +490,50 @@ impl CancellationStore for PgStore {
         Box::pin(
             async move { settle(&mut self.client().await?, &refund_id, &settlement, now).await },
         )
+    }
+
+    fn refund_unknown(
+        &self,
+        refund_id: String,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let Some(row) = tx
+                .query_opt(
+                    "SELECT transaction_id FROM cancellations WHERE id = $1",
+                    &[&refund_id],
+                )
+                .await?
+            else {
+                return Ok(());
+            };
+            let transaction_id: String = row.try_get(0)?;
+            tx.execute(
+                "SELECT 1 FROM transactions WHERE id = $1 FOR UPDATE",
+                &[&transaction_id],
+            )
+            .await?;
+            let changed = tx
+                .execute(
+                    "UPDATE cancellations SET unknown_since = $2 WHERE id = $1 \
+                     AND outcome = 'PENDING' AND unknown_since IS NULL",
+                    &[&refund_id, &now],
+                )
+                .await?;
+            if changed == 1 {
+                let view = must_view(&tx, &refund_id).await?;
+                let summary = super::outbox::summary(&tx, &transaction_id).await?;
+                super::outbox::write_event(
+                    &tx,
+                    &events::cancellation(events::types::REFUND_PENDING, &summary, &view, now)?,
+                )
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
     }
 
     fn pending_refunds(&self) -> BoxFuture<'_, Result<Vec<CancellationView>, StoreError>> {

@@ -168,6 +168,78 @@ CREATE TABLE service_keys (
 );
 "#,
     },
+    Migration {
+        version: 3,
+        description: "outbox: events, webhook endpoints and deliveries, e-mails",
+        sql: r#"
+ALTER TABLE cancellations ADD COLUMN unknown_since timestamptz;
+
+CREATE TABLE events (
+    seq             bigserial PRIMARY KEY,              -- the order events happened in
+    id              text NOT NULL UNIQUE,               -- evt_…, the webhook-id
+    provider_id     text NOT NULL,
+    transaction_id  text NOT NULL,
+    type            text NOT NULL,
+    payload         text NOT NULL,                      -- the Standard Webhooks payload as sent
+    created_at      timestamptz NOT NULL
+);
+CREATE INDEX events_provider ON events(provider_id, seq);
+
+CREATE TABLE webhook_endpoints (
+    id               text PRIMARY KEY,                  -- ep_…
+    provider_id      text NOT NULL REFERENCES providers(id),
+    url              text NOT NULL,
+    event_types      text,                              -- comma-separated; NULL: every type
+    secret           text NOT NULL,                     -- whsec_…: it signs, so it is kept
+    previous_secret  text,                              -- still signs until previous_until
+    previous_until   timestamptz,
+    created_at       timestamptz NOT NULL,
+    removed_at       timestamptz
+);
+CREATE INDEX webhook_endpoints_provider ON webhook_endpoints(provider_id);
+
+CREATE TABLE webhook_deliveries (
+    event_seq         bigint NOT NULL REFERENCES events(seq),
+    endpoint_id       text NOT NULL REFERENCES webhook_endpoints(id),
+    transaction_id    text NOT NULL,
+    status            text NOT NULL,                    -- QUEUED, SENT, FAILED
+    attempts          integer NOT NULL,
+    next_attempt_at   timestamptz NOT NULL,
+    first_attempt_at  timestamptz,
+    last_attempt_at   timestamptz,
+    last_result       text,
+    delivered_at      timestamptz,
+    lease_owner       text,
+    lease_until       timestamptz,
+    created_at        timestamptz NOT NULL,
+    PRIMARY KEY (event_seq, endpoint_id)
+);
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries(status, next_attempt_at);
+CREATE INDEX webhook_deliveries_order ON webhook_deliveries(endpoint_id, transaction_id, status);
+
+CREATE TABLE email_messages (
+    id               text PRIMARY KEY,
+    event_seq        bigint NOT NULL REFERENCES events(seq),
+    provider_id      text NOT NULL,
+    transaction_id   text NOT NULL,
+    kind             text NOT NULL,                     -- CONTRACT, RECEIPT
+    receipt_number   text,
+    recipients       jsonb NOT NULL,
+    message_id       text NOT NULL,
+    status           text NOT NULL,                     -- QUEUED, SENT, FAILED
+    attempts         integer NOT NULL,
+    next_attempt_at  timestamptz NOT NULL,
+    last_error       text,
+    sent_at          timestamptz,
+    lease_owner      text,
+    lease_until      timestamptz,
+    created_at       timestamptz NOT NULL,
+    updated_at       timestamptz NOT NULL
+);
+CREATE INDEX email_messages_due ON email_messages(status, next_attempt_at);
+CREATE INDEX email_messages_transaction ON email_messages(transaction_id);
+"#,
+    },
 ];
 
 /// Latest schema version this build knows.

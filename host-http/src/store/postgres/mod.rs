@@ -12,6 +12,7 @@ pub mod admin;
 pub mod cancellation;
 pub mod ledger;
 pub mod migrations;
+pub mod outbox;
 #[cfg(feature = "test-support")]
 pub mod testing;
 
@@ -34,6 +35,7 @@ pub use admin::PgAdmin;
 pub use ledger::PgLedger;
 pub use migrations::migrate_url;
 
+use super::outbox as events;
 use super::sqlite::{from_json, opt_json, to_json};
 use super::{
     Claim, CredentialRow, IdempotencyKey, IdempotencyRecord, IdempotencyState, IdempotentResponse,
@@ -256,6 +258,7 @@ async fn read_transaction(
     };
     let items = read_items(client, id).await?;
     let cancellations = read_cancellations(client, id).await?;
+    let mails = outbox::read_mails(client, id).await?;
     Ok(Some(TransactionRecord {
         id: id.to_owned(),
         provider_id: row.try_get(0)?,
@@ -279,6 +282,7 @@ async fn read_transaction(
         updated_at: format_instant(row.try_get(16)?),
         time_zone: row.try_get(17)?,
         payment_link_expires_at: instant(row.try_get(18)?),
+        mails,
     }))
 }
 
@@ -595,6 +599,8 @@ impl PgStore {
         if let Some(response) = response {
             finish_idempotency(&tx, response).await?;
         }
+        let summary = events::new_summary(transaction, &reference);
+        outbox::write_event(&tx, &events::created(&summary, transaction.created_at)?).await?;
         tx.commit().await?;
         Ok(reference)
     }
@@ -634,6 +640,12 @@ impl PgStore {
                 &attachments,
                 &now,
             ],
+        )
+        .await?;
+        let summary = outbox::summary(&tx, id).await?;
+        outbox::write_event(
+            &tx,
+            &events::changed(events::types::UPDATED, &summary, now)?,
         )
         .await?;
         tx.commit().await?;
@@ -686,6 +698,8 @@ impl PgStore {
             &[&id, &Numeric(paid), &paid_at, &details, &now],
         )
         .await?;
+        let summary = outbox::summary(&tx, id).await?;
+        outbox::write_event(&tx, &events::changed(events::types::PAID, &summary, now)?).await?;
         tx.commit().await?;
         Ok(Owned::Done(PayOutcome::Paid(paid)))
     }
@@ -837,10 +851,20 @@ impl Store for PgStore {
         transaction_id: String,
         at: DateTime<Utc>,
         since: DateTime<Utc>,
+        declined: Option<String>,
     ) -> BoxFuture<'_, Result<u32, StoreError>> {
         Box::pin(async move {
-            let client = self.client().await?;
-            let statement = client
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            if declined.is_some() {
+                // The row lock orders this event among the transaction's other events.
+                tx.execute(
+                    "SELECT 1 FROM transactions WHERE id = $1 FOR UPDATE",
+                    &[&transaction_id],
+                )
+                .await?;
+            }
+            let statement = tx
                 .prepare_cached(
                     "WITH added AS (INSERT INTO payment_failures (transaction_id, at) \
                      VALUES ($1, $2)) \
@@ -848,10 +872,15 @@ impl Store for PgStore {
                      WHERE transaction_id = $1 AND at >= $3",
                 )
                 .await?;
-            let count: i64 = client
+            let count: i64 = tx
                 .query_one(&statement, &[&transaction_id, &at, &since])
                 .await?
                 .try_get(0)?;
+            if let Some(reason) = declined {
+                let summary = outbox::summary(&tx, &transaction_id).await?;
+                outbox::write_event(&tx, &events::payment_failed(&summary, &reason, at)?).await?;
+            }
+            tx.commit().await?;
             Ok(u32::try_from(count).unwrap_or(u32::MAX))
         })
     }

@@ -8,7 +8,10 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{open_migrated, read_provider, to_json};
-use crate::store::admin::{AdminStore, CredentialListing, NewCredential, ProviderChange};
+use crate::store::admin::{
+    AdminStore, CredentialListing, NewCredential, NewWebhook, ProviderChange,
+};
+use crate::store::outbox::WebhookEndpoint;
 use crate::store::{ProviderRow, StoreError, format_instant};
 
 /// [`AdminStore`] on an SQLite file.
@@ -155,5 +158,92 @@ impl AdminStore for SqliteAdmin {
                 |r| r.get(0),
             )
             .optional()?)
+    }
+
+    fn add_webhook(&self, webhook: &NewWebhook) -> Result<bool, StoreError> {
+        let mut conn = self.connection()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let exists = tx
+            .query_row(
+                "SELECT 1 FROM providers WHERE id = ?1",
+                [&webhook.provider_id],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some();
+        if !exists {
+            return Ok(false);
+        }
+        tx.execute(
+            "INSERT INTO webhook_endpoints (id, provider_id, url, event_types, secret, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                webhook.endpoint_id,
+                webhook.provider_id,
+                webhook.url,
+                webhook.events,
+                webhook.secret,
+                format_instant(webhook.created_at)
+            ],
+        )?;
+        tx.commit()?;
+        Ok(true)
+    }
+
+    fn rotate_webhook_secret(
+        &self,
+        endpoint_id: &str,
+        secret: &str,
+        previous_until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let conn = self.connection()?;
+        let changed = conn.execute(
+            "UPDATE webhook_endpoints SET previous_secret = secret, previous_until = ?3, \
+             secret = ?2 WHERE id = ?1 AND removed_at IS NULL",
+            params![endpoint_id, secret, format_instant(previous_until)],
+        )?;
+        Ok(changed > 0)
+    }
+
+    fn remove_webhook(&self, endpoint_id: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        let mut conn = self.connection()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let now = format_instant(now);
+        let changed = tx.execute(
+            "UPDATE webhook_endpoints SET removed_at = ?2 WHERE id = ?1 AND removed_at IS NULL",
+            params![endpoint_id, now],
+        )?;
+        tx.execute(
+            "UPDATE webhook_deliveries SET status = 'FAILED', last_result = 'endpoint removed', \
+             lease_owner = NULL, lease_until = NULL \
+             WHERE endpoint_id = ?1 AND status = 'QUEUED'",
+            [endpoint_id],
+        )?;
+        tx.commit()?;
+        Ok(changed > 0)
+    }
+
+    fn list_webhooks(&self, provider_id: Option<&str>) -> Result<Vec<WebhookEndpoint>, StoreError> {
+        let conn = self.connection()?;
+        let mut statement = conn.prepare(
+            "SELECT id, provider_id, url, event_types, created_at, previous_until \
+             FROM webhook_endpoints WHERE removed_at IS NULL \
+             AND (?1 IS NULL OR provider_id = ?1) ORDER BY created_at, id",
+        )?;
+        let rows = statement
+            .query_map([provider_id], |r| {
+                Ok(WebhookEndpoint {
+                    endpoint_id: r.get(0)?,
+                    provider_id: r.get(1)?,
+                    url: r.get(2)?,
+                    events: r
+                        .get::<_, Option<String>>(3)?
+                        .map(|list| list.split(',').map(str::to_owned).collect()),
+                    created_at: r.get(4)?,
+                    previous_secret_until: r.get(5)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
     }
 }

@@ -15,6 +15,7 @@ use crate::store::cancellation::{
     CancellationStore, CancellationView, FileRecord, Lease, NewCancellation, NewFile, Reserved,
     Settlement, check_reservation, outcome, receipt_number, result_of, status_after,
 };
+use crate::store::outbox as events;
 use crate::store::{IdempotencyKey, IdempotentResponse, Owned, StoreError, format_instant};
 
 fn corrupt(column: &'static str, detail: impl Into<String>) -> StoreError {
@@ -380,7 +381,55 @@ fn succeed(
     let view =
         read_view(conn, refund_id)?.ok_or_else(|| corrupt("cancellations", "refund missing"))?;
     finish_key(conn, &view)?;
+    settled_events(conn, &view, now)?;
     Ok(view)
+}
+
+/// The events of a settled cancellation, in its transaction: `cancellation.succeeded` or
+/// `cancellation.failed`, then `refund.completed` when the gateway's answer had been unknown.
+fn settled_events(conn: &Connection, view: &CancellationView, now: &str) -> Result<(), StoreError> {
+    let was_unknown: bool = conn
+        .prepare_cached("SELECT unknown_since IS NOT NULL FROM cancellations WHERE id = ?1")?
+        .query_row([&view.refund_id], |r| r.get(0))?;
+    let summary = super::outbox::summary(conn, &view.transaction_id)?;
+    let at = events::instant(now);
+    let kind = if view.outcome == outcome::SUCCESS {
+        events::types::CANCELLATION_SUCCEEDED
+    } else {
+        events::types::CANCELLATION_FAILED
+    };
+    super::outbox::write_event(conn, &events::cancellation(kind, &summary, view, at)?)?;
+    if was_unknown {
+        super::outbox::write_event(
+            conn,
+            &events::cancellation(events::types::REFUND_COMPLETED, &summary, view, at)?,
+        )?;
+    }
+    Ok(())
+}
+
+/// The gateway's answer on a pending refund is unknown: noted once, with `refund.pending`.
+fn refund_unknown(conn: &Connection, refund_id: &str, now: &str) -> Result<(), StoreError> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE cancellations SET unknown_since = ?2 WHERE id = ?1              AND outcome = 'PENDING' AND unknown_since IS NULL",
+        )?
+        .execute(params![refund_id, now])?;
+    if changed == 1 {
+        let view = read_view(conn, refund_id)?
+            .ok_or_else(|| corrupt("cancellations", "refund missing"))?;
+        let summary = super::outbox::summary(conn, &view.transaction_id)?;
+        super::outbox::write_event(
+            conn,
+            &events::cancellation(
+                events::types::REFUND_PENDING,
+                &summary,
+                &view,
+                events::instant(now),
+            )?,
+        )?;
+    }
+    Ok(())
 }
 
 /// A decline: the refund FAILED with its reason, the items ACTIVE again; nothing else changes
@@ -410,6 +459,7 @@ fn decline(
     let view =
         read_view(conn, refund_id)?.ok_or_else(|| corrupt("cancellations", "refund missing"))?;
     finish_key(conn, &view)?;
+    settled_events(conn, &view, now)?;
     Ok(view)
 }
 
@@ -455,6 +505,18 @@ impl CancellationStore for SqliteStore {
         Box::pin(
             self.writer
                 .execute(move |conn| settle(conn, &refund_id, &settlement, &now)),
+        )
+    }
+
+    fn refund_unknown(
+        &self,
+        refund_id: String,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        let now = format_instant(now);
+        Box::pin(
+            self.writer
+                .execute(move |conn| refund_unknown(conn, &refund_id, &now)),
         )
     }
 

@@ -161,6 +161,11 @@ CREATE TABLE service_keys (
 ) WITHOUT ROWID;
 "#,
     },
+    Migration {
+        version: 7,
+        description: "outbox: events, webhook endpoints and deliveries, e-mails",
+        sql: crate::store::sqlite::OUTBOX_MIGRATION,
+    },
 ];
 
 /// Why the schema could not be brought up to date.

@@ -33,9 +33,81 @@ use tokio::sync::oneshot;
 pub mod admin;
 pub mod cancellation;
 pub mod migrations;
+pub mod outbox;
+
+/// The outbox tables (migration 7; the PostgreSQL schema has the same tables with its types).
+pub const OUTBOX_MIGRATION: &str = r#"
+ALTER TABLE cancellations ADD COLUMN unknown_since TEXT;   -- the gateway's answer was unknown
+
+CREATE TABLE events (
+    seq             INTEGER PRIMARY KEY AUTOINCREMENT, -- the order events happened in
+    id              TEXT NOT NULL UNIQUE,              -- evt_…, the webhook-id
+    provider_id     TEXT NOT NULL,
+    transaction_id  TEXT NOT NULL,
+    type            TEXT NOT NULL,
+    payload         TEXT NOT NULL,                     -- the Standard Webhooks payload as sent
+    created_at      TEXT NOT NULL
+);
+CREATE INDEX events_provider ON events(provider_id, seq);
+
+CREATE TABLE webhook_endpoints (
+    id               TEXT PRIMARY KEY,                 -- ep_…
+    provider_id      TEXT NOT NULL REFERENCES providers(id),
+    url              TEXT NOT NULL,
+    event_types      TEXT,                             -- comma-separated; NULL: every type
+    secret           TEXT NOT NULL,                    -- whsec_…: it signs, so it is kept
+    previous_secret  TEXT,                             -- still signs until previous_until
+    previous_until   TEXT,
+    created_at       TEXT NOT NULL,
+    removed_at       TEXT
+);
+CREATE INDEX webhook_endpoints_provider ON webhook_endpoints(provider_id);
+
+CREATE TABLE webhook_deliveries (
+    event_seq         INTEGER NOT NULL REFERENCES events(seq),
+    endpoint_id       TEXT NOT NULL REFERENCES webhook_endpoints(id),
+    transaction_id    TEXT NOT NULL,
+    status            TEXT NOT NULL,                   -- QUEUED, SENT, FAILED
+    attempts          INTEGER NOT NULL,
+    next_attempt_at   TEXT NOT NULL,
+    first_attempt_at  TEXT,
+    last_attempt_at   TEXT,
+    last_result       TEXT,
+    delivered_at      TEXT,
+    lease_owner       TEXT,
+    lease_until       TEXT,
+    created_at        TEXT NOT NULL,
+    PRIMARY KEY (event_seq, endpoint_id)
+);
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries(status, next_attempt_at);
+CREATE INDEX webhook_deliveries_order ON webhook_deliveries(endpoint_id, transaction_id, status);
+
+CREATE TABLE email_messages (
+    id               TEXT PRIMARY KEY,
+    event_seq        INTEGER NOT NULL REFERENCES events(seq),
+    provider_id      TEXT NOT NULL,
+    transaction_id   TEXT NOT NULL,
+    kind             TEXT NOT NULL,                    -- CONTRACT, RECEIPT
+    receipt_number   TEXT,
+    recipients       TEXT NOT NULL,                    -- JSON array
+    message_id       TEXT NOT NULL,
+    status           TEXT NOT NULL,                    -- QUEUED, SENT, FAILED
+    attempts         INTEGER NOT NULL,
+    next_attempt_at  TEXT NOT NULL,
+    last_error       TEXT,
+    sent_at          TEXT,
+    lease_owner      TEXT,
+    lease_until      TEXT,
+    created_at       TEXT NOT NULL,
+    updated_at       TEXT NOT NULL
+);
+CREATE INDEX email_messages_due ON email_messages(status, next_attempt_at);
+CREATE INDEX email_messages_transaction ON email_messages(transaction_id);
+"#;
 
 pub use admin::SqliteAdmin;
 
+use super::outbox as events;
 use super::{
     Claim, CredentialRow, IdempotencyKey, IdempotencyRecord, IdempotencyState, IdempotentResponse,
     ItemRecord, NewTransaction, Owned, PayOutcome, PaymentDetails, ProviderRow, Store, StoreError,
@@ -442,6 +514,7 @@ pub(super) fn read_transaction(
     };
     let items = read_items(conn, id)?;
     let cancellations = read_cancellations(conn, id)?;
+    let mails = outbox::read_mails(conn, id)?;
     Ok(Some(TransactionRecord {
         id: id.to_owned(),
         provider_id,
@@ -467,6 +540,7 @@ pub(super) fn read_transaction(
         created_at,
         updated_at,
         payment_link_expires_at,
+        mails,
     }))
 }
 
@@ -670,6 +744,8 @@ fn insert_transaction(
     if let Some(response) = response {
         finish_idempotency(conn, response)?;
     }
+    let summary = events::new_summary(transaction, &reference);
+    outbox::write_event(conn, &events::created(&summary, transaction.created_at)?)?;
     Ok(reference)
 }
 
@@ -740,6 +816,11 @@ fn update(
         update.attachments.as_ref().map(to_json).transpose()?,
         now,
     ])?;
+    let summary = outbox::summary(conn, id)?;
+    outbox::write_event(
+        conn,
+        &events::changed(events::types::UPDATED, &summary, events::instant(now))?,
+    )?;
     Ok(Owned::Done(()))
 }
 
@@ -795,6 +876,11 @@ fn pay(
         to_json(details)?,
         now
     ])?;
+    let summary = outbox::summary(conn, id)?;
+    outbox::write_event(
+        conn,
+        &events::changed(events::types::PAID, &summary, events::instant(now))?,
+    )?;
     Ok(Owned::Done(PayOutcome::Paid(paid)))
 }
 
@@ -953,13 +1039,19 @@ impl Store for SqliteStore {
         transaction_id: String,
         at: DateTime<Utc>,
         since: DateTime<Utc>,
+        declined: Option<String>,
     ) -> BoxFuture<'_, Result<u32, StoreError>> {
+        let instant = at;
         let (at, since) = (format_instant(at), format_instant(since));
         Box::pin(self.writer.execute(move |conn| {
             conn.prepare_cached(
                 "INSERT INTO payment_failures (transaction_id, at) VALUES (?1, ?2)",
             )?
             .execute(params![transaction_id, at])?;
+            if let Some(reason) = declined {
+                let summary = outbox::summary(conn, &transaction_id)?;
+                outbox::write_event(conn, &events::payment_failed(&summary, &reason, instant)?)?;
+            }
             count_payment_failures(conn, &transaction_id, &since)
         }))
     }

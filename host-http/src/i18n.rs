@@ -1,10 +1,11 @@
-//! The payment page's two languages, English and German: the reader's choice (`?lang=`, then
-//! `Accept-Language`), every text of the page, and amounts, percentages and instants written the
-//! way a reader of that language expects.
+//! The two languages of what customers read — the payment page and the e-mails — English and
+//! German: the reader's choice (`?lang=`, then `Accept-Language`), every text, and amounts,
+//! percentages and instants written the way a reader of that language expects.
 
 use chrono::{DateTime, Datelike, Timelike, Utc, Weekday};
 use chrono_tz::Tz;
 use engine::api::{AttachmentType, Category, QuantityUnit};
+use engine::terms::Terms;
 use rust_decimal::Decimal;
 
 use crate::app::payments::{Field, FieldProblem};
@@ -131,6 +132,43 @@ impl Lang {
         match self {
             Lang::En => format!("{weekday} {day} {month} {year}, {hour:02}:{minute:02} ({zone})"),
             Lang::De => format!("{weekday} {day}. {month} {year}, {hour:02}:{minute:02} ({zone})"),
+        }
+    }
+
+    /// An item's cancellation terms in plain words, one line each, instants on the wall clock
+    /// of `zone`: "Free cancellation until …", "from …: 50 % charged (EUR 40.00)".
+    pub fn terms(self, terms: &Terms, zone: Tz, currency: &str) -> Vec<String> {
+        let t = self.texts();
+        match terms {
+            Terms::FreeAtAnyTime => vec![t.free_any_time.to_owned()],
+            Terms::NonRefundable => vec![t.non_refundable.to_owned()],
+            Terms::Schedule { free_until, steps } => {
+                let mut lines = Vec::with_capacity(steps.len() + 1);
+                if let Some(until) = free_until {
+                    lines.push(t.free_until.replace("{at}", &self.instant(*until, zone)));
+                }
+                for (i, step) in steps.iter().enumerate() {
+                    let amount = self.money(step.penalty, currency);
+                    let charge = match step.percent {
+                        Some(percent) => t
+                            .charged_percent
+                            .replace("{percent}", &self.percent(percent))
+                            .replace("{amount}", &amount),
+                        None => t.charged_amount.replace("{amount}", &amount),
+                    };
+                    let template = if i == 0 && free_until.is_none() {
+                        t.step_now
+                    } else {
+                        t.step_from
+                    };
+                    lines.push(
+                        template
+                            .replace("{at}", &self.instant(step.from, zone))
+                            .replace("{charge}", &charge),
+                    );
+                }
+                lines
+            }
         }
     }
 

@@ -1,0 +1,362 @@
+//! Webhook deliveries, Standard Webhooks 1.0: the `whsec_` secrets, the `v1,` HMAC-SHA256
+//! signature over `id.timestamp.body`, the retry schedule, and the HTTP(S) client that refuses
+//! to reach internal addresses from a provider-given URL unless the server allows it.
+
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use hmac::{Hmac, Mac};
+use http_body_util::{BodyExt as _, Full, Limited};
+use hyper::header::{CONTENT_TYPE, HeaderValue, USER_AGENT};
+use hyper::{Method, Request};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::dns::Name;
+use hyper_util::rt::TokioExecutor;
+use sha2::Sha256;
+
+use crate::store::outbox::DeliveryJob;
+
+/// Prefix of a webhook secret.
+pub const SECRET_PREFIX: &str = "whsec_";
+
+/// How long the previous secret still signs after a rotation.
+pub const ROTATION_OVERLAP: chrono::Duration = chrono::Duration::hours(24);
+
+/// Pauses after the 1st, 2nd, … failed attempt; after the last, every [`LATER_EVERY`] until
+/// [`GIVE_UP_AFTER`] since the first attempt.
+pub const SCHEDULE: [Duration; 5] = [
+    Duration::from_secs(5),
+    Duration::from_secs(30),
+    Duration::from_secs(120),
+    Duration::from_secs(600),
+    Duration::from_secs(3600),
+];
+/// The pause between late attempts.
+pub const LATER_EVERY: Duration = Duration::from_secs(6 * 3600);
+/// A delivery still failing this long after its first attempt is marked failed.
+pub const GIVE_UP_AFTER: chrono::Duration = chrono::Duration::days(3);
+
+/// Most bytes of an endpoint's answer that are read; the rest is dropped.
+const MAX_ANSWER_BYTES: usize = 16 * 1024;
+
+/// A fresh secret: `whsec_` and 32 random bytes in base64.
+pub fn new_secret() -> String {
+    let bytes: [u8; 32] = rand::random();
+    format!("{SECRET_PREFIX}{}", STANDARD.encode(bytes))
+}
+
+/// The `v1,` signature of one secret over `id.timestamp.body`, or `None` for a secret that is not
+/// `whsec_` base64.
+pub fn sign(secret: &str, id: &str, timestamp: i64, body: &str) -> Option<String> {
+    let key = STANDARD.decode(secret.strip_prefix(SECRET_PREFIX)?).ok()?;
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&key).ok()?;
+    mac.update(id.as_bytes());
+    mac.update(b".");
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body.as_bytes());
+    Some(format!(
+        "v1,{}",
+        STANDARD.encode(mac.finalize().into_bytes())
+    ))
+}
+
+/// The `webhook-signature` header: one `v1,` signature per secret, space-separated (during a
+/// rotation both the new and the previous secret sign).
+pub fn signature_header(secrets: &[String], id: &str, timestamp: i64, body: &str) -> String {
+    secrets
+        .iter()
+        .filter_map(|secret| sign(secret, id, timestamp, body))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// When to try again after `attempts` failed attempts (this one included), the first made at
+/// `first`; `None`: give up. Each pause varies by up to ±10 % so that endpoints coming back are
+/// not hit by every sender at once.
+pub fn next_attempt(
+    attempts: u32,
+    first: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    let index = usize::try_from(attempts.saturating_sub(1)).unwrap_or(usize::MAX);
+    let pause = SCHEDULE.get(index).copied().unwrap_or(LATER_EVERY);
+    let per_mille: u32 = rand::random_range(900..=1100);
+    let pause = chrono::Duration::from_std(pause * per_mille / 1000).ok()?;
+    let next = now + pause;
+    (next - first <= GIVE_UP_AFTER).then_some(next)
+}
+
+/// Whether an address is internal: loopback, private, link-local, shared (CGNAT),
+/// unspecified, multicast, documentation or unique-local.
+pub fn is_internal(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_multicast()
+                || v4.is_broadcast()
+                || v4.is_documentation()
+                || (a == 100 && (64..128).contains(&b))
+                || a == 0
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_internal(IpAddr::V4(v4));
+            }
+            let first = v6.segments()[0];
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80
+        }
+    }
+}
+
+/// A resolver that drops internal addresses unless they are allowed, so that a name resolving
+/// to one (also after a change of its DNS record) is never connected to.
+#[derive(Debug, Clone, Copy)]
+struct GuardedResolver {
+    allow_internal: bool,
+}
+
+impl tower_service::Service<Name> for GuardedResolver {
+    type Response = std::vec::IntoIter<SocketAddr>;
+    type Error = std::io::Error;
+    type Future =
+        Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send + 'static>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, name: Name) -> Self::Future {
+        let allow_internal = self.allow_internal;
+        Box::pin(async move {
+            let found: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), 0))
+                .await?
+                .filter(|addr| allow_internal || !is_internal(addr.ip()))
+                .collect();
+            if found.is_empty() {
+                return Err(std::io::Error::other(format!(
+                    "{} resolves to no address a webhook may reach",
+                    name.as_str()
+                )));
+            }
+            Ok(found.into_iter())
+        })
+    }
+}
+
+/// Settings of webhook delivery (`serve --webhook-…`, `--allow-private-webhooks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WebhookSettings {
+    /// Establishing the connection (and TLS) may take this long.
+    pub connect_timeout: Duration,
+    /// The whole attempt (connect, send, answer) may take this long.
+    pub total_timeout: Duration,
+    /// Whether `http://` URLs and internal addresses may be reached (tests, private networks).
+    pub allow_private: bool,
+}
+
+impl Default for WebhookSettings {
+    fn default() -> Self {
+        WebhookSettings {
+            connect_timeout: Duration::from_secs(5),
+            total_timeout: Duration::from_secs(15),
+            allow_private: false,
+        }
+    }
+}
+
+/// The client that delivers.
+#[derive(Debug, Clone)]
+pub struct WebhookClient {
+    client: Client<HttpsConnector<HttpConnector<GuardedResolver>>, Full<Bytes>>,
+    settings: WebhookSettings,
+}
+
+impl WebhookClient {
+    /// A client with these settings.
+    pub fn new(settings: WebhookSettings) -> WebhookClient {
+        let mut http = HttpConnector::new_with_resolver(GuardedResolver {
+            allow_internal: settings.allow_private,
+        });
+        http.set_connect_timeout(Some(settings.connect_timeout));
+        http.set_nodelay(true);
+        http.enforce_http(false);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_webpki_roots()
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        WebhookClient {
+            client: Client::builder(TokioExecutor::new()).build(https),
+            settings,
+        }
+    }
+
+    /// Whether a URL may be delivered to: https, or http (and internal hosts) only when
+    /// private webhooks are allowed; an IP literal must not be internal unless allowed.
+    pub fn check_url(&self, url: &str) -> Result<hyper::Uri, String> {
+        let uri: hyper::Uri = url.parse().map_err(|e| format!("invalid URL: {e}"))?;
+        let host = uri.host().ok_or("URL without a host")?;
+        match uri.scheme_str() {
+            Some("https") => {}
+            Some("http") if self.settings.allow_private => {}
+            Some("http") => {
+                return Err("http:// endpoints need --allow-private-webhooks".to_owned());
+            }
+            _ => return Err("URL scheme must be https".to_owned()),
+        }
+        let literal = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<IpAddr>();
+        if let Ok(ip) = literal {
+            if is_internal(ip) && !self.settings.allow_private {
+                return Err(format!("{ip} is an internal address"));
+            }
+        }
+        Ok(uri)
+    }
+
+    /// One attempt: `Ok` on any 2xx; the error says what happened otherwise.
+    pub async fn deliver(&self, job: &DeliveryJob, now: DateTime<Utc>) -> Result<u16, String> {
+        let uri = self.check_url(&job.url)?;
+        let timestamp = now.timestamp();
+        let signature = signature_header(&job.secrets, &job.event_id, timestamp, &job.payload);
+        let header = |text: &str| HeaderValue::from_str(text).map_err(|e| e.to_string());
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri(uri)
+            .body(Full::new(Bytes::from(job.payload.clone())))
+            .map_err(|e| e.to_string())?;
+        let headers = request.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(USER_AGENT, HeaderValue::from_static("checkout-webhooks/1"));
+        headers.insert("webhook-id", header(&job.event_id)?);
+        headers.insert("webhook-timestamp", header(&timestamp.to_string())?);
+        headers.insert("webhook-signature", header(&signature)?);
+        let attempt = async {
+            let response = self
+                .client
+                .request(request)
+                .await
+                .map_err(|e| error_chain(&e))?;
+            let status = response.status();
+            // Read a bounded part of the answer so the connection can be reused; its content
+            // does not matter.
+            let _ = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+                .collect()
+                .await;
+            if status.is_success() {
+                Ok(status.as_u16())
+            } else {
+                Err(format!("endpoint answered {status}"))
+            }
+        };
+        tokio::time::timeout(self.settings.total_timeout, attempt)
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "no answer within {} ms",
+                    self.settings.total_timeout.as_millis()
+                ))
+            })
+    }
+}
+
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn the_signature_matches_the_standard_webhooks_example() {
+        // The example of the Standard Webhooks specification.
+        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let id = "msg_p5jXN8AQM9LWM0D4loKWxJek";
+        let body = r#"{"test": 2432232314}"#;
+        assert_eq!(
+            sign(secret, id, 1614265330, body).unwrap(),
+            "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+        );
+        assert!(sign("not a secret", id, 1, body).is_none());
+        let two = signature_header(&[secret.to_owned(), new_secret()], id, 1614265330, body);
+        assert_eq!(two.split(' ').count(), 2);
+    }
+
+    #[test]
+    fn the_schedule_backs_off_then_gives_up_after_three_days() {
+        let first = Utc.with_ymd_and_hms(2026, 11, 1, 0, 0, 0).unwrap();
+        let after_first = next_attempt(1, first, first).unwrap() - first;
+        assert!((4500..=5500).contains(&after_first.num_milliseconds()));
+        let after_fifth = next_attempt(5, first, first).unwrap() - first;
+        assert!((3240..=3960).contains(&after_fifth.num_seconds()));
+        let later = next_attempt(9, first, first + chrono::Duration::days(1)).unwrap();
+        let pause = later - (first + chrono::Duration::days(1));
+        assert!((19440..=23760).contains(&pause.num_seconds()));
+        assert!(next_attempt(20, first, first + chrono::Duration::days(3)).is_none());
+    }
+
+    #[test]
+    fn internal_addresses_are_recognised() {
+        for internal in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "fd00::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+        ] {
+            assert!(is_internal(internal.parse().unwrap()), "{internal}");
+        }
+        for public in ["93.184.216.34", "2606:4700::1111", "8.8.8.8"] {
+            assert!(!is_internal(public.parse().unwrap()), "{public}");
+        }
+    }
+
+    #[test]
+    fn urls_must_be_https_and_public_unless_private_ones_are_allowed() {
+        let strict = WebhookClient::new(WebhookSettings::default());
+        assert!(strict.check_url("https://hooks.example.com/in").is_ok());
+        assert!(strict.check_url("http://hooks.example.com/in").is_err());
+        assert!(strict.check_url("https://127.0.0.1/in").is_err());
+        assert!(strict.check_url("https://[::1]/in").is_err());
+        assert!(strict.check_url("ftp://example.com/").is_err());
+        let open = WebhookClient::new(WebhookSettings {
+            allow_private: true,
+            ..WebhookSettings::default()
+        });
+        assert!(open.check_url("http://127.0.0.1:9000/in").is_ok());
+    }
+}

@@ -1,0 +1,421 @@
+//! The transactional outbox: every change that someone outside must hear of writes an event
+//! row in the same database transaction as the change, with a webhook delivery per subscribed
+//! endpoint and, where the transaction has recipients, an e-mail. Delivery workers claim due
+//! rows under a lease (one instance per attempt), and record each attempt.
+//!
+//! The payloads are built here, from what the store holds inside the changing transaction, the
+//! same way on both stores.
+
+use chrono::{DateTime, Utc};
+use engine::api::{Amounts, EventCancellation, EventData, EventPayload, TransactionStatus};
+use futures_util::future::BoxFuture;
+use rust_decimal::Decimal;
+
+use super::cancellation::{CancellationView, Lease};
+use super::{StoreError, format_instant};
+
+/// The event types (Standard Webhooks `type`).
+pub mod types {
+    /// A transaction was created.
+    pub const CREATED: &str = "transaction.created";
+    /// Descriptive fields were replaced.
+    pub const UPDATED: &str = "transaction.updated";
+    /// A payment was recorded.
+    pub const PAID: &str = "transaction.paid";
+    /// A card was declined on the payment page.
+    pub const PAYMENT_FAILED: &str = "transaction.payment_failed";
+    /// A cancellation succeeded (items cancelled or voided, refund made, receipt issued).
+    pub const CANCELLATION_SUCCEEDED: &str = "cancellation.succeeded";
+    /// The gateway declined a cancellation's refund; nothing changed.
+    pub const CANCELLATION_FAILED: &str = "cancellation.failed";
+    /// The gateway's answer on a refund is unknown; it is retried until definite.
+    pub const REFUND_PENDING: &str = "refund.pending";
+    /// A refund that was pending reached its end (succeeded or declined).
+    pub const REFUND_COMPLETED: &str = "refund.completed";
+
+    /// Every type, for `--events` filters.
+    pub const ALL: [&str; 8] = [
+        CREATED,
+        UPDATED,
+        PAID,
+        PAYMENT_FAILED,
+        CANCELLATION_SUCCEEDED,
+        CANCELLATION_FAILED,
+        REFUND_PENDING,
+        REFUND_COMPLETED,
+    ];
+}
+
+/// Kinds of e-mail.
+pub mod mail_kinds {
+    /// The contract e-mail of the spec, sent at creation.
+    pub const CONTRACT: &str = "CONTRACT";
+    /// A cancellation receipt.
+    pub const RECEIPT: &str = "RECEIPT";
+}
+
+/// States of a delivery or an e-mail.
+pub mod states {
+    /// Not sent yet (or to be retried).
+    pub const QUEUED: &str = "QUEUED";
+    /// Delivered (any 2xx) or sent.
+    pub const SENT: &str = "SENT";
+    /// Given up after the last attempt.
+    pub const FAILED: &str = "FAILED";
+}
+
+/// A transaction as an event shows it, read inside the changing transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransactionSummary {
+    /// Id.
+    pub id: String,
+    /// Owner.
+    pub provider_id: String,
+    /// `CHK-…`.
+    pub reference: String,
+    /// Status after the change.
+    pub status: TransactionStatus,
+    /// Currency.
+    pub currency: String,
+    /// Total of all items as created.
+    pub total: Decimal,
+    /// Amount paid, once paid.
+    pub paid: Option<Decimal>,
+    /// Sum of succeeded refunds.
+    pub refunded: Decimal,
+    /// Recipients of the transaction's e-mails, possibly none.
+    pub recipients: Vec<String>,
+}
+
+/// An event to write with its change.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    /// `evt_…`, the `webhook-id` of every delivery.
+    pub id: String,
+    /// Owner.
+    pub provider_id: String,
+    /// The transaction it is about.
+    pub transaction_id: String,
+    /// Its type.
+    pub event_type: &'static str,
+    /// The Standard Webhooks payload, serialised once: every delivery sends these bytes.
+    pub payload: String,
+    /// When it happened.
+    pub at: DateTime<Utc>,
+    /// The e-mail it sends, if any: kind and receipt number.
+    pub mail: Option<(&'static str, Option<String>)>,
+    /// Recipients of that e-mail.
+    pub recipients: Vec<String>,
+}
+
+/// The summary of a transaction being created.
+pub fn new_summary(transaction: &super::NewTransaction, reference: &str) -> TransactionSummary {
+    TransactionSummary {
+        id: transaction.id.clone(),
+        provider_id: transaction.provider_id.clone(),
+        reference: reference.to_owned(),
+        status: TransactionStatus::Pending,
+        currency: transaction.currency.clone(),
+        total: transaction.total,
+        paid: None,
+        refunded: Decimal::ZERO,
+        recipients: transaction
+            .email
+            .as_ref()
+            .and_then(|email| email.recipients.clone())
+            .unwrap_or_default(),
+    }
+}
+
+/// An instant as the stores write it (`format_instant`), read back.
+pub fn instant(text: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|at| at.with_timezone(&Utc))
+        .unwrap_or_else(|_| Utc::now())
+}
+
+fn new_id() -> String {
+    format!("evt_{}", uuid::Uuid::now_v7().simple())
+}
+
+fn amounts(summary: &TransactionSummary) -> Amounts {
+    let scale = engine::money::minor_units(&summary.currency).unwrap_or(2);
+    let at_scale = |value| engine::money::round_to_scale(value, scale);
+    Amounts {
+        total: summary.total,
+        paid: at_scale(summary.paid.unwrap_or_default()),
+        refunded: at_scale(summary.refunded),
+    }
+}
+
+fn event(
+    event_type: &'static str,
+    summary: &TransactionSummary,
+    cancellation: Option<EventCancellation>,
+    reason: Option<String>,
+    at: DateTime<Utc>,
+) -> Result<NewEvent, StoreError> {
+    let payload = EventPayload {
+        event_type: event_type.to_owned(),
+        timestamp: format_instant(at),
+        data: EventData {
+            transaction_id: summary.id.clone(),
+            reference: summary.reference.clone(),
+            status: summary.status,
+            currency: summary.currency.clone(),
+            amounts: amounts(summary),
+            cancellation,
+            reason,
+        },
+    };
+    Ok(NewEvent {
+        id: new_id(),
+        provider_id: summary.provider_id.clone(),
+        transaction_id: summary.id.clone(),
+        event_type,
+        payload: serde_json::to_string(&payload).map_err(|e| StoreError::Corrupt {
+            column: "events.payload",
+            detail: e.to_string(),
+        })?,
+        at,
+        mail: None,
+        recipients: Vec::new(),
+    })
+}
+
+/// `transaction.created`, with the contract e-mail when the checkout has recipients.
+pub fn created(summary: &TransactionSummary, at: DateTime<Utc>) -> Result<NewEvent, StoreError> {
+    let mut new = event(types::CREATED, summary, None, None, at)?;
+    if !summary.recipients.is_empty() {
+        new.mail = Some((mail_kinds::CONTRACT, None));
+        new.recipients = summary.recipients.clone();
+    }
+    Ok(new)
+}
+
+/// `transaction.updated` or `transaction.paid`.
+pub fn changed(
+    event_type: &'static str,
+    summary: &TransactionSummary,
+    at: DateTime<Utc>,
+) -> Result<NewEvent, StoreError> {
+    event(event_type, summary, None, None, at)
+}
+
+/// `transaction.payment_failed` with the processor's reason.
+pub fn payment_failed(
+    summary: &TransactionSummary,
+    reason: &str,
+    at: DateTime<Utc>,
+) -> Result<NewEvent, StoreError> {
+    event(
+        types::PAYMENT_FAILED,
+        summary,
+        None,
+        Some(reason.to_owned()),
+        at,
+    )
+}
+
+/// The events of a cancellation's change: `cancellation.succeeded` (with the receipt e-mail)
+/// or `cancellation.failed` when it settles, preceded by `refund.completed` when the refund had
+/// been pending; `refund.pending` when the gateway's answer is unknown.
+pub fn cancellation(
+    event_type: &'static str,
+    summary: &TransactionSummary,
+    view: &CancellationView,
+    at: DateTime<Utc>,
+) -> Result<NewEvent, StoreError> {
+    let detail = EventCancellation {
+        refund_id: view.refund_id.clone(),
+        outcome: view.outcome.clone(),
+        receipt_number: view.receipt_number.clone(),
+        error_message: view.error_message.clone(),
+        items: view.items.clone(),
+        refund: view.refund,
+    };
+    let mut new = event(event_type, summary, Some(detail), None, at)?;
+    if event_type == types::CANCELLATION_SUCCEEDED && !summary.recipients.is_empty() {
+        new.mail = Some((mail_kinds::RECEIPT, view.receipt_number.clone()));
+        new.recipients = summary.recipients.clone();
+    }
+    Ok(new)
+}
+
+/// The `Message-ID` of an event's e-mail: stable, so that a retried send is recognisable.
+pub fn message_id(event_id: &str, kind: &str) -> String {
+    format!(
+        "<{event_id}.{}@checkout.invalid>",
+        kind.to_ascii_lowercase()
+    )
+}
+
+/// A stored event (`GET /events`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventRecord {
+    /// `evt_…`.
+    pub id: String,
+    /// The payload as delivered.
+    pub payload: String,
+}
+
+/// One webhook delivery claimed for an attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryJob {
+    /// Position of the event in the outbox.
+    pub event_seq: i64,
+    /// `evt_…`: the `webhook-id`.
+    pub event_id: String,
+    /// The endpoint.
+    pub endpoint_id: String,
+    /// Where to POST.
+    pub url: String,
+    /// Secrets that sign: the current one, and the previous one within its grace period.
+    pub secrets: Vec<String>,
+    /// The body.
+    pub payload: String,
+    /// Attempts made before this one.
+    pub attempts: u32,
+    /// When the first attempt was made (the retry schedule counts from it).
+    pub first_attempt_at: Option<DateTime<Utc>>,
+}
+
+/// One e-mail claimed for a send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MailJob {
+    /// Id of the e-mail row.
+    pub id: String,
+    /// The event it belongs to.
+    pub event_id: String,
+    /// `CONTRACT` or `RECEIPT`.
+    pub kind: String,
+    /// The transaction.
+    pub transaction_id: String,
+    /// Its owner.
+    pub provider_id: String,
+    /// The receipt, for a receipt.
+    pub receipt_number: Option<String>,
+    /// Recipients.
+    pub recipients: Vec<String>,
+    /// The stable `Message-ID`.
+    pub message_id: String,
+    /// Attempts made before this one.
+    pub attempts: u32,
+}
+
+/// What an attempt came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attempt {
+    /// Delivered or sent.
+    Done,
+    /// Failed; try again at `at`.
+    Retry {
+        /// Next attempt.
+        at: DateTime<Utc>,
+        /// What went wrong.
+        error: String,
+    },
+    /// Failed for good.
+    GiveUp {
+        /// What went wrong.
+        error: String,
+    },
+}
+
+/// An e-mail as a status record shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MailRecord {
+    /// `CONTRACT` or `RECEIPT`.
+    pub kind: String,
+    /// The receipt, for a receipt.
+    pub receipt_number: Option<String>,
+    /// Recipients.
+    pub recipients: Vec<String>,
+    /// `QUEUED`, `SENT` or `FAILED`.
+    pub status: String,
+    /// When it reached that status.
+    pub at: String,
+}
+
+/// Backlog figures for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OutboxStats {
+    /// Webhook deliveries not yet delivered or given up.
+    pub deliveries_queued: u64,
+    /// E-mails not yet sent or given up.
+    pub mails_queued: u64,
+    /// Age of the oldest of those, in seconds.
+    pub oldest_age_secs: u64,
+    /// Refunds pending at the gateway.
+    pub refunds_pending: u64,
+}
+
+/// A webhook endpoint as listed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookEndpoint {
+    /// `ep_…`.
+    pub endpoint_id: String,
+    /// Owner.
+    pub provider_id: String,
+    /// Where events are POSTed.
+    pub url: String,
+    /// Types delivered; `None`: every type.
+    pub events: Option<Vec<String>>,
+    /// Created (RFC 3339).
+    pub created_at: String,
+    /// Until when the previous secret still signs, after a rotation.
+    pub previous_secret_until: Option<String>,
+}
+
+/// Storage of the outbox and its delivery state.
+pub trait OutboxStore: Send + Sync + std::fmt::Debug + 'static {
+    /// The provider's events after the event `after` (from the first when `None`), oldest first,
+    /// at most `limit`; `None` when `after` names no event of this provider.
+    fn events_after(
+        &self,
+        provider_id: String,
+        after: Option<String>,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Option<Vec<EventRecord>>, StoreError>>;
+
+    /// Takes the lease of up to `limit` due deliveries, oldest event first, skipping any whose
+    /// endpoint still waits for an earlier event of the same transaction (order per
+    /// transaction) and any another instance holds.
+    fn claim_deliveries(
+        &self,
+        lease: Lease,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<DeliveryJob>, StoreError>>;
+
+    /// Records an attempt of a delivery this owner holds.
+    fn finish_delivery(
+        &self,
+        event_seq: i64,
+        endpoint_id: String,
+        owner: String,
+        attempt: Attempt,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Takes the lease of up to `limit` due e-mails.
+    fn claim_mails(
+        &self,
+        lease: Lease,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<MailJob>, StoreError>>;
+
+    /// Records a send attempt of an e-mail this owner holds.
+    fn finish_mail(
+        &self,
+        id: String,
+        owner: String,
+        attempt: Attempt,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Backlog figures at `now`.
+    fn outbox_stats(&self, now: DateTime<Utc>) -> BoxFuture<'_, Result<OutboxStats, StoreError>>;
+}
