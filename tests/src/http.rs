@@ -96,6 +96,19 @@ pub struct TestServer {
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
     client: HttpClient,
+    configure: Option<Configure>,
+    /// Where `GET /metrics` is served, when the configuration asked for it.
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// A change of a test server's configuration, applied at every (re)start.
+#[derive(Clone)]
+pub struct Configure(Arc<dyn Fn(&mut Config) + Send + Sync>);
+
+impl std::fmt::Debug for Configure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Configure(…)")
+    }
 }
 
 /// The HTTP client of the tests: hyper's pooled client over plain TCP.
@@ -259,14 +272,31 @@ impl TestServer {
     pub async fn start_with(sandbox: bool) -> TestServer {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = TestDb::fresh(dir.path());
-        TestServer::launch(dir, store, sandbox, Duration::from_secs(10)).await
+        TestServer::launch(dir, store, sandbox, Duration::from_secs(10), None).await
+    }
+
+    /// Starts a sandbox server on a fresh database with its configuration changed by
+    /// `configure` (also at restarts).
+    pub async fn start_configured(
+        configure: impl Fn(&mut Config) + Send + Sync + 'static,
+    ) -> TestServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = TestDb::fresh(dir.path());
+        TestServer::launch(
+            dir,
+            store,
+            true,
+            Duration::from_secs(10),
+            Some(Configure(Arc::new(configure))),
+        )
+        .await
     }
 
     /// Starts a server whose header read timeout is `timeout`.
     pub async fn start_with_header_timeout(timeout: Duration) -> TestServer {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = TestDb::fresh(dir.path());
-        TestServer::launch(dir, store, true, timeout).await
+        TestServer::launch(dir, store, true, timeout, None).await
     }
 
     async fn launch(
@@ -274,6 +304,7 @@ impl TestServer {
         store: TestDb,
         sandbox: bool,
         header_read_timeout: Duration,
+        configure: Option<Configure>,
     ) -> TestServer {
         let mut config = Config::new("127.0.0.1:0".parse().expect("address"), &store.db);
         config.sandbox = sandbox;
@@ -282,8 +313,12 @@ impl TestServer {
         // A public base of its own, as behind a proxy: links stay the same across restarts
         // (which bind new ports), and no link is built from the listen address.
         config.public_url = Some(PUBLIC_URL.to_owned());
+        if let Some(Configure(configure)) = &configure {
+            configure(&mut config);
+        }
         let app = App::build(config).await.expect("server starts");
         let addr = app.local_addr();
+        let metrics_addr = app.metrics_addr();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             app.run_until(async {
@@ -305,6 +340,8 @@ impl TestServer {
             stop: Some(stop),
             task: Some(task),
             client: Client::builder(TokioExecutor::new()).build_http(),
+            configure,
+            metrics_addr,
         }
     }
 
@@ -317,6 +354,7 @@ impl TestServer {
             self.store.clone(),
             self.sandbox,
             Duration::from_secs(10),
+            self.configure.clone(),
         )
         .await
     }

@@ -245,7 +245,7 @@ pub fn receipt(
     let lang = Lang::En;
     let money = |amount| lang.money(amount, &view.currency);
     let number = view.receipt_number.clone().unwrap_or_default();
-    let subject = format!("Cancellation receipt {number} — {}", record.title);
+    let subject = format!("Cancellation receipt {number}: {}", record.title);
     let name_of = |order: u32| {
         record
             .items

@@ -1,0 +1,411 @@
+//! Events end to end: signed webhooks to a real receiver (verified with the `standardwebhooks`
+//! crate, an implementation this project did not write), retried with the same `webhook-id`
+//! after a 500, in order per transaction; e-mails to a real SMTP server, sent once after an
+//! interrupted send; `GET /events`; and the metrics listener.
+
+use std::time::Duration;
+
+use host_http::providers;
+use hyper::Method;
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::Value;
+use tests::http::{Creds, TestServer};
+use tests::sinks::{Delivery, SmtpSink, WebhookReceiver};
+
+/// The first retry comes about 5 s after a failure (the documented schedule).
+const RETRY_WAIT: Duration = Duration::from_secs(12);
+const WAIT: Duration = Duration::from_secs(10);
+
+async fn server_for_webhooks() -> TestServer {
+    TestServer::start_configured(|config| config.webhooks.allow_private = true).await
+}
+
+fn endpoint(server: &TestServer, creds: &Creds, url: &str, events: &[&str]) -> String {
+    let events: Vec<String> = events.iter().map(|e| (*e).to_owned()).collect();
+    providers::set_webhook(
+        &server.db,
+        &creds.provider_id,
+        url,
+        &events,
+        chrono::Utc::now(),
+    )
+    .expect("endpoint added")
+    .secret
+}
+
+/// Verifies a delivery's signature with the Standard Webhooks reference library.
+fn verify(delivery: &Delivery, secret: &str) {
+    let mut headers = HeaderMap::new();
+    for (name, value) in &delivery.headers {
+        headers.insert(
+            HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            HeaderValue::from_str(value).unwrap(),
+        );
+    }
+    standardwebhooks::Webhook::new(secret)
+        .expect("secret")
+        .verify(delivery.body.as_bytes(), &headers)
+        .unwrap_or_else(|e| panic!("signature does not verify: {e:?} on {delivery:?}"));
+}
+
+fn kinds(deliveries: &[Delivery]) -> Vec<(String, u16)> {
+    deliveries
+        .iter()
+        .map(|d| (d.json()["type"].as_str().unwrap().to_owned(), d.answered))
+        .collect()
+}
+
+async fn create(server: &TestServer, creds: &Creds, body: &Value) -> String {
+    server.create(creds, &body.to_string()).await
+}
+
+fn trip(recipients: &[&str]) -> Value {
+    serde_json::json!({
+        "title": "Berlin trip", "currency": "EUR",
+        "email": {"recipients": recipients, "subject": "Your Berlin trip",
+                  "content": "Dear Ada,\nhere is your <trip>."},
+        "items": [
+            {"name": "Flight BER", "category": "FLIGHT", "price": 100, "taxes": [{"value": 19}],
+             "cancellationPolicy": {"reference": "PAYMENT_DATE", "penalties": [
+                {"type": "OFFSET_PENALTY", "value": {"amount": 50, "unit": "PERCENTAGE"},
+                 "offset": {"amount": 1, "unit": "DAYS"}}]}},
+            {"name": "Hotel", "category": "ACCOMMODATION", "price": 80}
+        ]
+    })
+}
+
+async fn pay_and_cancel(server: &TestServer, creds: &Creds, id: &str) {
+    let paid = server
+        .json(
+            Method::POST,
+            &format!("/sandbox/transactions/{id}/pay"),
+            creds,
+            "{}",
+        )
+        .await;
+    assert_eq!(paid.status, 200);
+    let cancelled = server
+        .json(
+            Method::PATCH,
+            &format!("/cancel/{id}"),
+            creds,
+            r#"{"itemsOrder":[2]}"#,
+        )
+        .await;
+    assert_eq!(cancelled.status, 200);
+    assert_eq!(cancelled.json()["status"], "SUCCESS");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_are_signed_in_order_and_retried_with_the_same_id_after_a_500() {
+    let receiver = WebhookReceiver::start(1).await;
+    let server = server_for_webhooks().await;
+    let acme = server.provider("acme");
+    let secret = endpoint(&server, &acme, &receiver.url(), &[]);
+    let id = create(&server, &acme, &trip(&[])).await;
+    pay_and_cancel(&server, &acme, &id).await;
+
+    let deliveries = receiver.wait_for(4, RETRY_WAIT).await;
+    assert_eq!(
+        kinds(&deliveries),
+        [
+            ("transaction.created".to_owned(), 500),
+            ("transaction.created".to_owned(), 204),
+            ("transaction.paid".to_owned(), 204),
+            ("cancellation.succeeded".to_owned(), 204),
+        ],
+        "later events wait for the first one's retry"
+    );
+    assert_eq!(
+        deliveries[0].header("webhook-id"),
+        deliveries[1].header("webhook-id"),
+        "a retry carries the same webhook-id"
+    );
+    for delivery in &deliveries {
+        verify(delivery, &secret);
+        assert_eq!(delivery.header("content-type"), Some("application/json"));
+        assert!(delivery.header("webhook-id").unwrap().starts_with("evt_"));
+        let payload = delivery.json();
+        assert_eq!(payload["data"]["transactionId"], id.as_str());
+        assert!(payload["timestamp"].is_string());
+    }
+    let cancelled = deliveries[3].json();
+    assert_eq!(cancelled["data"]["status"], "PARTIALLY_CANCELLED");
+    let cancellation = &cancelled["data"]["cancellation"];
+    assert_eq!(cancellation["receiptNumber"], "CR-000001");
+    assert_eq!(cancellation["refund"].to_string(), "80.00");
+    assert_eq!(cancellation["items"][0]["order"], 2);
+    assert_eq!(
+        deliveries[2].json()["data"]["amounts"]["paid"].to_string(),
+        "199.00"
+    );
+
+    // Delivered events are not sent again.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(receiver.received().len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_gets_only_the_types_it_asked_for_and_rotation_signs_twice() {
+    let receiver = WebhookReceiver::start(0).await;
+    let server = server_for_webhooks().await;
+    let acme = server.provider("acme");
+    let old = endpoint(&server, &acme, &receiver.url(), &["transaction.paid"]);
+    let endpoint_id = providers::list_webhooks(&server.db, Some(&acme.provider_id)).unwrap()[0]
+        .endpoint_id
+        .clone();
+    let rotated =
+        providers::rotate_webhook_secret(&server.db, &endpoint_id, chrono::Utc::now()).unwrap();
+    let id = create(&server, &acme, &trip(&[])).await;
+    pay_and_cancel(&server, &acme, &id).await;
+    let deliveries = receiver.wait_for(1, WAIT).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        kinds(&receiver.received()),
+        [("transaction.paid".to_owned(), 204)]
+    );
+    let signature = deliveries[0].header("webhook-signature").unwrap();
+    assert_eq!(signature.split(' ').count(), 2, "{signature}");
+    verify(&deliveries[0], &rotated.secret);
+    verify(&deliveries[0], &old);
+    // Another provider's endpoint hears nothing of acme.
+    let other = server.provider("other");
+    let elsewhere = WebhookReceiver::start(0).await;
+    endpoint(&server, &other, &elsewhere.url(), &[]);
+    create(&server, &acme, &trip(&[])).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(elsewhere.received().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn internal_addresses_are_refused_unless_allowed() {
+    let receiver = WebhookReceiver::start(0).await;
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    endpoint(&server, &acme, &receiver.url(), &[]);
+    create(&server, &acme, &trip(&[])).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(receiver.received().is_empty(), "no request to 127.0.0.1");
+    let result = server
+        .scalar("SELECT last_result FROM webhook_deliveries")
+        .unwrap_or_default();
+    assert!(result.contains("allow-private-webhooks"), "{result}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_contract_email_and_the_receipt_reach_the_smtp_server() {
+    let sink = SmtpSink::start(0).await;
+    let url = sink.url();
+    let server = TestServer::start_configured(move |config| {
+        config.smtp = Some(host_http::events::MailSettings {
+            url: url.clone(),
+            from: "Acme Checkout <checkout@acme.example>".to_owned(),
+        });
+    })
+    .await;
+    let acme = server.provider("acme");
+    let body = trip(&["ada@example.com", "grace@example.com"]);
+    let reply = server
+        .json(Method::POST, "/initialize", &acme, &body.to_string())
+        .await;
+    let created = reply.json();
+    let id = created["transactionId"].as_str().unwrap().to_owned();
+    let payment_url = created["paymentUrl"].as_str().unwrap().to_owned();
+    let mails = sink.wait_for(1, WAIT).await;
+    assert_eq!(mails.len(), 1);
+    let contract = &mails[0];
+    assert_eq!(contract.to, ["<ada@example.com>", "<grace@example.com>"]);
+    assert_eq!(
+        contract.header("Subject").as_deref(),
+        Some("Your Berlin trip")
+    );
+    assert!(
+        contract
+            .header("Message-ID")
+            .unwrap()
+            .contains(".contract@")
+    );
+    let data = contract.data.replace("=\r\n", "").replace("\r\n", "\n");
+    for expected in [
+        "Dear Ada,",
+        "here is your <trip>.",
+        "here is your &lt;trip&gt;.",
+        "Flight BER",
+        "EUR 119.00",
+        "Total: EUR 199.00",
+        "Free cancellation until",
+        "Free cancellation at any time",
+        payment_url.as_str(),
+        "text/html",
+    ] {
+        assert!(data.contains(expected), "missing {expected:?} in\n{data}");
+    }
+    pay_and_cancel(&server, &acme, &id).await;
+    let mails = sink.wait_for(2, WAIT).await;
+    assert_eq!(mails.len(), 2);
+    let receipt = &mails[1];
+    assert_eq!(
+        receipt.header("Subject").as_deref(),
+        Some("Cancellation receipt CR-000001: Berlin trip")
+    );
+    assert!(receipt.data.contains("Refund: EUR 80.00"));
+    let status = server.get(&format!("/status/{id}"), &acme).await.json();
+    let emails = status["emails"].as_array().unwrap();
+    assert_eq!(emails.len(), 2);
+    assert_eq!(emails[0]["kind"], "CONTRACT");
+    assert_eq!(emails[0]["status"], "SENT");
+    assert_eq!(emails[1]["kind"], "RECEIPT");
+    assert_eq!(emails[1]["receiptNumber"], "CR-000001");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_cut_off_by_the_smtp_server_is_sent_once_when_it_answers_again() {
+    let sink = SmtpSink::start(1).await;
+    let url = sink.url();
+    let server = TestServer::start_configured(move |config| {
+        config.smtp = Some(host_http::events::MailSettings {
+            url: url.clone(),
+            from: "checkout@acme.example".to_owned(),
+        });
+    })
+    .await;
+    let acme = server.provider("acme");
+    let id = create(&server, &acme, &trip(&["ada@example.com"])).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let status = server.get(&format!("/status/{id}"), &acme).await.json();
+    assert_eq!(status["emails"][0]["status"], "QUEUED", "{status}");
+    let mails = sink.wait_for(1, RETRY_WAIT).await;
+    assert_eq!(mails.len(), 1, "sent once after the retry");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(sink.accepted().len(), 1);
+    let status = server.get(&format!("/status/{id}"), &acme).await.json();
+    assert_eq!(status["emails"][0]["status"], "SENT");
+}
+
+#[tokio::test]
+async fn without_smtp_mails_stay_queued_and_events_can_be_polled() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let other = server.provider("other");
+    let id = create(&server, &acme, &trip(&["ada@example.com"])).await;
+    pay_and_cancel(&server, &acme, &id).await;
+    let status = server.get(&format!("/status/{id}"), &acme).await.json();
+    assert_eq!(status["emails"][0]["status"], "QUEUED");
+    assert_eq!(status["emails"][1]["kind"], "RECEIPT");
+
+    let page = server.get("/events", &acme).await;
+    assert_eq!(page.status, 200);
+    let page = page.json();
+    let types: Vec<&str> = page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "transaction.created",
+            "transaction.paid",
+            "cancellation.succeeded"
+        ]
+    );
+    assert_eq!(page["hasMore"], false);
+    let first = page["events"][0]["id"].as_str().unwrap();
+    let next = server
+        .get(&format!("/events?after={first}&limit=1"), &acme)
+        .await
+        .json();
+    assert_eq!(next["events"][0]["type"], "transaction.paid");
+    assert_eq!(next["hasMore"], true);
+    // Another provider sees none of them, and cannot use acme's cursor.
+    let theirs = server.get("/events", &other).await.json();
+    assert_eq!(theirs["events"], serde_json::json!([]));
+    let refused = server.get(&format!("/events?after={first}"), &other).await;
+    refused.expect_error(400);
+    for bad in ["limit=0", "limit=101", "limit=x"] {
+        server
+            .get(&format!("/events?{bad}"), &acme)
+            .await
+            .expect_error(400);
+    }
+    let reader = server.provider_with_scopes(
+        "writer only",
+        host_http::auth::Scopes::parse("transactions:write").unwrap(),
+    );
+    server.get("/events", &reader).await.expect_error(403);
+}
+
+#[tokio::test]
+async fn a_declined_card_on_the_payment_page_is_an_event() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let reply = server
+        .json(Method::POST, "/initialize", &acme, &trip(&[]).to_string())
+        .await;
+    let url = reply.json()["paymentUrl"].as_str().unwrap().to_owned();
+    let path = url
+        .strip_prefix(tests::http::PUBLIC_URL)
+        .unwrap()
+        .to_owned();
+    let page = server.send(Method::GET, &path, None, &[], None).await;
+    let html = String::from_utf8_lossy(&page.body).into_owned();
+    let marker = "name=\"form_token\" value=\"";
+    let start = html.find(marker).unwrap() + marker.len();
+    let token = html[start..].split('"').next().unwrap();
+    let form = format!(
+        "form_token={token}&name_on_card=Ada&card_number=4000000000000002&expiry=12%2F34&cvc=123&first_name=Ada&last_name=L&email=ada%40example.com"
+    );
+    let declined = server
+        .send(
+            Method::POST,
+            &path,
+            None,
+            &[("content-type", "application/x-www-form-urlencoded")],
+            Some(&form),
+        )
+        .await;
+    assert_eq!(declined.status, 402);
+    let events = server.get("/events", &acme).await.json();
+    let failed = &events["events"][1];
+    assert_eq!(failed["type"], "transaction.payment_failed");
+    assert_eq!(failed["data"]["reason"], "Your card was declined.");
+    assert_eq!(failed["data"]["status"], "PENDING");
+}
+
+#[tokio::test]
+async fn metrics_are_served_on_their_own_address_only() {
+    let server = TestServer::start_configured(|config| {
+        config.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    })
+    .await;
+    let acme = server.provider("acme");
+    create(&server, &acme, &trip(&["ada@example.com"])).await;
+    let addr = server.metrics_addr.expect("metrics address");
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http();
+    let reply = tests::http::send_request(
+        &client,
+        addr,
+        Method::GET,
+        "/metrics",
+        None,
+        &[],
+        bytes::Bytes::new(),
+    )
+    .await;
+    assert_eq!(reply.status, 200);
+    let text = String::from_utf8_lossy(&reply.body).into_owned();
+    for expected in [
+        "checkout_http_requests_total{route=\"/initialize\",status=\"201\"} 1",
+        "checkout_http_request_duration_seconds_bucket{route=\"/initialize\"",
+        "checkout_refunds_pending 0",
+        "checkout_outbox_backlog{kind=\"email\"} 1",
+        "checkout_outbox_oldest_age_seconds",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+    }
+    // Never on the public port.
+    let public = server.send(Method::GET, "/metrics", None, &[], None).await;
+    assert_eq!(public.status, 404);
+}
