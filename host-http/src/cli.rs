@@ -73,6 +73,12 @@ pub struct ServeArgs {
     #[arg(long, env = "CHECKOUT_WEBHOOK_TIMEOUT_MS", default_value_t = 15000,
           value_parser = clap::value_parser!(u64).range(1..=120_000))]
     pub webhook_timeout_ms: u64,
+    /// How long an instance holds a claimed webhook delivery or e-mail, in milliseconds; a
+    /// claim left by a stopped instance is taken over once it runs out. Must exceed
+    /// --webhook-timeout-ms.
+    #[arg(long, env = "CHECKOUT_OUTBOX_LEASE_MS", default_value_t = 120_000,
+          value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    pub outbox_lease_ms: u64,
     /// Address of the metrics listener (GET /metrics, no credentials); default: none.
     #[arg(long, env = "CHECKOUT_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
@@ -270,6 +276,7 @@ pub fn serve(args: ServeArgs) -> ExitCode {
                 from: args.mail_from.clone(),
             });
         config.metrics_listen = args.metrics_listen;
+        config.outbox_lease = std::time::Duration::from_millis(args.outbox_lease_ms);
         config.refunds = match args.refunds.settings() {
             Ok(settings) => settings,
             Err(message) => return fail(&message),

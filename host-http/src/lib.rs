@@ -64,6 +64,9 @@ pub struct Config {
     pub smtp: Option<events::MailSettings>,
     /// Where `GET /metrics` is served (never on the public port); `None`: nowhere.
     pub metrics_listen: Option<SocketAddr>,
+    /// How long an instance holds a claimed webhook delivery or e-mail; must exceed the webhook
+    /// timeout.
+    pub outbox_lease: Duration,
 }
 
 /// Default lifetime of a payment link: 7 days.
@@ -85,6 +88,7 @@ impl Config {
             webhooks: events::WebhookSettings::default(),
             smtp: None,
             metrics_listen: None,
+            outbox_lease: events::DEFAULT_LEASE,
         }
     }
 }
@@ -156,6 +160,13 @@ impl App {
             ),
             None => None,
         };
+        if config.outbox_lease <= config.webhooks.total_timeout {
+            return Err(AppError::Config(format!(
+                "the outbox lease ({} ms) must be longer than the webhook timeout ({} ms)",
+                config.outbox_lease.as_millis(),
+                config.webhooks.total_timeout.as_millis()
+            )));
+        }
         let mailer = config
             .smtp
             .as_ref()
@@ -224,6 +235,7 @@ impl App {
             pages: pages.clone(),
             instance: format!("events-{}", uuid::Uuid::now_v7().simple()),
             metrics: Arc::clone(&metrics),
+            lease: config.outbox_lease,
         };
         Ok(App {
             listener,

@@ -7,7 +7,6 @@
 
 pub mod cancel_support;
 pub mod http;
-pub mod sinks;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

@@ -5,12 +5,12 @@
 
 use std::time::Duration;
 
+use host_http::events::testing::{Delivery, SmtpSink, WebhookReceiver};
 use host_http::providers;
 use hyper::Method;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use tests::http::{Creds, TestServer};
-use tests::sinks::{Delivery, SmtpSink, WebhookReceiver};
 
 /// The first retry comes about 5 s after a failure (the documented schedule).
 const RETRY_WAIT: Duration = Duration::from_secs(12);

@@ -4,6 +4,8 @@
 //! delivered stays in the outbox for the next start or another instance.
 
 pub mod mail;
+#[cfg(feature = "test-support")]
+pub mod testing;
 pub mod webhooks;
 
 use std::sync::Arc;
@@ -25,8 +27,9 @@ pub use webhooks::{WebhookClient, WebhookSettings};
 
 /// How often the outbox is polled for due work.
 pub const POLL_EVERY: Duration = Duration::from_millis(200);
-/// How long an instance holds a claimed delivery or e-mail: longer than any attempt takes.
-pub const LEASE: Duration = Duration::from_secs(120);
+/// How long an instance holds a claimed delivery or e-mail by default (`--outbox-lease-ms`):
+/// longer than any attempt takes, so that no two instances attempt the same delivery at once.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(120);
 /// Most deliveries (or e-mails) one poll claims, and attempts in flight at once.
 pub const BATCH: u32 = 32;
 /// Send attempts of an e-mail before it is marked FAILED.
@@ -51,6 +54,9 @@ pub struct Dispatcher {
     pub instance: String,
     /// Counters of attempts.
     pub metrics: Arc<Metrics>,
+    /// How long a claim holds: a delivery left by a stopped instance is attempted again by
+    /// another (or the next start) once it has run out.
+    pub lease: Duration,
 }
 
 impl Dispatcher {
@@ -75,7 +81,7 @@ impl Dispatcher {
     fn lease(&self, now: DateTime<Utc>) -> Lease {
         Lease {
             owner: self.instance.clone(),
-            until: now + chrono::Duration::from_std(LEASE).unwrap_or(chrono::Duration::MAX),
+            until: now + chrono::Duration::from_std(self.lease).unwrap_or(chrono::Duration::MAX),
         }
     }
 

@@ -48,6 +48,8 @@ pub struct Launch<'a> {
     pub fault: Option<&'a str>,
     /// Read timeout of the http gateway (default 300 ms).
     pub gateway_read_timeout_ms: Option<u64>,
+    /// More arguments of `serve`.
+    pub args: &'a [&'a str],
 }
 
 /// Starts `checkout-server serve --sandbox` with fast refund retries and 300 ms leases.
@@ -82,6 +84,7 @@ pub fn spawn(launch: &Launch<'_>) -> Server {
     if let Some(point) = launch.fault {
         command.env(host_http::fault::FAULT_ENV, point);
     }
+    command.args(launch.args);
     Server {
         child: command.spawn().expect("spawn checkout-server"),
         addr,

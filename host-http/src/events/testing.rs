@@ -1,7 +1,8 @@
-//! Real receivers for what the service sends out: a webhook endpoint (an HTTP server that
-//! records every delivery and can answer 500 to the first ones) and an SMTP server (a small
-//! sink speaking enough SMTP for a real client, which can drop the connection in the middle of
-//! a message, as a crashing server would).
+//! Real receivers for what the service sends out, for tests (feature `test-support`): a webhook
+//! endpoint (an HTTP server that records every delivery, can answer 500 to the first ones or
+//! hold the first one unanswered) and an SMTP server (a small sink speaking enough SMTP for a
+//! real client, which can drop the connection in the middle of a message, as a crashing server
+//! would).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -62,10 +63,17 @@ impl Drop for WebhookReceiver {
 impl WebhookReceiver {
     /// Starts an endpoint that answers 500 to its first `failures` requests, then 204.
     pub async fn start(failures: u32) -> WebhookReceiver {
+        WebhookReceiver::start_with(failures, None).await
+    }
+
+    /// As [`WebhookReceiver::start`]; with `hold`, the very first request is recorded (answered
+    /// 0) and held that long before its answer, as an endpoint that hangs.
+    pub async fn start_with(failures: u32, hold: Option<Duration>) -> WebhookReceiver {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let received: Arc<Mutex<Vec<Delivery>>> = Arc::default();
         let left = Arc::new(AtomicU32::new(failures));
+        let held = Arc::new(AtomicU32::new(u32::from(hold.is_some())));
         let log = Arc::clone(&received);
         let task = tokio::spawn(async move {
             loop {
@@ -74,9 +82,11 @@ impl WebhookReceiver {
                 };
                 let log = Arc::clone(&log);
                 let left = Arc::clone(&left);
+                let held = Arc::clone(&held);
                 let service = service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
                     let log = Arc::clone(&log);
                     let left = Arc::clone(&left);
+                    let held = Arc::clone(&held);
                     async move {
                         let headers = request
                             .headers()
@@ -86,6 +96,21 @@ impl WebhookReceiver {
                             })
                             .collect();
                         let body = request.into_body().collect().await.map(|b| b.to_bytes());
+                        let body = String::from_utf8_lossy(&body.unwrap_or_default()).into_owned();
+                        let hold_this = held
+                            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                            .is_ok();
+                        if let (true, Some(hold)) = (hold_this, hold) {
+                            log.lock().expect("log").push(Delivery {
+                                headers,
+                                body,
+                                answered: 0,
+                            });
+                            tokio::time::sleep(hold).await;
+                            let mut response = Response::new(Full::new(Bytes::new()));
+                            *response.status_mut() = StatusCode::NO_CONTENT;
+                            return Ok::<_, std::convert::Infallible>(response);
+                        }
                         let fail = left
                             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                             .is_ok();
@@ -96,7 +121,7 @@ impl WebhookReceiver {
                         };
                         log.lock().expect("log").push(Delivery {
                             headers,
-                            body: String::from_utf8_lossy(&body.unwrap_or_default()).into_owned(),
+                            body,
                             answered: status.as_u16(),
                         });
                         let mut response = Response::new(Full::new(Bytes::new()));
