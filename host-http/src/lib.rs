@@ -46,6 +46,16 @@ pub struct Config {
     pub sandbox: bool,
     /// How long a client may take to send a request's headers.
     pub header_read_timeout: Duration,
+    /// How long a client may take to send a whole JSON (or urlencoded) body, from the
+    /// request's arrival.
+    pub body_read_timeout: Duration,
+    /// How long a client may take to send a whole multipart body (files up to 10 MiB).
+    pub upload_read_timeout: Duration,
+    /// Most connections open at a time; further ones are answered 503 and closed. Kept below
+    /// the file-descriptor limit.
+    pub max_connections: usize,
+    /// Most requests one provider may have in flight; further ones are answered 503.
+    pub max_in_flight_per_provider: usize,
     /// How long in-flight requests may run on after a shutdown signal.
     pub shutdown_grace: Duration,
     /// Refund gateway, retries and recovery.
@@ -61,7 +71,9 @@ pub struct Config {
 pub const DEFAULT_PAYMENT_LINK_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 impl Config {
-    /// Defaults: no sandbox, 10 s to send headers, 10 s of grace on shutdown.
+    /// Defaults: no sandbox, 10 s to send headers, 30 s to send a JSON body and 190 s a
+    /// multipart one, 10,000 connections, 64 requests in flight per provider, 10 s of grace on
+    /// shutdown.
     pub fn new(listen: SocketAddr, db: impl Into<Db>) -> Config {
         Config {
             listen,
@@ -69,6 +81,10 @@ impl Config {
             pool: PoolSettings::default(),
             sandbox: false,
             header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: http::limits::DEFAULT_BODY_READ_TIMEOUT,
+            upload_read_timeout: http::limits::DEFAULT_UPLOAD_READ_TIMEOUT,
+            max_connections: http::limits::DEFAULT_MAX_CONNECTIONS,
+            max_in_flight_per_provider: app::admission::DEFAULT_MAX_IN_FLIGHT_PER_PROVIDER,
             shutdown_grace: Duration::from_secs(10),
             refunds: refunds::RefundSettings::default(),
             public_url: None,
@@ -183,6 +199,7 @@ impl App {
                     key: payments::LinkKey::new(key),
                     processor: Arc::new(payments::SandboxProcessor),
                 },
+                in_flight: app::admission::InFlightLimits::new(config.max_in_flight_per_provider),
             }),
             config,
             recovery,

@@ -259,29 +259,39 @@ impl TestServer {
     pub async fn start_with(sandbox: bool) -> TestServer {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = TestDb::fresh(dir.path());
-        TestServer::launch(dir, store, sandbox, Duration::from_secs(10)).await
+        TestServer::launch(dir, store, sandbox, |_| {}).await
     }
 
     /// Starts a server whose header read timeout is `timeout`.
     pub async fn start_with_header_timeout(timeout: Duration) -> TestServer {
+        TestServer::start_configured(|config| config.header_read_timeout = timeout).await
+    }
+
+    /// Starts a sandbox server on a fresh database with settings changed by `configure`
+    /// (timeouts, connection and in-flight limits).
+    pub async fn start_configured(configure: impl FnOnce(&mut Config)) -> TestServer {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = TestDb::fresh(dir.path());
-        TestServer::launch(dir, store, true, timeout).await
+        TestServer::launch(dir, store, true, |config| {
+            config.header_read_timeout = Duration::from_secs(10);
+            configure(config);
+        })
+        .await
     }
 
     async fn launch(
         dir: TempDir,
         store: TestDb,
         sandbox: bool,
-        header_read_timeout: Duration,
+        configure: impl FnOnce(&mut Config),
     ) -> TestServer {
         let mut config = Config::new("127.0.0.1:0".parse().expect("address"), &store.db);
         config.sandbox = sandbox;
-        config.header_read_timeout = header_read_timeout;
         config.shutdown_grace = Duration::from_secs(5);
         // A public base of its own, as behind a proxy: links stay the same across restarts
         // (which bind new ports), and no link is built from the listen address.
         config.public_url = Some(PUBLIC_URL.to_owned());
+        configure(&mut config);
         let app = App::build(config).await.expect("server starts");
         let addr = app.local_addr();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -312,13 +322,7 @@ impl TestServer {
     pub async fn restart(mut self) -> TestServer {
         self.shutdown().await;
         let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir"));
-        TestServer::launch(
-            dir,
-            self.store.clone(),
-            self.sandbox,
-            Duration::from_secs(10),
-        )
-        .await
+        TestServer::launch(dir, self.store.clone(), self.sandbox, |_| {}).await
     }
 
     /// Shuts the server down and waits until it has closed its database.

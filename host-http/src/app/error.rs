@@ -63,6 +63,10 @@ pub enum Error {
         /// The refund id (the gateway's idempotency key).
         refund_id: String,
     },
+    /// The provider has as many requests in flight as it may; nothing was done and the client
+    /// may retry shortly.
+    #[error("too many requests in flight for this provider; retry shortly")]
+    Overloaded,
     /// The store failed; the cause is logged, never shown.
     #[error("store: {0}")]
     Store(#[from] StoreError),

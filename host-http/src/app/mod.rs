@@ -10,6 +10,7 @@
 //! Dependencies point one way: `http` → `app` → `store`/`gateway` traits → `engine`.
 
 pub mod access;
+pub mod admission;
 pub mod cancellations;
 mod error;
 pub mod files;
@@ -43,6 +44,8 @@ pub struct Services {
     pub refunds: Arc<Refunds>,
     /// The customer's payment pages.
     pub pages: PaymentPages,
+    /// Requests in flight per provider, bounded.
+    pub in_flight: admission::InFlightLimits,
 }
 
 /// What the customer's payment pages need: where they are served, how long their links live,
@@ -88,4 +91,6 @@ pub struct Principal {
     pub provider_id: String,
     /// Scopes of the credential.
     pub scopes: Scopes,
+    /// The request's place among its provider's requests in flight, held while it runs.
+    pub in_flight: Arc<admission::InFlightSlot>,
 }

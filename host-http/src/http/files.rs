@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 
 use super::cancellations::form_error;
 use super::error::ApiError;
+use super::limits::{BodyDeadline, BodyKind, read_within};
 use super::multipart;
 use super::request::{authorize, content_type};
 use super::response::{HttpResponse, json};
@@ -43,18 +44,20 @@ pub async fn upload(
 ) -> Result<HttpResponse, ApiError> {
     let principal = authorize(services, request.headers(), Scope::TransactionsWrite).await?;
     let content_type = content_type(request.headers());
-    let host = request
-        .headers()
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let file = read_upload(content_type.as_deref(), request.into_body()).await?;
+    let deadline = request.extensions().get::<BodyDeadline>().copied();
+    let file = read_within(
+        deadline,
+        BodyKind::Upload,
+        read_upload(content_type.as_deref(), request.into_body()),
+    )
+    .await?;
     let shared = services.upload_file(&principal, file, now).await?;
-    // wants an absolute URL in `Attachment.url`: built from the Host the client used.
-    let url = match host {
-        Some(host) => format!("http://{host}{SHARED_FILES_PREFIX}{}", shared.token),
-        None => format!("{SHARED_FILES_PREFIX}{}", shared.token),
-    };
+    // wants an absolute URL in `Attachment.url`: built from the one configured public
+    // base (`--public-url`), never from request headers, which a client or proxy controls.
+    let url = format!(
+        "{}{SHARED_FILES_PREFIX}{}",
+        services.pages.public_url, shared.token
+    );
     json(
         StatusCode::CREATED,
         &Uploaded {

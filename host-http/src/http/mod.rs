@@ -7,7 +7,9 @@
 pub mod cancellations;
 pub mod error;
 pub mod files;
+pub mod headers;
 pub mod i18n;
+pub mod limits;
 pub mod multipart;
 pub mod pages;
 pub mod request;

@@ -8,6 +8,7 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap};
 
 use super::error::ApiError;
+use super::limits::{BodyDeadline, BodyKind, read_within};
 use crate::app::{Principal, Services};
 use crate::auth::{self, Scope};
 
@@ -98,6 +99,11 @@ pub async fn read_json_body_or_empty(request: Request<Incoming>) -> Result<Bytes
 }
 
 async fn read_limited(request: Request<Incoming>) -> Result<Bytes, ApiError> {
+    let deadline = request.extensions().get::<BodyDeadline>().copied();
+    read_within(deadline, BodyKind::Json, collect_limited(request)).await
+}
+
+async fn collect_limited(request: Request<Incoming>) -> Result<Bytes, ApiError> {
     let too_large = ApiError::PayloadTooLarge {
         limit_bytes: MAX_JSON_BODY_BYTES,
     };
