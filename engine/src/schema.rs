@@ -18,12 +18,14 @@ use crate::api::{
 };
 
 /// A local date-time or an RFC 3339 date-time with offset (R-6.1): `2026-12-01T15:00:00` or
-/// `2026-12-01T15:00:00+01:00`. Calendar validity (30 February) is checked in code.
-pub const DATE_TIME_PATTERN: &str = r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])?$";
-/// An RFC 3339 instant: a date-time with `Z` or an offset (R-3.6 `paidAt`).
-pub const INSTANT_PATTERN: &str = r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$";
-/// A calendar date `YYYY-MM-DD` (DatePenalty `until`, R-5.4).
-pub const DATE_PATTERN: &str = r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$";
+/// `2026-12-01T15:00:00+01:00`, in the years 1000–8999 (so that every penalty threshold, ten
+/// years of offset away at most, is a date of years 0001–9999). Calendar validity (30 February)
+/// is checked in code.
+pub const DATE_TIME_PATTERN: &str = r"^[1-8][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])?$";
+/// An RFC 3339 instant: a date-time with `Z` or an offset (R-3.6 `paidAt`), years 1000–8999.
+pub const INSTANT_PATTERN: &str = r"^[1-8][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$";
+/// A calendar date `YYYY-MM-DD` (DatePenalty `until`, R-5.4), years 1000–8999.
+pub const DATE_PATTERN: &str = r"^[1-8][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$";
 /// A decimal latitude string in [-90, 90] (R-8.7).
 pub const LAT_PATTERN: &str = r"^-?(90(\.0+)?|[1-8]?[0-9](\.[0-9]+)?)$";
 /// A decimal longitude string in [-180, 180] (R-8.7).
@@ -48,7 +50,7 @@ pub mod rules {
         CURRENCY_PATTERN, DATE_PATTERN, DATE_TIME_PATTERN, EMAIL_PATTERN, INSTANT_PATTERN,
         LAT_PATTERN, LNG_PATTERN, URL_PATTERN,
     };
-    use crate::api::{MAX_ITEMS, MAX_STRING_CHARS};
+    use crate::api::{MAX_ITEMS, MAX_OFFSET_DAYS, MAX_OFFSET_MONTHS, MAX_STRING_CHARS};
 
     fn property<'a>(
         schema: &'a mut Schema,
@@ -128,6 +130,23 @@ pub mod rules {
         schema.insert(
             "then".to_owned(),
             json!({ "properties": { "amount": { "maximum": 100 } } }),
+        );
+    }
+
+    /// An offset is at most ten years in its unit, so that thresholds stay dates (R-5.5).
+    pub fn penalty_offset(schema: &mut Schema) {
+        let bound = |unit: &str, max: u32| {
+            json!({
+                "if": { "properties": { "unit": { "const": unit } }, "required": ["unit"] },
+                "then": { "properties": { "amount": { "maximum": max } } }
+            })
+        };
+        schema.insert(
+            "allOf".to_owned(),
+            json!([
+                bound("DAYS", MAX_OFFSET_DAYS),
+                bound("MONTHS", MAX_OFFSET_MONTHS)
+            ]),
         );
     }
 
