@@ -34,8 +34,6 @@ pub const LNG_PATTERN: &str = r"^-?(180(\.0+)?|(1[0-7][0-9]|[1-9]?[0-9])(\.[0-9]
 pub const URL_PATTERN: &str = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s/?#@]+([/?#][^\s]*)?$";
 /// The shape of an e-mail address; `format: email` is asserted beside it (R-8.4).
 pub const EMAIL_PATTERN: &str = r"^[^\s@]+@[^\s@]+\.[^\s@]+$";
-/// Three upper-case letters; whether the code exists in ISO 4217 is checked in code (R-1.2).
-pub const CURRENCY_PATTERN: &str = "^[A-Z]{3}$";
 
 /// Schema rules attached to the wire types with `#[schemars(transform = …)]`.
 ///
@@ -47,10 +45,11 @@ pub mod rules {
     use serde_json::{Value, json};
 
     use super::{
-        CURRENCY_PATTERN, DATE_PATTERN, DATE_TIME_PATTERN, EMAIL_PATTERN, INSTANT_PATTERN,
-        LAT_PATTERN, LNG_PATTERN, URL_PATTERN,
+        DATE_PATTERN, DATE_TIME_PATTERN, EMAIL_PATTERN, INSTANT_PATTERN, LAT_PATTERN, LNG_PATTERN,
+        URL_PATTERN,
     };
     use crate::api::{MAX_ITEMS, MAX_OFFSET_DAYS, MAX_OFFSET_MONTHS, MAX_STRING_CHARS};
+    use crate::money::ACCEPTED_CURRENCIES;
 
     fn property<'a>(
         schema: &'a mut Schema,
@@ -89,7 +88,12 @@ pub mod rules {
     /// `currency` is three upper-case letters (R-1.2); `refIDs` values are bounded strings
     /// (R-8.10); recipients are e-mail addresses (R-8.4).
     pub fn corporate_checkout(schema: &mut Schema) {
-        set(schema, "currency", "pattern", json!(CURRENCY_PATTERN));
+        set(
+            schema,
+            "currency",
+            "enum",
+            json!(ACCEPTED_CURRENCIES.as_slice()),
+        );
         string_map_values(schema, "refIDs");
         email_items(schema, "recipients");
     }

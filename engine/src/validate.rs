@@ -33,7 +33,7 @@ use crate::api::{
     MAX_RECIPIENTS, PaymentReq, UpdateTransaction,
 };
 use crate::decimal::{MAX_SIGNIFICANT_DIGITS, parse_json_number};
-use crate::money::{fits_scale, minor_units};
+use crate::money::{ACCEPTED_CURRENCIES, fits_scale, is_accepted_currency, minor_units};
 use crate::schema;
 
 /// Every violation of one body, in a stable order, as the 400 message list.
@@ -501,7 +501,6 @@ fn pattern_rule(pattern: &str) -> String {
         schema::LNG_PATTERN => "must be a longitude string between -180 and 180".to_owned(),
         schema::URL_PATTERN => "must be a URL address".to_owned(),
         schema::EMAIL_PATTERN => "must be an email".to_owned(),
-        schema::CURRENCY_PATTERN => "must be a valid ISO 4217 currency code".to_owned(),
         other => format!("must match the pattern {other}"),
     }
 }
@@ -565,6 +564,13 @@ fn schema_violations(error: &ValidationError<'_>, report: &mut Report) {
                 .as_array()
                 .map(|o| o.iter().filter_map(Value::as_str).collect())
                 .unwrap_or_default();
+            if allowed == ACCEPTED_CURRENCIES {
+                // R-1.2's own message rather than 154 codes; a non-string has its type message.
+                if instance.is_string() {
+                    report.push(&path, "must be a valid ISO 4217 currency code");
+                }
+                return;
+            }
             report.push(
                 &path,
                 &format!(
@@ -719,7 +725,7 @@ fn checkout_rules(body: &mut Value, provider_zone: Tz, report: &mut Report) {
     let currency_path = root.key("currency");
     let scale = match body.get("currency").and_then(Value::as_str) {
         Some(code) if report.clean(&currency_path) => {
-            let scale = minor_units(code);
+            let scale = minor_units(code).filter(|_| is_accepted_currency(code));
             if scale.is_none() {
                 //
                 report.push(&currency_path, "must be a valid ISO 4217 currency code");
