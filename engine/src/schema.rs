@@ -32,6 +32,10 @@ pub const LAT_PATTERN: &str = r"^-?(90(\.0+)?|[1-8]?[0-9](\.[0-9]+)?)$";
 pub const LNG_PATTERN: &str = r"^-?(180(\.0+)?|(1[0-7][0-9]|[1-9]?[0-9])(\.[0-9]+)?)$";
 /// An absolute http(s) URL with a host (R-8.8).
 pub const URL_PATTERN: &str = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s/?#@]+([/?#][^\s]*)?$";
+/// Text without control characters (U+0000–U+001F but tab, line feed and carriage return;
+/// U+007F–U+009F): given to every request string that has no pattern, format or enumeration of
+/// its own, so that a NUL byte or an escape sequence never reaches storage, logs or receipts.
+pub const TEXT_PATTERN: &str = r"^[^\x00-\x08\x0B\x0C\x0E-\x1F\x7F-\x9F]*$";
 /// The shape of an e-mail address; `format: email` is asserted beside it (R-8.4).
 pub const EMAIL_PATTERN: &str = r"^[^\s@]+@[^\s@]+\.[^\s@]+$";
 
@@ -46,7 +50,7 @@ pub mod rules {
 
     use super::{
         DATE_PATTERN, DATE_TIME_PATTERN, EMAIL_PATTERN, INSTANT_PATTERN, LAT_PATTERN, LNG_PATTERN,
-        URL_PATTERN,
+        TEXT_PATTERN, URL_PATTERN,
     };
     use crate::api::{MAX_ITEMS, MAX_OFFSET_DAYS, MAX_OFFSET_MONTHS, MAX_STRING_CHARS};
     use crate::money::ACCEPTED_CURRENCIES;
@@ -67,6 +71,7 @@ pub mod rules {
         }
     }
 
+    /// A map of identifiers: keys of 1–2,000 characters, values bounded strings (R-8.10).
     fn string_map_values(schema: &mut Schema, name: &str) {
         set(
             schema,
@@ -74,6 +79,50 @@ pub mod rules {
             "additionalProperties",
             json!({ "type": "string", "maxLength": MAX_STRING_CHARS }),
         );
+        set(
+            schema,
+            name,
+            "propertyNames",
+            json!({ "minLength": 1, "maxLength": MAX_STRING_CHARS }),
+        );
+    }
+
+    /// Every request string without a pattern, format or enumeration of its own gets
+    /// [`TEXT_PATTERN`]: no control characters.
+    pub fn plain_text(schema: &mut Schema) {
+        if let Some(object) = schema.as_object_mut() {
+            for value in object.values_mut() {
+                plain_text_value(value);
+            }
+            mark_text(object);
+        }
+    }
+
+    fn plain_text_value(value: &mut Value) {
+        match value {
+            Value::Object(object) => {
+                for inner in object.values_mut() {
+                    plain_text_value(inner);
+                }
+                mark_text(object);
+            }
+            Value::Array(values) => values.iter_mut().for_each(plain_text_value),
+            _ => {}
+        }
+    }
+
+    fn mark_text(object: &mut serde_json::Map<String, Value>) {
+        let is_string = match object.get("type") {
+            Some(Value::String(t)) => t == "string",
+            Some(Value::Array(types)) => types.iter().any(|t| t == "string"),
+            _ => false,
+        };
+        let constrained = ["pattern", "format", "enum", "const"]
+            .iter()
+            .any(|key| object.contains_key(*key));
+        if is_string && !constrained {
+            object.insert("pattern".to_owned(), json!(TEXT_PATTERN));
+        }
     }
 
     fn email_items(schema: &mut Schema, name: &str) {
@@ -278,7 +327,7 @@ enum Direction {
 fn settings(direction: Direction) -> SchemaSettings {
     let settings = SchemaSettings::draft2020_12();
     match direction {
-        Direction::Request => settings.for_deserialize(),
+        Direction::Request => settings.for_deserialize().with_transform(rules::plain_text),
         Direction::Response => settings.for_serialize(),
     }
 }
