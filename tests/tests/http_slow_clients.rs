@@ -4,8 +4,8 @@
 //! off by a deadline or shed with a 503, and the service keeps answering `/healthz` and other
 //! providers' requests meanwhile.
 //!
-//! The flood's size is `CHECKOUT_TEST_STALLED_CONNECTIONS` (default 20,000, opened with at
-//! most [`WINDOW`] connecting at once so that the test process's own descriptors suffice).
+//! The flood's size is `CHECKOUT_TEST_STALLED_CONNECTIONS` (default 20,000, with at most
+//! [`WINDOW`] of them open at once so that the test process's own descriptors suffice).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,7 +18,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 /// Connections of the flood connecting at the same time.
-const WINDOW: usize = 1_000;
+const WINDOW: usize = 500;
 /// A guard against a hanging test only: every wait below ends far sooner when the server is
 /// right.
 const GUARD: Duration = Duration::from_secs(60);
@@ -257,7 +257,6 @@ async fn flood(server: &TestServer, creds: &Creds, count: usize) -> usize {
             if stream.write_all(head.as_bytes()).await.is_err() {
                 return;
             }
-            drop(permit);
             // Stalled: the body never comes. The server either sheds the request at once, or
             // holds it until the body deadline.
             let mut buffer = [0u8; 64];
@@ -266,6 +265,9 @@ async fn flood(server: &TestServer, creds: &Creds, count: usize) -> usize {
                     shed.fetch_add(1, Ordering::Relaxed);
                 }
             }
+            // The place in the window is held until the connection is answered and closed, so
+            // that the test's own descriptors stay bounded.
+            drop(permit);
         }));
     }
     for task in tasks {
