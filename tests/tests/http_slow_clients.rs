@@ -54,16 +54,20 @@ fn assert_error_response(text: &str, status: u16) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_json_body_that_never_arrives_is_cut_off_with_408() {
-    let server = TestServer::start_configured(|config| {
-        config.body_read_timeout = Duration::from_millis(300);
-    })
-    .await;
+/// A server whose JSON bodies must arrive within `timeout`, its provider, and a connection on
+/// which the head of a creation with a body of `length` bytes has been sent.
+async fn body_pending(timeout: Duration, length: usize) -> (TestServer, Creds, TcpStream) {
+    let server = TestServer::start_configured(|config| config.body_read_timeout = timeout).await;
     let acme = server.provider("acme");
     let mut stream = TcpStream::connect(server.addr).await.unwrap();
-    let head = post_head("/initialize", &acme, "application/json", 100);
+    let head = post_head("/initialize", &acme, "application/json", length);
     stream.write_all(head.as_bytes()).await.unwrap();
+    (server, acme, stream)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_body_that_never_arrives_is_cut_off_with_408() {
+    let (server, acme, mut stream) = body_pending(Duration::from_millis(300), 100).await;
     let text = read_until_closed(&mut stream).await;
     assert_error_response(&text, 408);
     // Its in-flight slot is free again: the provider is served at once.
@@ -72,14 +76,7 @@ async fn a_json_body_that_never_arrives_is_cut_off_with_408() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_sent_a_byte_at_a_time_is_cut_off_at_the_deadline() {
-    let server = TestServer::start_configured(|config| {
-        config.body_read_timeout = Duration::from_millis(500);
-    })
-    .await;
-    let acme = server.provider("acme");
-    let mut stream = TcpStream::connect(server.addr).await.unwrap();
-    let head = post_head("/initialize", &acme, "application/json", 10_000);
-    stream.write_all(head.as_bytes()).await.unwrap();
+    let (_server, _acme, stream) = body_pending(Duration::from_millis(500), 10_000).await;
     let (mut reader, mut writer) = stream.into_split();
     // One byte every 50 ms would take 500 s; the deadline ends it after 0.5 s.
     let trickle = tokio::spawn(async move {
