@@ -480,12 +480,13 @@ fn component_schemas() -> Map<String, Value> {
         "FileUploaded".to_owned(),
         json!({
             "type": "object",
-            "description": "201 body of `POST /files`: the stored file and the URL to use as `Attachment.url`.",
+            "description": "201 body of `POST /files` and 200 body of `POST /files/{fileId}/renew`: the stored file, the URL to use as `Attachment.url` (a capability link that needs no credentials) and when that link stops working unless its owner renews it.",
             "properties": {
-                "fileId": { "type": "string" },
-                "url": { "type": "string", "format": "uri" }
+                "fileId": { "type": "string", "format": "uuid" },
+                "url": { "type": "string", "format": "uri" },
+                "expiresAt": { "type": "string", "format": "date-time" }
             },
-            "required": ["fileId", "url"]
+            "required": ["fileId", "url", "expiresAt"]
         }),
     );
     components.sort_keys();
@@ -515,6 +516,7 @@ fn errors(statuses: &[u16]) -> Map<String, Value> {
                 403 => "Forbidden",
                 404 => "NotFound",
                 409 => "Conflict",
+                410 => "Gone",
                 413 => "PayloadTooLarge",
                 415 => "UnsupportedMediaType",
                 422 => "UnprocessableEntity",
@@ -843,7 +845,11 @@ pub fn openapi() -> Value {
                 ok: (
                     "200".to_owned(),
                     json!({
-                        "description": "The file's bytes.",
+                        "description": "The file's bytes, as a sandboxed download: `Content-Disposition: attachment` with the client's file name (`filename*=UTF-8''…` when it is not ASCII, RFC 6266), `Content-Security-Policy: sandbox`, `X-Content-Type-Options: nosniff`.",
+                        "headers": {
+                            "Content-Disposition": { "schema": { "type": "string" } },
+                            "Content-Security-Policy": { "schema": { "type": "string", "const": "sandbox" } }
+                        },
                         "content": {
                             "application/octet-stream": {
                                 "schema": { "type": "string", "contentMediaType": "application/octet-stream" }
@@ -852,6 +858,35 @@ pub fn openapi() -> Value {
                     }),
                 ),
                 errors: &[401, 403, 404, 500],
+            },
+        ),
+        (
+            "/files/{fileId}",
+            "delete",
+            Operation {
+                id: "deleteFile",
+                summary: "Deletes a file uploaded with POST /files, its content and its shared link (which then answers 404). An invoice file of a cancellation is kept with its receipt (409).",
+                parameters: vec![param("fileId")],
+                body: None,
+                ok: ("204".to_owned(), json!({ "description": "Deleted." })),
+                errors: &[401, 403, 404, 409, 500],
+            },
+        ),
+        (
+            "/files/{fileId}/renew",
+            "post",
+            Operation {
+                id: "renewFileLink",
+                summary: "The shared link of a file uploaded with POST /files works for another lifetime (`--file-link-ttl-secs`, default 30 days) from now, under the same URL; an expired link may be renewed. An invoice file has no link (409).",
+                parameters: vec![param("fileId")],
+                body: None,
+                ok: ok_response(
+                    200,
+                    "The link and its new expiry.",
+                    schema_ref("FileUploaded"),
+                    false,
+                ),
+                errors: &[401, 403, 404, 409, 500],
             },
         ),
         (
@@ -882,6 +917,42 @@ pub fn openapi() -> Value {
             methods.insert(method.to_owned(), operation.to_value());
         }
     }
+
+    // The capability link of a shared file: no credentials, the token is the permission.
+    paths.insert(
+        "/files/shared/{token}".to_owned(),
+        json!({
+            "get": {
+                "operationId": "getSharedFile",
+                "summary": "A file uploaded with POST /files, by its capability link (`FileUploaded.url`), without credentials, until the link expires.",
+                "security": [],
+                "parameters": [{
+                    "name": "token",
+                    "in": "path",
+                    "required": true,
+                    "description": "256 random bits, hex.",
+                    "schema": { "type": "string", "pattern": "^[0-9a-f]{64}$" }
+                }],
+                "responses": {
+                    "200": {
+                        "description": "The file's bytes, as a sandboxed download (see getFile).",
+                        "headers": {
+                            "Content-Disposition": { "schema": { "type": "string" } },
+                            "Content-Security-Policy": { "schema": { "type": "string", "const": "sandbox" } }
+                        },
+                        "content": {
+                            "application/octet-stream": {
+                                "schema": { "type": "string", "contentMediaType": "application/octet-stream" }
+                            }
+                        }
+                    },
+                    "404": error_response("NotFound"),
+                    "410": error_response("Gone"),
+                    "500": error_response("InternalServerError")
+                }
+            }
+        }),
+    );
 
     let error_body = |description: &str| json!({ "description": description, "content": json_content(schema_ref("ErrorBody")) });
     let mut unauthorized = error_body(
@@ -925,7 +996,8 @@ pub fn openapi() -> Value {
                     "name": "fileId",
                     "in": "path",
                     "required": true,
-                    "schema": { "type": "string" }
+                    "description": "Lower-case hyphenated UUID, the `fileId` of `POST /files` or of a receipt's invoice file.",
+                    "schema": { "type": "string", "format": "uuid" }
                 },
                 "receiptNumber": {
                     "name": "receiptNumber",
@@ -961,7 +1033,8 @@ pub fn openapi() -> Value {
                 "Forbidden": error_body("The credential lacks the scope of the route (R-7.3)."),
                 "NotFound": error_body("Contract (or route, file, receipt) not found (R-7.4, R-8.3)."),
                 "MethodNotAllowed": error_body("The route exists but not with this method (R-8.3)."),
-                "Conflict": error_body("A request with the same Idempotency-Key is still running (R-9.1)."),
+                "Conflict": error_body("A request with the same Idempotency-Key is still running (R-9.1), or (file routes) the file is a cancellation's invoice, kept with its receipt."),
+                "Gone": error_body("The link has expired; its owner may renew it."),
                 "PayloadTooLarge": error_body("JSON body over 1 MiB or file over 10 MiB (R-4.6, R-8.3)."),
                 "UnsupportedMediaType": error_body("Wrong Content-Type (R-8.3)."),
                 "UnprocessableEntity": error_body("The Idempotency-Key was used with another route or body (R-9.1)."),

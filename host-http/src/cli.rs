@@ -55,6 +55,12 @@ pub struct ServeArgs {
           default_value_t = crate::DEFAULT_PAYMENT_LINK_TTL.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=366 * 24 * 3600))]
     pub payment_link_ttl_secs: u64,
+    /// How long a shared file's link (`POST /files`) works after its upload or its last
+    /// renewal (`POST /files/{fileId}/renew`), in seconds.
+    #[arg(long, env = "CHECKOUT_FILE_LINK_TTL_SECS",
+          default_value_t = crate::DEFAULT_FILE_LINK_TTL.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3660 * 24 * 3600))]
+    pub file_link_ttl_secs: u64,
     /// How long a client may take to send a whole JSON body, in seconds (then 408).
     #[arg(long, env = "CHECKOUT_BODY_READ_TIMEOUT_SECS",
           default_value_t = crate::http::limits::DEFAULT_BODY_READ_TIMEOUT.as_secs(),
@@ -215,6 +221,7 @@ pub fn serve(args: ServeArgs) -> ExitCode {
         config.sandbox = args.sandbox || args.demo;
         config.public_url = args.public_url.clone();
         config.payment_link_ttl = std::time::Duration::from_secs(args.payment_link_ttl_secs);
+        config.file_link_ttl = std::time::Duration::from_secs(args.file_link_ttl_secs);
         config.body_read_timeout = std::time::Duration::from_secs(args.body_read_timeout_secs);
         config.upload_read_timeout = std::time::Duration::from_secs(args.upload_read_timeout_secs);
         config.max_connections = args.max_connections;

@@ -65,10 +65,15 @@ pub struct Config {
     pub public_url: Option<String>,
     /// How long a payment link works after its transaction's creation.
     pub payment_link_ttl: Duration,
+    /// How long a shared file's link works after its upload or its last renewal.
+    pub file_link_ttl: Duration,
 }
 
 /// Default lifetime of a payment link: 7 days.
 pub const DEFAULT_PAYMENT_LINK_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Default lifetime of a shared file's link: 30 days, renewable by its owner.
+pub const DEFAULT_FILE_LINK_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
 impl Config {
     /// Defaults: no sandbox, 10 s to send headers, 30 s to send a JSON body and 190 s a
@@ -89,6 +94,7 @@ impl Config {
             refunds: refunds::RefundSettings::default(),
             public_url: None,
             payment_link_ttl: DEFAULT_PAYMENT_LINK_TTL,
+            file_link_ttl: DEFAULT_FILE_LINK_TTL,
         }
     }
 }
@@ -180,6 +186,8 @@ impl App {
             .map_err(store_error)?;
         let link_ttl = chrono::Duration::from_std(config.payment_link_ttl)
             .map_err(|_| AppError::Config("payment link lifetime out of range".to_owned()))?;
+        let file_link_ttl = chrono::Duration::from_std(config.file_link_ttl)
+            .map_err(|_| AppError::Config("file link lifetime out of range".to_owned()))?;
         let public_url = config
             .public_url
             .clone()
@@ -200,6 +208,7 @@ impl App {
                     processor: Arc::new(payments::SandboxProcessor),
                 },
                 in_flight: app::admission::InFlightLimits::new(config.max_in_flight_per_provider),
+                file_link_ttl,
             }),
             config,
             recovery,

@@ -46,6 +46,8 @@ pub struct Services {
     pub pages: PaymentPages,
     /// Requests in flight per provider, bounded.
     pub in_flight: admission::InFlightLimits,
+    /// How long a shared file's link works after its upload or its last renewal.
+    pub file_link_ttl: Duration,
 }
 
 /// What the customer's payment pages need: where they are served, how long their links live,

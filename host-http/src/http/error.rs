@@ -85,7 +85,8 @@ impl ApiError {
                 }
                 app::Error::Forbidden(_) => StatusCode::FORBIDDEN,
                 app::Error::NotFound(_) => StatusCode::NOT_FOUND,
-                app::Error::IdempotencyInProgress => StatusCode::CONFLICT,
+                app::Error::IdempotencyInProgress | app::Error::InvoiceFile => StatusCode::CONFLICT,
+                app::Error::LinkExpired(_) => StatusCode::GONE,
                 app::Error::IdempotencyMismatch => StatusCode::UNPROCESSABLE_ENTITY,
                 app::Error::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
                 // The database is unreachable: nothing was written; the client may retry.

@@ -168,6 +168,13 @@ CREATE TABLE service_keys (
 );
 "#,
     },
+    Migration {
+        version: 3,
+        description: "shared file links expire; the owner renews or deletes them",
+        // Links shared before this migration have NULL: they expire the configured lifetime
+        // after their upload (`app::files`).
+        sql: "ALTER TABLE files ADD COLUMN share_expires_at timestamptz;",
+    },
 ];
 
 /// Latest schema version this build knows.

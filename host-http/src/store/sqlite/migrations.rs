@@ -161,6 +161,13 @@ CREATE TABLE service_keys (
 ) WITHOUT ROWID;
 "#,
     },
+    Migration {
+        version: 7,
+        description: "shared file links expire; the owner renews or deletes them",
+        // Links shared before this migration have NULL: they expire the configured lifetime
+        // after their upload (`app::files`).
+        sql: "ALTER TABLE files ADD COLUMN share_expires_at TEXT;",
+    },
 ];
 
 /// Why the schema could not be brought up to date.
