@@ -28,6 +28,23 @@ pub const MAX_ATTACHMENTS: usize = 50;
 pub const MAX_RECIPIENTS: usize = 100;
 /// Most `refIDs` / `externalIds` entries.
 pub const MAX_REF_IDS: usize = 100;
+/// Largest `price`, and `value` of an AMOUNT tax: 10^12. With [`MAX_QUANTITY`] and 50 tax
+/// lines an item totals at most 5.1 × 10^17, a checkout of 500 items 2.55 × 10^20, which at
+/// the largest minor unit (3 decimals) has 24 significant digits: every derived amount (line ×
+/// quantity, taxes, sums, rescaling, penalties, refunds) stays within R-1.1's 28 digits.
+pub const MAX_PRICE: u64 = 1_000_000_000_000;
+/// Largest `quantity.amount`: 10^4.
+pub const MAX_QUANTITY: u64 = 10_000;
+/// Largest provided `totalTax` or `total` of an item, and FIXED_AMOUNT penalty: 10^18, above
+/// any computed item total.
+pub const MAX_ITEM_TOTAL: u64 = 1_000_000_000_000_000_000;
+/// Largest penalty offset per unit: ten years, so that with period dates and payment instants
+/// in the years 1000–8999 every threshold stays within the years 0001–9999.
+pub const MAX_OFFSET_HOURS: u32 = 87_840;
+/// Largest DAYS offset (ten years).
+pub const MAX_OFFSET_DAYS: u32 = 3_660;
+/// Largest MONTHS offset (ten years).
+pub const MAX_OFFSET_MONTHS: u32 = 120;
 
 /// A map of external identifiers (`refIDs`, `externalIds`, `billing.externalIds`).
 pub type RefIds = BTreeMap<String, String>;
@@ -189,9 +206,9 @@ pub struct Item {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 2000))]
     pub description: Option<String>,
-    /// Unit price, required, ≥ 0.
+    /// Unit price, required, ≥ 0, at most [`MAX_PRICE`].
     #[serde(with = "crate::decimal")]
-    #[schemars(schema_with = "crate::decimal::schema", range(min = 0))]
+    #[schemars(schema_with = "crate::decimal::schema", range(min = 0, max = MAX_PRICE))]
     pub price: Decimal,
     /// Quantity; amount defaults to 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -202,7 +219,10 @@ pub struct Item {
         with = "crate::decimal::option",
         skip_serializing_if = "Option::is_none"
     )]
-    #[schemars(schema_with = "crate::decimal::option_schema", range(min = 0))]
+    #[schemars(
+        schema_with = "crate::decimal::option_schema",
+        range(min = 0, max = MAX_ITEM_TOTAL)
+    )]
     pub total_tax: Option<Decimal>,
     /// Total including taxes; computed when omitted, kept as given otherwise.
     #[serde(
@@ -210,7 +230,10 @@ pub struct Item {
         with = "crate::decimal::option",
         skip_serializing_if = "Option::is_none"
     )]
-    #[schemars(schema_with = "crate::decimal::option_schema", range(min = 0))]
+    #[schemars(
+        schema_with = "crate::decimal::option_schema",
+        range(min = 0, max = MAX_ITEM_TOTAL)
+    )]
     pub total: Option<Decimal>,
     /// Tax lines, at most 50.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -348,7 +371,10 @@ pub struct ItemQuantity {
         with = "crate::decimal::option",
         skip_serializing_if = "Option::is_none"
     )]
-    #[schemars(schema_with = "crate::decimal::option_schema", range(min = 1))]
+    #[schemars(
+        schema_with = "crate::decimal::option_schema",
+        range(min = 1, max = MAX_QUANTITY)
+    )]
     pub amount: Option<Decimal>,
     /// Unit, default FLAT_FEE.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -401,9 +427,9 @@ pub struct ItemTax {
     /// Tax type, default VAT.
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
     pub tax_type: Option<TaxType>,
-    /// Tax value in `unit`; ≥ 0, PERCENT ≤ 100.
+    /// Tax value in `unit`; ≥ 0, PERCENT ≤ 100, AMOUNT ≤ [`MAX_PRICE`].
     #[serde(with = "crate::decimal")]
-    #[schemars(schema_with = "crate::decimal::schema", range(min = 0))]
+    #[schemars(schema_with = "crate::decimal::schema", range(min = 0, max = MAX_PRICE))]
     pub value: Decimal,
     /// Unit, default PERCENT.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -544,9 +570,12 @@ pub enum PenaltyUnit {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schemars(transform = crate::schema::rules::penalty_value)]
 pub struct PenaltyValue {
-    /// Amount, ≥ 0; ≤ 100 for PERCENTAGE.
+    /// Amount, ≥ 0; ≤ 100 for PERCENTAGE, ≤ [`MAX_ITEM_TOTAL`] for FIXED_AMOUNT.
     #[serde(with = "crate::decimal")]
-    #[schemars(schema_with = "crate::decimal::schema", range(min = 0))]
+    #[schemars(
+        schema_with = "crate::decimal::schema",
+        range(min = 0, max = MAX_ITEM_TOTAL)
+    )]
     pub amount: Decimal,
     /// FIXED_AMOUNT or PERCENTAGE.
     pub unit: PenaltyUnit,
@@ -567,9 +596,11 @@ pub enum OffsetUnit {
 /// CancellationPenaltyOffset.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = crate::schema::rules::penalty_offset)]
 pub struct PenaltyOffset {
-    /// Number of units, a whole number ≥ 0.
-    #[schemars(range(min = 0, max = 1000000))]
+    /// Number of units, a whole number ≥ 0, at most ten years: [`MAX_OFFSET_HOURS`],
+    /// [`MAX_OFFSET_DAYS`] or [`MAX_OFFSET_MONTHS`].
+    #[schemars(range(min = 0, max = MAX_OFFSET_HOURS))]
     pub amount: u32,
     /// DAYS, HOURS or MONTHS.
     pub unit: OffsetUnit,

@@ -14,6 +14,31 @@ pub fn minor_units(code: &str) -> Option<u32> {
     Some(currency.exponent().map_or(0, u32::from))
 }
 
+/// The currencies a checkout may be in: the active ISO 4217 codes with a defined minor
+/// unit, sorted. Not money, and so refused: the precious metals, SDRs, units of account and the
+/// testing and "no currency" codes (`XAU`, `XAG`, `XPT`, `XPD`, `XDR`, `XTS`, `XXX`, …), the
+/// fund codes (`BOV`, `CLF`, `USN`, …), and withdrawn or superseded codes (`HRK`, `BGN`, …).
+/// The schema of `currency` is this list as an `enum`.
+pub const ACCEPTED_CURRENCIES: [&str; 154] = [
+    "AED", "AFN", "ALL", "AMD", "AOA", "ARS", "AUD", "AWG", "AZN", "BAM", "BBD", "BDT", "BHD",
+    "BIF", "BMD", "BND", "BOB", "BRL", "BSD", "BTN", "BWP", "BYN", "BZD", "CAD", "CDF", "CHF",
+    "CLP", "CNY", "COP", "CRC", "CUP", "CVE", "CZK", "DJF", "DKK", "DOP", "DZD", "EGP", "ERN",
+    "ETB", "EUR", "FJD", "FKP", "GBP", "GEL", "GHS", "GIP", "GMD", "GNF", "GTQ", "GYD", "HKD",
+    "HNL", "HTG", "HUF", "IDR", "ILS", "INR", "IQD", "IRR", "ISK", "JMD", "JOD", "JPY", "KES",
+    "KGS", "KHR", "KMF", "KPW", "KRW", "KWD", "KYD", "KZT", "LAK", "LBP", "LKR", "LRD", "LSL",
+    "LYD", "MAD", "MDL", "MGA", "MKD", "MMK", "MNT", "MOP", "MRU", "MUR", "MVR", "MWK", "MXN",
+    "MYR", "MZN", "NAD", "NGN", "NIO", "NOK", "NPR", "NZD", "OMR", "PAB", "PEN", "PGK", "PHP",
+    "PKR", "PLN", "PYG", "QAR", "RON", "RSD", "RUB", "RWF", "SAR", "SBD", "SCR", "SDG", "SEK",
+    "SGD", "SHP", "SLE", "SOS", "SRD", "SSP", "STN", "SVC", "SYP", "SZL", "THB", "TJS", "TMT",
+    "TND", "TOP", "TRY", "TTD", "TWD", "TZS", "UAH", "UGX", "USD", "UYU", "UZS", "VED", "VND",
+    "VUV", "WST", "XAF", "XCD", "XCG", "XOF", "XPF", "YER", "ZAR", "ZMW", "ZWG",
+];
+
+/// Whether `code` is a currency a new checkout may be in.
+pub fn is_accepted_currency(code: &str) -> bool {
+    ACCEPTED_CURRENCIES.binary_search(&code).is_ok()
+}
+
 /// Rounds to `scale` decimals, half away from zero, and writes exactly `scale` decimals
 /// (`120` → `120.00` for EUR), as responses show amounts.
 pub fn round_to_scale(value: Decimal, scale: u32) -> Decimal {
@@ -160,6 +185,29 @@ impl Money {
 mod tests {
     use super::*;
     use rust_decimal_macros::dec;
+
+    #[test]
+    fn accepted_currencies_are_sorted_active_iso_codes_with_a_minor_unit_r_1_2() {
+        assert!(ACCEPTED_CURRENCIES.windows(2).all(|w| w[0] < w[1]));
+        for code in ACCEPTED_CURRENCIES {
+            let currency = iso_currency::Currency::from_code(code).unwrap();
+            assert!(currency.exponent().is_some(), "{code}");
+            assert!(
+                currency.flags().is_empty(),
+                "{code}: {:?}",
+                currency.flags()
+            );
+        }
+        for refused in [
+            "XXX", "XTS", "XAU", "XAG", "XPT", "XPD", "XDR", "XSU", "XUA", "HRK", "BOV", "CLF",
+            "USN", "AAA", "eur",
+        ] {
+            assert!(!is_accepted_currency(refused), "{refused}");
+        }
+        for accepted in ["EUR", "JPY", "KWD", "XOF", "XAF", "XCD", "XPF", "USD"] {
+            assert!(is_accepted_currency(accepted), "{accepted}");
+        }
+    }
 
     #[test]
     fn minor_units_of_known_codes_r_1_2() {

@@ -18,22 +18,26 @@ use crate::api::{
 };
 
 /// A local date-time or an RFC 3339 date-time with offset (R-6.1): `2026-12-01T15:00:00` or
-/// `2026-12-01T15:00:00+01:00`. Calendar validity (30 February) is checked in code.
-pub const DATE_TIME_PATTERN: &str = r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])?$";
-/// An RFC 3339 instant: a date-time with `Z` or an offset (R-3.6 `paidAt`).
-pub const INSTANT_PATTERN: &str = r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$";
-/// A calendar date `YYYY-MM-DD` (DatePenalty `until`, R-5.4).
-pub const DATE_PATTERN: &str = r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$";
+/// `2026-12-01T15:00:00+01:00`, in the years 1000–8999 (so that every penalty threshold, ten
+/// years of offset away at most, is a date of years 0001–9999). Calendar validity (30 February)
+/// is checked in code.
+pub const DATE_TIME_PATTERN: &str = r"^[1-8][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])?$";
+/// An RFC 3339 instant: a date-time with `Z` or an offset (R-3.6 `paidAt`), years 1000–8999.
+pub const INSTANT_PATTERN: &str = r"^[1-8][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$";
+/// A calendar date `YYYY-MM-DD` (DatePenalty `until`, R-5.4), years 1000–8999.
+pub const DATE_PATTERN: &str = r"^[1-8][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$";
 /// A decimal latitude string in [-90, 90] (R-8.7).
 pub const LAT_PATTERN: &str = r"^-?(90(\.0+)?|[1-8]?[0-9](\.[0-9]+)?)$";
 /// A decimal longitude string in [-180, 180] (R-8.7).
 pub const LNG_PATTERN: &str = r"^-?(180(\.0+)?|(1[0-7][0-9]|[1-9]?[0-9])(\.[0-9]+)?)$";
 /// An absolute http(s) URL with a host (R-8.8).
 pub const URL_PATTERN: &str = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s/?#@]+([/?#][^\s]*)?$";
+/// Text without control characters (U+0000–U+001F but tab, line feed and carriage return;
+/// U+007F–U+009F): given to every request string that has no pattern, format or enumeration of
+/// its own, so that a NUL byte or an escape sequence never reaches storage, logs or receipts.
+pub const TEXT_PATTERN: &str = r"^[^\x00-\x08\x0B\x0C\x0E-\x1F\x7F-\x9F]*$";
 /// The shape of an e-mail address; `format: email` is asserted beside it (R-8.4).
 pub const EMAIL_PATTERN: &str = r"^[^\s@]+@[^\s@]+\.[^\s@]+$";
-/// Three upper-case letters; whether the code exists in ISO 4217 is checked in code (R-1.2).
-pub const CURRENCY_PATTERN: &str = "^[A-Z]{3}$";
 
 /// Schema rules attached to the wire types with `#[schemars(transform = …)]`.
 ///
@@ -45,10 +49,11 @@ pub mod rules {
     use serde_json::{Value, json};
 
     use super::{
-        CURRENCY_PATTERN, DATE_PATTERN, DATE_TIME_PATTERN, EMAIL_PATTERN, INSTANT_PATTERN,
-        LAT_PATTERN, LNG_PATTERN, URL_PATTERN,
+        DATE_PATTERN, DATE_TIME_PATTERN, EMAIL_PATTERN, INSTANT_PATTERN, LAT_PATTERN, LNG_PATTERN,
+        TEXT_PATTERN, URL_PATTERN,
     };
-    use crate::api::{MAX_ITEMS, MAX_STRING_CHARS};
+    use crate::api::{MAX_ITEMS, MAX_OFFSET_DAYS, MAX_OFFSET_MONTHS, MAX_STRING_CHARS};
+    use crate::money::ACCEPTED_CURRENCIES;
 
     fn property<'a>(
         schema: &'a mut Schema,
@@ -66,6 +71,7 @@ pub mod rules {
         }
     }
 
+    /// A map of identifiers: keys of 1–2,000 characters, values bounded strings (R-8.10).
     fn string_map_values(schema: &mut Schema, name: &str) {
         set(
             schema,
@@ -73,6 +79,50 @@ pub mod rules {
             "additionalProperties",
             json!({ "type": "string", "maxLength": MAX_STRING_CHARS }),
         );
+        set(
+            schema,
+            name,
+            "propertyNames",
+            json!({ "minLength": 1, "maxLength": MAX_STRING_CHARS }),
+        );
+    }
+
+    /// Every request string without a pattern, format or enumeration of its own gets
+    /// [`TEXT_PATTERN`]: no control characters.
+    pub fn plain_text(schema: &mut Schema) {
+        if let Some(object) = schema.as_object_mut() {
+            for value in object.values_mut() {
+                plain_text_value(value);
+            }
+            mark_text(object);
+        }
+    }
+
+    fn plain_text_value(value: &mut Value) {
+        match value {
+            Value::Object(object) => {
+                for inner in object.values_mut() {
+                    plain_text_value(inner);
+                }
+                mark_text(object);
+            }
+            Value::Array(values) => values.iter_mut().for_each(plain_text_value),
+            _ => {}
+        }
+    }
+
+    fn mark_text(object: &mut serde_json::Map<String, Value>) {
+        let is_string = match object.get("type") {
+            Some(Value::String(t)) => t == "string",
+            Some(Value::Array(types)) => types.iter().any(|t| t == "string"),
+            _ => false,
+        };
+        let constrained = ["pattern", "format", "enum", "const"]
+            .iter()
+            .any(|key| object.contains_key(*key));
+        if is_string && !constrained {
+            object.insert("pattern".to_owned(), json!(TEXT_PATTERN));
+        }
     }
 
     fn email_items(schema: &mut Schema, name: &str) {
@@ -87,7 +137,12 @@ pub mod rules {
     /// `currency` is three upper-case letters (R-1.2); `refIDs` values are bounded strings
     /// (R-8.10); recipients are e-mail addresses (R-8.4).
     pub fn corporate_checkout(schema: &mut Schema) {
-        set(schema, "currency", "pattern", json!(CURRENCY_PATTERN));
+        set(
+            schema,
+            "currency",
+            "enum",
+            json!(ACCEPTED_CURRENCIES.as_slice()),
+        );
         string_map_values(schema, "refIDs");
         email_items(schema, "recipients");
     }
@@ -128,6 +183,23 @@ pub mod rules {
         schema.insert(
             "then".to_owned(),
             json!({ "properties": { "amount": { "maximum": 100 } } }),
+        );
+    }
+
+    /// An offset is at most ten years in its unit, so that thresholds stay dates (R-5.5).
+    pub fn penalty_offset(schema: &mut Schema) {
+        let bound = |unit: &str, max: u32| {
+            json!({
+                "if": { "properties": { "unit": { "const": unit } }, "required": ["unit"] },
+                "then": { "properties": { "amount": { "maximum": max } } }
+            })
+        };
+        schema.insert(
+            "allOf".to_owned(),
+            json!([
+                bound("DAYS", MAX_OFFSET_DAYS),
+                bound("MONTHS", MAX_OFFSET_MONTHS)
+            ]),
         );
     }
 
@@ -255,7 +327,7 @@ enum Direction {
 fn settings(direction: Direction) -> SchemaSettings {
     let settings = SchemaSettings::draft2020_12();
     match direction {
-        Direction::Request => settings.for_deserialize(),
+        Direction::Request => settings.for_deserialize().with_transform(rules::plain_text),
         Direction::Response => settings.for_serialize(),
     }
 }
@@ -391,6 +463,7 @@ fn component_schemas() -> Map<String, Value> {
     responses.subschema_for::<QuoteResult>();
     responses.subschema_for::<RefundPreview>();
     responses.subschema_for::<UpdateResult>();
+    responses.subschema_for::<EventPage>();
     let mut written = responses.take_definitions(true);
 
     let renamed: Vec<(String, String)> = written
@@ -412,12 +485,13 @@ fn component_schemas() -> Map<String, Value> {
         "FileUploaded".to_owned(),
         json!({
             "type": "object",
-            "description": "201 body of `POST /files`: the stored file and the URL to use as `Attachment.url`.",
+            "description": "201 body of `POST /files` and 200 body of `POST /files/{fileId}/renew`: the stored file, the URL to use as `Attachment.url` (a capability link that needs no credentials) and when that link stops working unless its owner renews it.",
             "properties": {
-                "fileId": { "type": "string" },
-                "url": { "type": "string", "format": "uri" }
+                "fileId": { "type": "string", "format": "uuid" },
+                "url": { "type": "string", "format": "uri" },
+                "expiresAt": { "type": "string", "format": "date-time" }
             },
-            "required": ["fileId", "url"]
+            "required": ["fileId", "url", "expiresAt"]
         }),
     );
     components.sort_keys();
@@ -447,6 +521,7 @@ fn errors(statuses: &[u16]) -> Map<String, Value> {
                 403 => "Forbidden",
                 404 => "NotFound",
                 409 => "Conflict",
+                410 => "Gone",
                 413 => "PayloadTooLarge",
                 415 => "UnsupportedMediaType",
                 422 => "UnprocessableEntity",
@@ -775,7 +850,11 @@ pub fn openapi() -> Value {
                 ok: (
                     "200".to_owned(),
                     json!({
-                        "description": "The file's bytes.",
+                        "description": "The file's bytes, as a sandboxed download: `Content-Disposition: attachment` with the client's file name (`filename*=UTF-8''…` when it is not ASCII, RFC 6266), `Content-Security-Policy: sandbox`, `X-Content-Type-Options: nosniff`.",
+                        "headers": {
+                            "Content-Disposition": { "schema": { "type": "string" } },
+                            "Content-Security-Policy": { "schema": { "type": "string", "const": "sandbox" } }
+                        },
                         "content": {
                             "application/octet-stream": {
                                 "schema": { "type": "string", "contentMediaType": "application/octet-stream" }
@@ -796,6 +875,35 @@ pub fn openapi() -> Value {
                 body: None,
                 ok: ok_response(200, "A page of events.", schema_ref("EventPage"), false),
                 errors: &[400, 401, 403, 500],
+            },
+        ),
+        (
+            "/files/{fileId}",
+            "delete",
+            Operation {
+                id: "deleteFile",
+                summary: "Deletes a file uploaded with POST /files, its content and its shared link (which then answers 404). An invoice file of a cancellation is kept with its receipt (409).",
+                parameters: vec![param("fileId")],
+                body: None,
+                ok: ("204".to_owned(), json!({ "description": "Deleted." })),
+                errors: &[401, 403, 404, 409, 500],
+            },
+        ),
+        (
+            "/files/{fileId}/renew",
+            "post",
+            Operation {
+                id: "renewFileLink",
+                summary: "The shared link of a file uploaded with POST /files works for another lifetime (`--file-link-ttl-secs`, default 30 days) from now, under the same URL; an expired link may be renewed. An invoice file has no link (409).",
+                parameters: vec![param("fileId")],
+                body: None,
+                ok: ok_response(
+                    200,
+                    "The link and its new expiry.",
+                    schema_ref("FileUploaded"),
+                    false,
+                ),
+                errors: &[401, 403, 404, 409, 500],
             },
         ),
         (
@@ -826,6 +934,42 @@ pub fn openapi() -> Value {
             methods.insert(method.to_owned(), operation.to_value());
         }
     }
+
+    // The capability link of a shared file: no credentials, the token is the permission.
+    paths.insert(
+        "/files/shared/{token}".to_owned(),
+        json!({
+            "get": {
+                "operationId": "getSharedFile",
+                "summary": "A file uploaded with POST /files, by its capability link (`FileUploaded.url`), without credentials, until the link expires.",
+                "security": [],
+                "parameters": [{
+                    "name": "token",
+                    "in": "path",
+                    "required": true,
+                    "description": "256 random bits, hex.",
+                    "schema": { "type": "string", "pattern": "^[0-9a-f]{64}$" }
+                }],
+                "responses": {
+                    "200": {
+                        "description": "The file's bytes, as a sandboxed download (see getFile).",
+                        "headers": {
+                            "Content-Disposition": { "schema": { "type": "string" } },
+                            "Content-Security-Policy": { "schema": { "type": "string", "const": "sandbox" } }
+                        },
+                        "content": {
+                            "application/octet-stream": {
+                                "schema": { "type": "string", "contentMediaType": "application/octet-stream" }
+                            }
+                        }
+                    },
+                    "404": error_response("NotFound"),
+                    "410": error_response("Gone"),
+                    "500": error_response("InternalServerError")
+                }
+            }
+        }),
+    );
 
     let error_body = |description: &str| json!({ "description": description, "content": json_content(schema_ref("ErrorBody")) });
     let mut unauthorized = error_body(
@@ -869,7 +1013,8 @@ pub fn openapi() -> Value {
                     "name": "fileId",
                     "in": "path",
                     "required": true,
-                    "schema": { "type": "string" }
+                    "description": "Lower-case hyphenated UUID, the `fileId` of `POST /files` or of a receipt's invoice file.",
+                    "schema": { "type": "string", "format": "uuid" }
                 },
                 "receiptNumber": {
                     "name": "receiptNumber",
@@ -919,7 +1064,8 @@ pub fn openapi() -> Value {
                 "Forbidden": error_body("The credential lacks the scope of the route (R-7.3)."),
                 "NotFound": error_body("Contract (or route, file, receipt) not found (R-7.4, R-8.3)."),
                 "MethodNotAllowed": error_body("The route exists but not with this method (R-8.3)."),
-                "Conflict": error_body("A request with the same Idempotency-Key is still running (R-9.1)."),
+                "Conflict": error_body("A request with the same Idempotency-Key is still running (R-9.1), or (file routes) the file is a cancellation's invoice, kept with its receipt."),
+                "Gone": error_body("The link has expired; its owner may renew it."),
                 "PayloadTooLarge": error_body("JSON body over 1 MiB or file over 10 MiB (R-4.6, R-8.3)."),
                 "UnsupportedMediaType": error_body("Wrong Content-Type (R-8.3)."),
                 "UnprocessableEntity": error_body("The Idempotency-Key was used with another route or body (R-9.1)."),

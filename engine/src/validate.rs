@@ -33,7 +33,7 @@ use crate::api::{
     MAX_RECIPIENTS, PaymentReq, UpdateTransaction,
 };
 use crate::decimal::{MAX_SIGNIFICANT_DIGITS, parse_json_number};
-use crate::money::{fits_scale, minor_units};
+use crate::money::{ACCEPTED_CURRENCIES, fits_scale, is_accepted_currency, minor_units};
 use crate::schema;
 
 /// Every violation of one body, in a stable order, as the 400 message list (R-8.1).
@@ -67,7 +67,7 @@ pub fn checkout(
     bytes: &[u8],
     provider_time_zone: &str,
 ) -> Result<CorporateCheckout, ValidationErrors> {
-    let value: Value = serde_json::from_slice(bytes).map_err(json_error)?;
+    let value = parse_strict(bytes)?;
     checkout_value(value, provider_time_zone)
 }
 
@@ -154,7 +154,7 @@ fn run<T: DeserializeOwned>(
     body: &CompiledBody,
     code_rules: impl FnOnce(&mut Value, &mut Report),
 ) -> Result<T, ValidationErrors> {
-    let value: Value = serde_json::from_slice(bytes).map_err(json_error)?;
+    let value = parse_strict(bytes)?;
     run_value(value, body, code_rules)
 }
 
@@ -184,6 +184,115 @@ fn run_value<T: DeserializeOwned>(
     // lost; it is still reported as a violation rather than a panic.
     serde_json::from_value(value)
         .map_err(|e| ValidationErrors::one(format!("body does not match its schema: {e}")))
+}
+
+/// Most messages of one 400 body; beyond them, one closing message counts the rest, so that a
+/// huge invalid body cannot make a still larger error body.
+pub const MAX_MESSAGES: usize = 100;
+
+/// Parses a body, refusing an object that names a property twice: serde_json keeps the last
+/// value, while a proxy or validator in front of the service may read the first, so the two
+/// could act on different requests.
+fn parse_strict(bytes: &[u8]) -> Result<Value, ValidationErrors> {
+    let value: Value = serde_json::from_slice(bytes).map_err(json_error)?;
+    let mut repeated = Vec::new();
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    // The bytes parsed above, so this walk meets no syntax error.
+    let _ = serde::de::DeserializeSeed::deserialize(
+        RepeatedKeys {
+            path: String::new(),
+            found: &mut repeated,
+        },
+        &mut deserializer,
+    );
+    if repeated.is_empty() {
+        Ok(value)
+    } else {
+        Err(ValidationErrors {
+            messages: repeated
+                .into_iter()
+                .map(|path| format!("property {path} must not appear more than once"))
+                .collect(),
+        })
+    }
+}
+
+/// A walk over a JSON text that records the path of every repeated object key.
+struct RepeatedKeys<'a> {
+    path: String,
+    found: &'a mut Vec<String>,
+}
+
+impl RepeatedKeys<'_> {
+    fn child(&mut self, step: &str) -> RepeatedKeys<'_> {
+        let path = if self.path.is_empty() {
+            step.to_owned()
+        } else {
+            format!("{}.{step}", self.path)
+        };
+        RepeatedKeys {
+            path,
+            found: self.found,
+        }
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for RepeatedKeys<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for RepeatedKeys<'_> {
+    type Value = ();
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+        let mut index = 0usize;
+        while seq
+            .next_element_seed(self.child(&index.to_string()))?
+            .is_some()
+        {
+            index += 1;
+        }
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let child = self.child(&key);
+            if !seen.insert(key) {
+                child.found.push(child.path.clone());
+            }
+            map.next_value_seed(child)?;
+        }
+        Ok(())
+    }
 }
 
 /// Malformed JSON or nesting beyond serde_json's recursion limit (128 levels) (R-8.3).
@@ -393,10 +502,15 @@ impl Report {
             .collect();
         keyed.sort_by(|a, b| a.0.cmp(&b.0));
         let mut seen = HashSet::new();
-        let messages = keyed
+        let mut messages: Vec<String> = keyed
             .into_iter()
             .filter_map(|(_, message)| seen.insert(message.clone()).then_some(message))
             .collect();
+        if messages.len() > MAX_MESSAGES {
+            let more = messages.len() - MAX_MESSAGES;
+            messages.truncate(MAX_MESSAGES);
+            messages.push(format!("… and {more} more"));
+        }
         ValidationErrors { messages }
     }
 }
@@ -497,11 +611,11 @@ fn pattern_rule(pattern: &str) -> String {
             "must be a valid ISO 8601 date string".to_owned()
         }
         schema::DATE_PATTERN => "must be a valid ISO 8601 date (YYYY-MM-DD)".to_owned(),
+        schema::TEXT_PATTERN => "must not contain control characters".to_owned(),
         schema::LAT_PATTERN => "must be a latitude string between -90 and 90".to_owned(),
         schema::LNG_PATTERN => "must be a longitude string between -180 and 180".to_owned(),
         schema::URL_PATTERN => "must be a URL address".to_owned(),
         schema::EMAIL_PATTERN => "must be an email".to_owned(),
-        schema::CURRENCY_PATTERN => "must be a valid ISO 4217 currency code".to_owned(),
         other => format!("must match the pattern {other}"),
     }
 }
@@ -565,6 +679,13 @@ fn schema_violations(error: &ValidationError<'_>, report: &mut Report) {
                 .as_array()
                 .map(|o| o.iter().filter_map(Value::as_str).collect())
                 .unwrap_or_default();
+            if allowed == ACCEPTED_CURRENCIES {
+                // R-1.2's own message rather than 154 codes; a non-string has its type message.
+                if instance.is_string() {
+                    report.push(&path, "must be a valid ISO 4217 currency code");
+                }
+                return;
+            }
             report.push(
                 &path,
                 &format!(
@@ -664,6 +785,16 @@ fn schema_violations(error: &ValidationError<'_>, report: &mut Report) {
                 _ => report.push(&path, "must match one of the allowed shapes"),
             }
         }
+        ValidationErrorKind::PropertyNames { error: inner } => match inner.kind() {
+            ValidationErrorKind::MinLength { .. } => {
+                report.push(&path, "must not have an empty key");
+            }
+            ValidationErrorKind::MaxLength { limit } => report.push(
+                &path,
+                &format!("must not have a key longer than {limit} characters"),
+            ),
+            other => report.push(&path, &format!("has an invalid key ({})", other.keyword())),
+        },
         other => report.push(&path, &format!("is invalid ({})", other.keyword())),
     }
 }
@@ -719,7 +850,7 @@ fn checkout_rules(body: &mut Value, provider_zone: Tz, report: &mut Report) {
     let currency_path = root.key("currency");
     let scale = match body.get("currency").and_then(Value::as_str) {
         Some(code) if report.clean(&currency_path) => {
-            let scale = minor_units(code);
+            let scale = minor_units(code).filter(|_| is_accepted_currency(code));
             if scale.is_none() {
                 // R-1.2.
                 report.push(&currency_path, "must be a valid ISO 4217 currency code");
@@ -1019,6 +1150,31 @@ mod tests {
             checkout.email.unwrap().recipients.unwrap(),
             vec!["a@x.com", "b@x.com", "c@x.com"]
         );
+    }
+
+    #[test]
+    fn a_repeated_key_is_refused_with_its_path() {
+        let body = br#"{"title":"T","currency":"EUR","currency":"USD","items":[{"price":1,"name":"a","name":"b"}]}"#;
+        let errors = checkout(body, "UTC").unwrap_err();
+        assert_eq!(
+            errors.messages,
+            [
+                "property currency must not appear more than once",
+                "property items.0.name must not appear more than once"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_message_list_is_capped() {
+        let items: Vec<String> = (0..300).map(|_| "{}".to_owned()).collect();
+        let body = format!(
+            r#"{{"title":"T","currency":"EUR","items":[{}]}}"#,
+            items.join(",")
+        );
+        let errors = checkout(body.as_bytes(), "UTC").unwrap_err();
+        assert_eq!(errors.messages.len(), MAX_MESSAGES + 1);
+        assert_eq!(errors.messages[MAX_MESSAGES], "… and 200 more");
     }
 
     #[test]

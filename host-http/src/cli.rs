@@ -87,6 +87,35 @@ pub struct ServeArgs {
           default_value_t = crate::DEFAULT_PAYMENT_LINK_TTL.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=366 * 24 * 3600))]
     pub payment_link_ttl_secs: u64,
+    /// How long a shared file's link (`POST /files`) works after its upload or its last
+    /// renewal (`POST /files/{fileId}/renew`), in seconds.
+    #[arg(long, env = "CHECKOUT_FILE_LINK_TTL_SECS",
+          default_value_t = crate::DEFAULT_FILE_LINK_TTL.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3660 * 24 * 3600))]
+    pub file_link_ttl_secs: u64,
+    /// How long a client may take to send a whole JSON body, in seconds (then 408).
+    #[arg(long, env = "CHECKOUT_BODY_READ_TIMEOUT_SECS",
+          default_value_t = crate::http::limits::DEFAULT_BODY_READ_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub body_read_timeout_secs: u64,
+    /// How long a client may take to send a whole multipart body (files up to 10 MiB), in
+    /// seconds (then 408).
+    #[arg(long, env = "CHECKOUT_UPLOAD_READ_TIMEOUT_SECS",
+          default_value_t = crate::http::limits::DEFAULT_UPLOAD_READ_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub upload_read_timeout_secs: u64,
+    /// Most connections open at a time (kept below the open-file limit); further ones are
+    /// answered 503 with Retry-After and closed.
+    #[arg(long, env = "CHECKOUT_MAX_CONNECTIONS",
+          default_value_t = crate::http::limits::DEFAULT_MAX_CONNECTIONS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
+    pub max_connections: usize,
+    /// Most requests one provider may have in flight; further ones are answered 503 with
+    /// Retry-After.
+    #[arg(long, env = "CHECKOUT_MAX_IN_FLIGHT_PER_PROVIDER",
+          default_value_t = crate::app::admission::DEFAULT_MAX_IN_FLIGHT_PER_PROVIDER,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
+    pub max_in_flight_per_provider: usize,
     /// Refund gateway, retries and recovery.
     #[command(flatten)]
     pub refunds: crate::refunds::GatewayArgs,
@@ -277,6 +306,11 @@ pub fn serve(args: ServeArgs) -> ExitCode {
             });
         config.metrics_listen = args.metrics_listen;
         config.outbox_lease = std::time::Duration::from_millis(args.outbox_lease_ms);
+        config.file_link_ttl = std::time::Duration::from_secs(args.file_link_ttl_secs);
+        config.body_read_timeout = std::time::Duration::from_secs(args.body_read_timeout_secs);
+        config.upload_read_timeout = std::time::Duration::from_secs(args.upload_read_timeout_secs);
+        config.max_connections = args.max_connections;
+        config.max_in_flight_per_provider = args.max_in_flight_per_provider;
         config.refunds = match args.refunds.settings() {
             Ok(settings) => settings,
             Err(message) => return fail(&message),

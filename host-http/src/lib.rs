@@ -49,6 +49,16 @@ pub struct Config {
     pub sandbox: bool,
     /// How long a client may take to send a request's headers.
     pub header_read_timeout: Duration,
+    /// How long a client may take to send a whole JSON (or urlencoded) body, from the
+    /// request's arrival.
+    pub body_read_timeout: Duration,
+    /// How long a client may take to send a whole multipart body (files up to 10 MiB).
+    pub upload_read_timeout: Duration,
+    /// Most connections open at a time; further ones are answered 503 and closed. Kept below
+    /// the file-descriptor limit.
+    pub max_connections: usize,
+    /// Most requests one provider may have in flight; further ones are answered 503.
+    pub max_in_flight_per_provider: usize,
     /// How long in-flight requests may run on after a shutdown signal.
     pub shutdown_grace: Duration,
     /// Refund gateway, retries and recovery.
@@ -67,13 +77,20 @@ pub struct Config {
     /// How long an instance holds a claimed webhook delivery or e-mail; must exceed the webhook
     /// timeout.
     pub outbox_lease: Duration,
+    /// How long a shared file's link works after its upload or its last renewal.
+    pub file_link_ttl: Duration,
 }
 
 /// Default lifetime of a payment link: 7 days.
 pub const DEFAULT_PAYMENT_LINK_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// Default lifetime of a shared file's link: 30 days, renewable by its owner.
+pub const DEFAULT_FILE_LINK_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+
 impl Config {
-    /// Defaults: no sandbox, 10 s to send headers, 10 s of grace on shutdown.
+    /// Defaults: no sandbox, 10 s to send headers, 30 s to send a JSON body and 190 s a
+    /// multipart one, 10,000 connections, 64 requests in flight per provider, 10 s of grace on
+    /// shutdown.
     pub fn new(listen: SocketAddr, db: impl Into<Db>) -> Config {
         Config {
             listen,
@@ -81,6 +98,10 @@ impl Config {
             pool: PoolSettings::default(),
             sandbox: false,
             header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: http::limits::DEFAULT_BODY_READ_TIMEOUT,
+            upload_read_timeout: http::limits::DEFAULT_UPLOAD_READ_TIMEOUT,
+            max_connections: http::limits::DEFAULT_MAX_CONNECTIONS,
+            max_in_flight_per_provider: app::admission::DEFAULT_MAX_IN_FLIGHT_PER_PROVIDER,
             shutdown_grace: Duration::from_secs(10),
             refunds: refunds::RefundSettings::default(),
             public_url: None,
@@ -89,6 +110,7 @@ impl Config {
             smtp: None,
             metrics_listen: None,
             outbox_lease: events::DEFAULT_LEASE,
+            file_link_ttl: DEFAULT_FILE_LINK_TTL,
         }
     }
 }
@@ -213,6 +235,8 @@ impl App {
             .map_err(store_error)?;
         let link_ttl = chrono::Duration::from_std(config.payment_link_ttl)
             .map_err(|_| AppError::Config("payment link lifetime out of range".to_owned()))?;
+        let file_link_ttl = chrono::Duration::from_std(config.file_link_ttl)
+            .map_err(|_| AppError::Config("file link lifetime out of range".to_owned()))?;
         let public_url = config
             .public_url
             .clone()
@@ -247,6 +271,8 @@ impl App {
                 pages,
                 outbox,
                 metrics,
+                in_flight: app::admission::InFlightLimits::new(config.max_in_flight_per_provider),
+                file_link_ttl,
             }),
             config,
             recovery,

@@ -137,8 +137,8 @@ pub fn check_time_zone(name: &str) -> Result<(), AdminError> {
 /// Validates a policy with the same rules as an item's policy (R-5): the policy is placed on a
 /// one-item checkout and run through the engine's checkout validation; the item carries a
 /// period (so START_PERIOD is allowed, as a provider default applies to items with periods) and
-/// the currency with the most minor-unit decimals (CLF, 4), because a provider's policy is not
-/// tied to one currency.
+/// a currency with the most minor-unit decimals a checkout may have (KWD, 3), because a
+/// provider's policy is not tied to one currency.
 pub fn validate_policy(bytes: &[u8], origin: &str) -> Result<CancellationPolicy, AdminError> {
     let invalid = |messages: Vec<String>| AdminError::InvalidPolicy {
         origin: origin.to_owned(),
@@ -148,7 +148,7 @@ pub fn validate_policy(bytes: &[u8], origin: &str) -> Result<CancellationPolicy,
         serde_json::from_slice(bytes).map_err(|e| invalid(vec![format!("malformed JSON: {e}")]))?;
     let probe = serde_json::json!({
         "title": "policy check",
-        "currency": "CLF",
+        "currency": "KWD",
         "items": [{
             "price": 0,
             "period": {"start": "2030-01-01T00:00:00Z"},
@@ -455,4 +455,20 @@ pub fn demo_credential(
         admin.revoke_credential(&widget_id, now)?;
     }
     Ok(issued)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_policies_and_three_decimal_fixed_amounts_validate() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+        for file in ["policy.json", "flight-policy.json"] {
+            read_policy_file(&root.join(file)).unwrap();
+        }
+        let fixed = br#"{"reference":"PAYMENT_DATE","penalties":[{"type":"OFFSET_PENALTY",
+            "value":{"amount":1.125,"unit":"FIXED_AMOUNT"},"offset":{"amount":1,"unit":"DAYS"}}]}"#;
+        validate_policy(fixed, "test").unwrap();
+    }
 }

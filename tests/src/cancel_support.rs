@@ -179,6 +179,17 @@ impl CancelServer {
             .await
     }
 
+    /// Runs a statement in SQL both stores read alike, behind the server's back.
+    pub fn execute_sql(&self, sql: &str) {
+        match (self.store.postgres(), self.db.sqlite_path()) {
+            (Some(pg), _) => pg.execute(sql),
+            (None, Some(path)) => rusqlite::Connection::open(path)
+                .and_then(|conn| conn.execute_batch(sql))
+                .unwrap_or_else(|e| panic!("{sql}: {e}")),
+            (None, None) => panic!("no database to run {sql} on"),
+        }
+    }
+
     /// `GET path`.
     pub async fn get(&self, path: &str, creds: &Creds) -> Reply {
         self.send(Method::GET, path, Some(creds), &[], Vec::new())

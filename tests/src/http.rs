@@ -294,9 +294,7 @@ impl TestServer {
 
     /// Starts a server whose header read timeout is `timeout`.
     pub async fn start_with_header_timeout(timeout: Duration) -> TestServer {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let store = TestDb::fresh(dir.path());
-        TestServer::launch(dir, store, true, timeout, None).await
+        TestServer::start_configured(move |config| config.header_read_timeout = timeout).await
     }
 
     async fn launch(

@@ -238,3 +238,189 @@ async fn uploaded_files_have_a_capability_link_usable_as_attachment() {
         .await
         .expect_error(400);
 }
+
+async fn anonymous(server: &CancelServer, path: &str) -> tests::http::Reply {
+    server.send(Method::GET, path, None, &[], Vec::new()).await
+}
+
+/// Shared links expire (410), the owner renews them under the same URL and deletes the file
+/// (the link then answers 404); another provider may do neither; an invoice file is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_links_expire_are_renewed_and_deleted_by_their_owner() {
+    let server = CancelServer::start().await;
+    let acme = server.provider("acme");
+    let globex = server.provider("globex");
+    let form = Multipart::new().file("file", "terms.txt", "text/plain", b"terms".to_vec());
+    let uploaded = server
+        .multipart(Method::POST, "/files", &acme, &form, &[])
+        .await
+        .json();
+    let file_id = uploaded["fileId"].as_str().unwrap().to_owned();
+    let url = uploaded["url"].as_str().unwrap().to_owned();
+    let link = format!("/files/shared/{}", url.rsplit('/').next().unwrap());
+    // The default lifetime is 30 days from the upload.
+    let expires = chrono::DateTime::parse_from_rfc3339(uploaded["expiresAt"].as_str().unwrap())
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    let left = expires - chrono::Utc::now();
+    assert!(left > chrono::Duration::days(29) && left <= chrono::Duration::days(30));
+    assert_eq!(anonymous(&server, &link).await.status, 200);
+
+    server.execute_sql(&format!(
+        "UPDATE files SET share_expires_at = created_at WHERE id = '{file_id}'"
+    ));
+    let gone = anonymous(&server, &link).await.expect_error(410);
+    assert_eq!(
+        gone["message"],
+        "file link has expired; its owner may renew it"
+    );
+    // The owner still reads it.
+    assert_eq!(
+        server.get(&format!("/files/{file_id}"), &acme).await.status,
+        200
+    );
+
+    let renew = format!("/files/{file_id}/renew");
+    let renew_as = |creds| server.send(Method::POST, &renew, Some(creds), &[], Vec::new());
+    renew_as(&globex).await.expect_error(401);
+    let renewed = renew_as(&acme).await;
+    assert_eq!(
+        renewed.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&renewed.body)
+    );
+    let renewed = renewed.json();
+    assert_eq!(renewed["url"], url.as_str());
+    assert_eq!(renewed["fileId"], file_id.as_str());
+    assert!(renewed["expiresAt"].as_str().unwrap() > uploaded["expiresAt"].as_str().unwrap());
+    assert_eq!(
+        anonymous(&server, &link).await.body.to_vec(),
+        b"terms".to_vec()
+    );
+
+    let path = format!("/files/{file_id}");
+    server
+        .send(Method::DELETE, &path, Some(&globex), &[], Vec::new())
+        .await
+        .expect_error(401);
+    let deleted = server
+        .send(Method::DELETE, &path, Some(&acme), &[], Vec::new())
+        .await;
+    assert_eq!(deleted.status, 204);
+    assert!(deleted.body.is_empty());
+    anonymous(&server, &link).await.expect_error(404);
+    server.get(&path, &acme).await.expect_error(404);
+    server
+        .send(Method::DELETE, &path, Some(&acme), &[], Vec::new())
+        .await
+        .expect_error(404);
+    renew_as(&acme).await.expect_error(404);
+
+    // An invoice file stays with its receipt.
+    let id = server.paid_transaction(&acme, &["10"]).await;
+    let form = Multipart::new().text("itemsOrder", "1").file(
+        "file",
+        "cn.pdf",
+        "application/pdf",
+        b"%PDF".to_vec(),
+    );
+    let reply = server
+        .multipart(
+            Method::PATCH,
+            &format!("/cancel/{id}/invoice"),
+            &acme,
+            &form,
+            &[],
+        )
+        .await;
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    let receipt = reply.json()["receiptNumber"].as_str().unwrap().to_owned();
+    let receipt = server
+        .get(&format!("/receipts/{receipt}"), &acme)
+        .await
+        .json();
+    let invoice = receipt["invoiceFile"]["fileId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let invoice_path = format!("/files/{invoice}");
+    let kept = server
+        .send(Method::DELETE, &invoice_path, Some(&acme), &[], Vec::new())
+        .await
+        .expect_error(409);
+    assert!(kept["message"].as_str().unwrap().contains("invoice"));
+    server
+        .send(
+            Method::POST,
+            &format!("{invoice_path}/renew"),
+            Some(&acme),
+            &[],
+            Vec::new(),
+        )
+        .await
+        .expect_error(409);
+    assert_eq!(server.get(&invoice_path, &acme).await.status, 200);
+}
+
+/// Stored bytes are served as a sandboxed download that no browser sniffs, with the exact
+/// non-ASCII name in `filename*` (RFC 6266) and a bounded header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_are_sandboxed_downloads_keeping_non_ascii_names() {
+    let server = CancelServer::start().await;
+    let acme = server.provider("acme");
+    let long = format!("{}.html", "ü".repeat(300));
+    for (name, disposition) in [
+        (
+            "Gutschrift März.html".to_owned(),
+            "attachment; filename=\"Gutschrift M_rz.html\"; \
+             filename*=UTF-8''Gutschrift%20M%C3%A4rz.html"
+                .to_owned(),
+        ),
+        (
+            long,
+            format!(
+                "attachment; filename=\"{}.html\"; filename*=UTF-8''{}.html",
+                "_".repeat(145),
+                "%C3%BC".repeat(145)
+            ),
+        ),
+    ] {
+        let form = Multipart::new().file(
+            "file",
+            &name,
+            "text/html",
+            b"<script>alert(1)</script>".to_vec(),
+        );
+        let uploaded = server
+            .multipart(Method::POST, "/files", &acme, &form, &[])
+            .await;
+        assert_eq!(
+            uploaded.status,
+            201,
+            "{}",
+            String::from_utf8_lossy(&uploaded.body)
+        );
+        let uploaded = uploaded.json();
+        let url = uploaded["url"].as_str().unwrap();
+        let link = format!("/files/shared/{}", url.rsplit('/').next().unwrap());
+        let owner = format!("/files/{}", uploaded["fileId"].as_str().unwrap());
+        for reply in [
+            server.send(Method::GET, &link, None, &[], Vec::new()).await,
+            server.get(&owner, &acme).await,
+        ] {
+            assert_eq!(reply.status, 200);
+            assert_eq!(reply.header("content-security-policy"), Some("sandbox"));
+            assert_eq!(reply.header("x-content-type-options"), Some("nosniff"));
+            assert_eq!(
+                reply.header("content-disposition"),
+                Some(disposition.as_str())
+            );
+        }
+    }
+}

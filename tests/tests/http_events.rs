@@ -17,7 +17,7 @@ const RETRY_WAIT: Duration = Duration::from_secs(12);
 const WAIT: Duration = Duration::from_secs(10);
 
 async fn server_for_webhooks() -> TestServer {
-    TestServer::start_configured(|config| config.webhooks.allow_private = true).await
+    TestServer::start_configured(move |config| config.webhooks.allow_private = true).await
 }
 
 fn endpoint(server: &TestServer, creds: &Creds, url: &str, events: &[&str]) -> String {
@@ -375,7 +375,7 @@ async fn a_declined_card_on_the_payment_page_is_an_event() {
 
 #[tokio::test]
 async fn metrics_are_served_on_their_own_address_only() {
-    let server = TestServer::start_configured(|config| {
+    let server = TestServer::start_configured(move |config| {
         config.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
     })
     .await;

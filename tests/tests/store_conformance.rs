@@ -125,6 +125,7 @@ conformance!(
     renew_lease_only_for_the_holder_of_a_pending_refund_r_4_8,
     release_orphan_claims_keeps_carried_recent_and_other_routes_r_9_1,
     files_store_read_and_share_r_4_6,
+    shared_file_links_renew_and_delete_but_invoices_stay,
     receipt_is_scoped_to_its_provider_r_7_4_r_10_2,
     ledger_gateway_is_idempotent_per_refund_id_r_4_8,
     race_32_reserves_of_one_item_leave_exactly_one_pending_r_4_5_r_4_1,
@@ -1318,6 +1319,7 @@ async fn reserve_then_settle_succeeded_makes_receipts_and_moves_status_r_4_8_r_1
         content: b"%PDF-1.7 invoice".to_vec(),
         sha256_hex: "ab".repeat(32),
         share_token: None,
+        share_expires_at: None,
         created_at: t0(),
     };
     let mut new = paid_cancellation(&acme.provider_id, &id, vec![line(1, "100.50", "100.50")]);
@@ -2136,6 +2138,7 @@ async fn files_store_read_and_share_r_4_6(opened: &Opened, db: &Db) {
         content: content.clone(),
         sha256_hex: "cd".repeat(32),
         share_token: Some(format!("tok-{}", new_id())),
+        share_expires_at: Some(at(7 + 3600)),
         created_at: at(7),
     };
     let private = NewFile {
@@ -2143,6 +2146,7 @@ async fn files_store_read_and_share_r_4_6(opened: &Opened, db: &Db) {
         name: None,
         content: Vec::new(),
         share_token: None,
+        share_expires_at: None,
         content_type: "text/plain".to_owned(),
         ..shared.clone()
     };
@@ -2170,6 +2174,7 @@ async fn files_store_read_and_share_r_4_6(opened: &Opened, db: &Db) {
     assert_eq!(read.size_bytes, 3000);
     assert_eq!(read.sha256_hex, shared.sha256_hex);
     assert_eq!(read.share_token, shared.share_token);
+    assert_eq!(read.share_expires_at, Some(at(7 + 3600)));
     assert_eq!(read.content, content);
     assert_eq!(read.created_at, format_instant(at(7)));
     let by_token = opened
@@ -2213,6 +2218,97 @@ async fn files_store_read_and_share_r_4_6(opened: &Opened, db: &Db) {
         ..shared.clone()
     };
     assert!(opened.cancellations.store_file(clash).await.is_err());
+}
+
+/// A shared file's link gets a new expiry and the file can be deleted, content and link; a
+/// file without a link (an invoice) is neither renewed nor deleted.
+async fn shared_file_links_renew_and_delete_but_invoices_stay(opened: &Opened, db: &Db) {
+    let acme = provider(db, "acme");
+    let shared = NewFile {
+        id: new_id(),
+        provider_id: acme.provider_id.clone(),
+        name: Some("Prüfbericht.pdf".to_owned()),
+        content_type: "application/pdf".to_owned(),
+        content: b"%PDF".to_vec(),
+        sha256_hex: "ab".repeat(32),
+        share_token: Some(format!("tok-{}", new_id())),
+        share_expires_at: Some(at(100)),
+        created_at: at(1),
+    };
+    let invoice = NewFile {
+        id: new_id(),
+        share_token: None,
+        share_expires_at: None,
+        ..shared.clone()
+    };
+    let files = &opened.cancellations;
+    files.store_file(shared.clone()).await.expect("stored");
+    files.store_file(invoice.clone()).await.expect("stored");
+
+    let metadata = files
+        .file_metadata(shared.id.clone())
+        .await
+        .expect("read")
+        .expect("exists");
+    assert!(metadata.content.is_empty());
+    assert_eq!(metadata.size_bytes, 4);
+    assert_eq!(metadata.name.as_deref(), Some("Prüfbericht.pdf"));
+    assert_eq!(metadata.share_expires_at, Some(at(100)));
+
+    assert!(
+        files
+            .renew_file_link(shared.id.clone(), at(5000))
+            .await
+            .expect("renew")
+    );
+    let token = shared.share_token.clone().expect("token");
+    let renewed = files
+        .shared_file(token.clone())
+        .await
+        .expect("read")
+        .expect("still shared");
+    assert_eq!(renewed.share_expires_at, Some(at(5000)));
+    assert_eq!(renewed.content, b"%PDF".to_vec());
+    assert!(
+        !files
+            .renew_file_link(invoice.id.clone(), at(5000))
+            .await
+            .expect("renew")
+    );
+    assert!(
+        !files
+            .renew_file_link(new_id(), at(5000))
+            .await
+            .expect("renew")
+    );
+
+    assert!(
+        !files
+            .delete_shared_file(invoice.id.clone())
+            .await
+            .expect("delete")
+    );
+    assert!(
+        files
+            .delete_shared_file(shared.id.clone())
+            .await
+            .expect("delete")
+    );
+    assert!(
+        !files
+            .delete_shared_file(shared.id.clone())
+            .await
+            .expect("delete")
+    );
+    assert_eq!(files.shared_file(token).await.expect("read"), None);
+    assert_eq!(files.file(shared.id.clone()).await.expect("read"), None);
+    assert!(
+        files
+            .file(invoice.id.clone())
+            .await
+            .expect("read")
+            .is_some()
+    );
 }
 
 /// receipt numbers are counted per provider, and a receipt is found only among

@@ -1,6 +1,8 @@
 //! Who may do what: authentication of presented credentials, scopes,
 //! and the ownership of transactions.
 
+use std::sync::Arc;
+
 use engine::api::ProviderSettings;
 
 use super::{Error, Principal, Resource, Services};
@@ -19,9 +21,11 @@ impl Services {
         let credential = auth::verify(&presented.secret, stored).ok_or(Error::Unauthenticated)?;
         // Scopes were checked when stored; an unreadable list grants nothing.
         let scopes = Scopes::parse(&credential.scopes).unwrap_or_default();
+        let in_flight = Arc::new(self.in_flight.admit(&credential.provider_id)?);
         Ok(Principal {
             provider_id: credential.provider_id,
             scopes,
+            in_flight,
         })
     }
 

@@ -86,6 +86,7 @@ impl Services {
             sha256_hex: file.sha256_hex,
             content: file.bytes,
             share_token: None,
+            share_expires_at: None,
             created_at: now,
         });
         let new = NewCancellation {

@@ -50,6 +50,15 @@ pub enum Error {
     /// The thing belongs to another provider.
     #[error("unauthorized access to the {}", .0.noun())]
     OtherProvider(Resource),
+    /// A capability link past its expiry; its owner may renew it.
+    #[error("{} link has expired; its owner may renew it", .0.noun())]
+    LinkExpired(Resource),
+    /// The file is the invoice of a cancellation: it has no shared link to renew and is kept
+    /// with its receipt.
+    #[error(
+        "the file is the invoice of a cancellation: it has no shared link and is kept with its receipt"
+    )]
+    InvoiceFile,
     /// The first request with this idempotency key is still running.
     #[error("a request with this Idempotency-Key is still in progress")]
     IdempotencyInProgress,
@@ -63,6 +72,10 @@ pub enum Error {
         /// The refund id (the gateway's idempotency key).
         refund_id: String,
     },
+    /// The provider has as many requests in flight as it may; nothing was done and the client
+    /// may retry shortly.
+    #[error("too many requests in flight for this provider; retry shortly")]
+    Overloaded,
     /// The store failed; the cause is logged, never shown.
     #[error("store: {0}")]
     Store(#[from] StoreError),

@@ -52,13 +52,16 @@ pub fn file_info(file: &FileRecord) -> FileInfo {
     }
 }
 
-/// A stored attachment: its id and the capability token that lets anyone holding it read it.
+/// A stored attachment: its id and the capability token that lets anyone holding it read it
+/// until `expires_at`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SharedUpload {
     /// Id of the file (downloadable by its owner).
     pub file_id: String,
     /// 256 random bits, hex.
     pub token: String,
+    /// When the link stops working unless its owner renews it.
+    pub expires_at: DateTime<Utc>,
 }
 
 /// The length of a share token in hex digits.
@@ -74,6 +77,7 @@ impl Services {
     ) -> Result<SharedUpload, Error> {
         let token = share_token();
         let id = uuid::Uuid::now_v7().hyphenated().to_string();
+        let expires_at = now + self.file_link_ttl;
         self.cancellations()
             .store_file(NewFile {
                 id: id.clone(),
@@ -83,10 +87,15 @@ impl Services {
                 sha256_hex: file.sha256_hex,
                 content: file.bytes,
                 share_token: Some(token.clone()),
+                share_expires_at: Some(expires_at),
                 created_at: now,
             })
             .await?;
-        Ok(SharedUpload { file_id: id, token })
+        Ok(SharedUpload {
+            file_id: id,
+            token,
+            expires_at,
+        })
     }
 
     /// A file for its owner (R-7.4 style: another provider's file → [`Error::OtherProvider`],
@@ -101,17 +110,95 @@ impl Services {
         }
     }
 
-    /// A shared file by its capability token; whoever holds the token may read it.
-    pub async fn shared_file(&self, token: &str) -> Result<FileRecord, Error> {
+    /// A shared file by its capability token; whoever holds the token may read it until the
+    /// link expires ([`Error::LinkExpired`]). A deleted file's link names nothing (404).
+    pub async fn shared_file(&self, token: &str, now: DateTime<Utc>) -> Result<FileRecord, Error> {
         let well_formed =
             token.len() == SHARE_TOKEN_HEX_LEN && token.bytes().all(|b| b.is_ascii_hexdigit());
         if !well_formed {
             return Err(Error::NotFound(Resource::File));
         }
-        self.cancellations()
+        let file = self
+            .cancellations()
             .shared_file(token.to_owned())
             .await?
-            .ok_or(Error::NotFound(Resource::File))
+            .ok_or(Error::NotFound(Resource::File))?;
+        if now >= self.link_expiry(&file)? {
+            return Err(Error::LinkExpired(Resource::File));
+        }
+        Ok(file)
+    }
+
+    /// Gives the link of the owner's shared file another lifetime from `now`; the token stays
+    /// the same, so attachments that carry it keep working. An expired link may be renewed.
+    /// An invoice file has no link ([`Error::InvoiceFile`]).
+    pub async fn renew_file_link(
+        &self,
+        principal: &Principal,
+        id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<SharedUpload, Error> {
+        let file = self.owned_file_metadata(principal, id).await?;
+        let Some(token) = file.share_token else {
+            return Err(Error::InvoiceFile);
+        };
+        let expires_at = now + self.file_link_ttl;
+        if !self
+            .cancellations()
+            .renew_file_link(id.to_owned(), expires_at)
+            .await?
+        {
+            // Deleted by a concurrent request.
+            return Err(Error::NotFound(Resource::File));
+        }
+        Ok(SharedUpload {
+            file_id: file.id,
+            token,
+            expires_at,
+        })
+    }
+
+    /// Deletes the owner's shared file: its content, its id and its link (which then answers
+    /// 404). An invoice file is kept with its cancellation's receipt ([`Error::InvoiceFile`]).
+    pub async fn delete_file(&self, principal: &Principal, id: &str) -> Result<(), Error> {
+        let file = self.owned_file_metadata(principal, id).await?;
+        if file.share_token.is_none() {
+            return Err(Error::InvoiceFile);
+        }
+        if self
+            .cancellations()
+            .delete_shared_file(id.to_owned())
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(Error::NotFound(Resource::File))
+        }
+    }
+
+    /// When a shared file's link stops working: its recorded expiry, or (links shared before
+    /// links expired) the configured lifetime after the upload.
+    fn link_expiry(&self, file: &FileRecord) -> Result<DateTime<Utc>, Error> {
+        if let Some(at) = file.share_expires_at {
+            return Ok(at);
+        }
+        let created = DateTime::parse_from_rfc3339(&file.created_at)
+            .map_err(|e| Error::Internal(format!("files.created_at: {e}")))?;
+        Ok(created.with_timezone(&Utc) + self.file_link_ttl)
+    }
+
+    async fn owned_file_metadata(
+        &self,
+        principal: &Principal,
+        id: &str,
+    ) -> Result<FileRecord, Error> {
+        match self.cancellations().file_metadata(id.to_owned()).await? {
+            None => Err(Error::NotFound(Resource::File)),
+            Some(file) if file.provider_id != principal.provider_id => {
+                Err(Error::OtherProvider(Resource::File))
+            }
+            Some(file) => Ok(file),
+        }
     }
 }
 

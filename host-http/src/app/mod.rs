@@ -10,6 +10,7 @@
 //! Dependencies point one way: `http` → `app` → `store`/`gateway` traits → `engine`.
 
 pub mod access;
+pub mod admission;
 pub mod cancellations;
 mod error;
 pub mod events;
@@ -49,6 +50,10 @@ pub struct Services {
     pub outbox: Arc<dyn OutboxStore>,
     /// Request and delivery metrics.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Requests in flight per provider, bounded.
+    pub in_flight: admission::InFlightLimits,
+    /// How long a shared file's link works after its upload or its last renewal.
+    pub file_link_ttl: Duration,
 }
 
 /// What the customer's payment pages need: where they are served, how long their links live,
@@ -94,4 +99,6 @@ pub struct Principal {
     pub provider_id: String,
     /// Scopes of the credential.
     pub scopes: Scopes,
+    /// The request's place among its provider's requests in flight, held while it runs.
+    pub in_flight: Arc<admission::InFlightSlot>,
 }

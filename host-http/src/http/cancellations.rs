@@ -8,6 +8,7 @@ use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 
 use super::error::ApiError;
+use super::limits::{BodyDeadline, BodyKind, read_within};
 use super::multipart::{self, CancelForm, FormLimits, MultipartError};
 use super::request::{
     authenticate, authorize, content_type, idempotency_key, query_param, read_json_body,
@@ -88,14 +89,18 @@ pub async fn cancel_multipart(
     } else {
         CancelForm::WithIdInForm
     };
-    let form = multipart::parse_cancellation_form(
-        content_type.as_deref(),
-        request.into_body().into_data_stream(),
-        form_kind,
-        &FormLimits::default(),
-    )
-    .await
-    .map_err(|error| form_error(&error))?;
+    let deadline = request.extensions().get::<BodyDeadline>().copied();
+    let form = read_within(deadline, BodyKind::Upload, async {
+        multipart::parse_cancellation_form(
+            content_type.as_deref(),
+            request.into_body().into_data_stream(),
+            form_kind,
+            &FormLimits::default(),
+        )
+        .await
+        .map_err(|error| form_error(&error))
+    })
+    .await?;
     let (id, route) = match path_id {
         Some(id) => (id, CANCEL_ROUTES[1]),
         None => {

@@ -40,6 +40,12 @@ pub enum ApiError {
         /// The limit.
         limit_bytes: usize,
     },
+    /// 408: the body was not read by its deadline (a client sending it too slowly or never).
+    #[error("request body not received within {limit_secs} s")]
+    BodyTimeout {
+        /// The allowance, in seconds.
+        limit_secs: u64,
+    },
     /// 415: the body is not `application/json`.
     #[error("unsupported content type")]
     UnsupportedMediaType,
@@ -79,8 +85,10 @@ impl ApiError {
                 }
                 app::Error::Forbidden(_) => StatusCode::FORBIDDEN,
                 app::Error::NotFound(_) => StatusCode::NOT_FOUND,
-                app::Error::IdempotencyInProgress => StatusCode::CONFLICT,
+                app::Error::IdempotencyInProgress | app::Error::InvoiceFile => StatusCode::CONFLICT,
+                app::Error::LinkExpired(_) => StatusCode::GONE,
                 app::Error::IdempotencyMismatch => StatusCode::UNPROCESSABLE_ENTITY,
+                app::Error::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
                 // The database is unreachable: nothing was written; the client may retry.
                 app::Error::Store(store) if store.is_unavailable() => {
                     StatusCode::SERVICE_UNAVAILABLE
@@ -94,6 +102,7 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::Refused { status, .. } => *status,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }

@@ -7,6 +7,8 @@
 pub mod cancellations;
 pub mod error;
 pub mod files;
+pub mod headers;
+pub mod limits;
 pub mod multipart;
 pub mod pages;
 pub mod request;
@@ -58,7 +60,9 @@ pub async fn dispatch(
         Route::Receipt(number) => cancellations::receipt(services, request, &number).await,
         Route::FileUpload => files::upload(services, request, now).await,
         Route::File(id) => files::download(services, request, &id).await,
-        Route::SharedFile(token) => files::shared(services, &token).await,
+        Route::FileDelete(id) => files::delete(services, request, &id).await,
+        Route::FileRenew(id) => files::renew(services, request, &id, now).await,
+        Route::SharedFile(token) => files::shared(services, &token, now).await,
         Route::PaymentPage(token) => pages::page(services, request, &token, now).await,
         Route::PaymentSubmit(token) => pages::submit(services, request, &token, now).await,
         Route::Stylesheet => Ok(pages::stylesheet()),

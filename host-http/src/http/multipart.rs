@@ -116,6 +116,13 @@ pub enum MultipartError {
         /// The limit passed.
         limit_bytes: usize,
     },
+    /// The text parts together passed their limit (413): the limit named is theirs, not the
+    /// whole body's.
+    #[error("form fields must not total more than {limit_bytes} bytes")]
+    FieldsTooLarge {
+        /// The limit passed.
+        limit_bytes: usize,
+    },
     /// The body as a whole passed its limit (413).
     #[error("request body must not be larger than {limit_bytes} bytes")]
     BodyTooLarge {
@@ -140,6 +147,7 @@ impl MultipartError {
             MultipartError::NotMultipart => 415,
             MultipartError::FileTooLarge { .. }
             | MultipartError::FieldTooLarge { .. }
+            | MultipartError::FieldsTooLarge { .. }
             | MultipartError::BodyTooLarge { .. }
             | MultipartError::TooManyParts { .. } => 413,
             MultipartError::MissingBoundary
@@ -299,8 +307,8 @@ async fn read_text(
         }
         *text_total = text_total.saturating_add(chunk.len());
         if *text_total > limits.max_text_total_bytes {
-            return Err(MultipartError::BodyTooLarge {
-                limit_bytes: limits.whole_body_bytes(),
+            return Err(MultipartError::FieldsTooLarge {
+                limit_bytes: limits.max_text_total_bytes,
             });
         }
         text.extend_from_slice(&chunk);
@@ -1036,9 +1044,10 @@ mod tests {
             &small,
         )
         .await;
-        assert!(
-            matches!(result, Err(MultipartError::BodyTooLarge { .. })),
-            "{result:?}"
+        // The message names the limit that was passed: the fields' 10 bytes, not the body's.
+        assert_eq!(
+            result.unwrap_err().to_string(),
+            "form fields must not total more than 10 bytes"
         );
     }
 

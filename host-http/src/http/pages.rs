@@ -15,6 +15,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 
 use super::error::ApiError;
+use super::limits::{BodyDeadline, BodyKind, read_within};
 use super::request::query_param;
 use super::response::HttpResponse;
 use crate::app::payments::{CardForm, Field, PageItem, PageState, PageView, PayAttempt};
@@ -378,11 +379,19 @@ async fn read_form(request: Request<Incoming>) -> Result<CardForm, StatusCode> {
     if !urlencoded {
         return Err(StatusCode::UNSUPPORTED_MEDIA_TYPE);
     }
-    let body = Limited::new(request.into_body(), MAX_FORM_BYTES)
-        .collect()
+    let deadline = request.extensions().get::<BodyDeadline>().copied();
+    let collect = async {
+        Limited::new(request.into_body(), MAX_FORM_BYTES)
+            .collect()
+            .await
+            .map(|collected| collected.to_bytes())
+            .map_err(|_| ApiError::PayloadTooLarge {
+                limit_bytes: MAX_FORM_BYTES,
+            })
+    };
+    let body = read_within(deadline, BodyKind::Json, collect)
         .await
-        .map_err(|_| StatusCode::PAYLOAD_TOO_LARGE)?
-        .to_bytes();
+        .map_err(|error| error.status())?;
     let mut form = CardForm::default();
     for (name, value) in form_urlencoded::parse(&body) {
         let slot = match name.as_ref() {

@@ -8,6 +8,7 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap};
 
 use super::error::ApiError;
+use super::limits::{BodyDeadline, BodyKind, read_within};
 use crate::app::{Principal, Services};
 use crate::auth::{self, Scope};
 
@@ -65,16 +66,35 @@ pub fn content_type(headers: &HeaderMap) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Checks `Content-Type: application/json` (parameters such as `charset` allowed).
+/// Checks `Content-Type: application/json`; a `charset` parameter, when given, must be UTF-8
+/// (RFC 8259 §8.1: JSON exchanged between systems is UTF-8), so that a body declared as UTF-16
+/// is refused (415) instead of being read as something else.
 fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
-    let essence = headers
+    let Some(value) = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .map(|v| v.split(';').next().unwrap_or("").trim());
-    match essence {
-        Some(mime) if mime.eq_ignore_ascii_case("application/json") => Ok(()),
-        _ => Err(ApiError::UnsupportedMediaType),
+    else {
+        return Err(ApiError::UnsupportedMediaType);
+    };
+    let mut parts = value.split(';');
+    let essence = parts.next().unwrap_or("").trim();
+    if !essence.eq_ignore_ascii_case("application/json") {
+        return Err(ApiError::UnsupportedMediaType);
     }
+    for parameter in parts {
+        let (name, value) = parameter.split_once('=').unwrap_or((parameter, ""));
+        let value = value.trim().trim_matches('"');
+        if name.trim().eq_ignore_ascii_case("charset")
+            && !value.eq_ignore_ascii_case("utf-8")
+            && !value.eq_ignore_ascii_case("utf8")
+        {
+            return Err(ApiError::Refused {
+                status: hyper::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                message: "Content-Type charset must be utf-8".to_owned(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Reads a JSON body of at most [`MAX_JSON_BODY_BYTES`] (R-8.10). The body is read through a
@@ -84,20 +104,27 @@ pub async fn read_json_body(request: Request<Incoming>) -> Result<Bytes, ApiErro
     read_limited(request).await
 }
 
-/// As [`read_json_body`], but an empty body without a content type reads as `{}`.
+/// As [`read_json_body`], but an empty body reads as `{}`, with or without a JSON content
+/// type; a non-empty body needs `Content-Type: application/json`.
 pub async fn read_json_body_or_empty(request: Request<Incoming>) -> Result<Bytes, ApiError> {
-    if request.headers().get(header::CONTENT_TYPE).is_none() {
-        let body = read_limited(request).await?;
-        return if body.is_empty() {
-            Ok(Bytes::from_static(b"{}"))
-        } else {
-            Err(ApiError::UnsupportedMediaType)
-        };
+    if request.headers().get(header::CONTENT_TYPE).is_some() {
+        require_json(request.headers())?;
     }
-    read_json_body(request).await
+    let typed = request.headers().get(header::CONTENT_TYPE).is_some();
+    let body = read_limited(request).await?;
+    match (body.is_empty(), typed) {
+        (true, _) => Ok(Bytes::from_static(b"{}")),
+        (false, true) => Ok(body),
+        (false, false) => Err(ApiError::UnsupportedMediaType),
+    }
 }
 
 async fn read_limited(request: Request<Incoming>) -> Result<Bytes, ApiError> {
+    let deadline = request.extensions().get::<BodyDeadline>().copied();
+    read_within(deadline, BodyKind::Json, collect_limited(request)).await
+}
+
+async fn collect_limited(request: Request<Incoming>) -> Result<Bytes, ApiError> {
     let too_large = ApiError::PayloadTooLarge {
         limit_bytes: MAX_JSON_BODY_BYTES,
     };

@@ -39,6 +39,10 @@ pub enum Route {
     FileUpload,
     /// `GET /files/{fileId}`: a file, for its owner.
     File(String),
+    /// `DELETE /files/{fileId}`: the owner deletes a shared file and its link.
+    FileDelete(String),
+    /// `POST /files/{fileId}/renew`: the owner renews a shared file's link.
+    FileRenew(String),
     /// `GET /files/shared/{token}`: a shared file by its capability link, no credentials.
     SharedFile(String),
     /// `GET /receipts/{receiptNumber}`: a cancellation receipt.
@@ -71,7 +75,8 @@ impl Route {
             Route::CancelForm => "/cancel",
             Route::CancelQuote(_) => "/cancel/{transactionId}/quote",
             Route::FileUpload => "/files",
-            Route::File(_) => "/files/{fileId}",
+            Route::File(_) | Route::FileDelete(_) => "/files/{fileId}",
+            Route::FileRenew(_) => "/files/{fileId}/renew",
             Route::SharedFile(_) => "/files/shared/{token}",
             Route::Receipt(_) => "/receipts/{receiptNumber}",
             Route::PaymentPage(_) | Route::PaymentSubmit(_) => "/pay/{token}",
@@ -127,7 +132,18 @@ pub fn route(method: &Method, path: &str, sandbox: bool) -> Result<Route, ApiErr
             (method == Method::POST).then_some(Route::FileUpload),
         ),
         ["files", "shared", token] => ("GET", get.then(|| Route::SharedFile((*token).to_owned()))),
-        ["files", id] => ("GET", get.then(|| Route::File((*id).to_owned()))),
+        ["files", id] => (
+            "GET, DELETE",
+            if get {
+                Some(Route::File((*id).to_owned()))
+            } else {
+                (method == Method::DELETE).then(|| Route::FileDelete((*id).to_owned()))
+            },
+        ),
+        ["files", id, "renew"] => (
+            "POST",
+            (method == Method::POST).then(|| Route::FileRenew((*id).to_owned())),
+        ),
         ["receipts", number] => ("GET", get.then(|| Route::Receipt((*number).to_owned()))),
         ["pay", token] => (
             "GET, POST",

@@ -17,10 +17,12 @@ use hyper::{Request, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 use super::error::ApiError;
 use super::response::{HttpResponse, error_response};
 use super::routes;
+use super::{headers, limits};
 use crate::Config;
 use crate::app::Services;
 
@@ -85,8 +87,16 @@ pub(crate) async fn serve(
         .header_read_timeout(config.header_read_timeout)
         .keep_alive(true);
     let graceful = GracefulShutdown::new();
+    let fd_limit = limits::raise_fd_limit();
+    let cap = limits::connection_cap(config.max_connections, fd_limit);
+    let connections = Arc::new(Semaphore::new(cap));
+    let timeouts = BodyTimeouts {
+        json: config.body_read_timeout,
+        upload: config.upload_read_timeout,
+    };
     let pruner = tokio::spawn(prune_idempotency_keys(Arc::clone(&state)));
     tracing::info!(addr = %listener.local_addr()?, sandbox = state.sandbox, "listening");
+    tracing::debug!(max_connections = cap, fd_limit = ?fd_limit, "connection cap");
 
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -104,18 +114,27 @@ pub(crate) async fn serve(
         };
         // Small JSON responses on keep-alive connections: Nagle would only add latency.
         let _ = stream.set_nodelay(true);
+        let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
+            // Over the cap: answer 503 and close, instead of letting descriptors run out and
+            // accepts fail for everyone (/healthz included).
+            let id = ids.next();
+            tracing::warn!(request_id = %id, %peer, status = 503, "connection shed: too many open connections");
+            tokio::spawn(limits::shed(stream, id));
+            continue;
+        };
         let state = Arc::clone(&state);
         let ids = Arc::clone(&ids);
         let service = service_fn(move |request| {
             let state = Arc::clone(&state);
             let id = ids.next();
-            async move { Ok::<_, Infallible>(handle(state, request, id).await) }
+            async move { Ok::<_, Infallible>(handle(state, request, id, timeouts).await) }
         });
         let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
             if let Err(error) = connection.await {
                 tracing::debug!(%peer, %error, "connection ended with an error");
             }
+            drop(permit);
         });
     }
 
@@ -170,12 +189,33 @@ pub async fn guarded(
         })
 }
 
+/// The body deadlines of the server.
+#[derive(Debug, Clone, Copy)]
+struct BodyTimeouts {
+    json: Duration,
+    upload: Duration,
+}
+
 /// One request: route, run the handler with a panic guard, log one line, set `X-Request-Id`.
-async fn handle(state: Arc<Services>, request: Request<Incoming>, id: String) -> HttpResponse {
+async fn handle(
+    state: Arc<Services>,
+    mut request: Request<Incoming>,
+    id: String,
+    timeouts: BodyTimeouts,
+) -> HttpResponse {
     let started = Instant::now();
     let now = Utc::now();
+    request
+        .extensions_mut()
+        .insert(limits::BodyDeadline::from_arrival(
+            started.into(),
+            timeouts.json,
+            timeouts.upload,
+        ));
     let method = request.method().clone();
-    let (template, result) = match routes::route(&method, request.uri().path(), state.sandbox) {
+    let checked = headers::check(&request)
+        .and_then(|()| routes::route(&method, request.uri().path(), state.sandbox));
+    let (template, result) = match checked {
         Ok(route) => {
             let template = route.template();
             let result = guarded(super::dispatch(&state, route, request, now)).await;
@@ -195,7 +235,10 @@ async fn handle(state: Arc<Services>, request: Request<Incoming>, id: String) ->
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert("x-request-id", value);
     }
-    if response.status() == StatusCode::PAYLOAD_TOO_LARGE {
+    if matches!(
+        response.status(),
+        StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT
+    ) {
         // A 413 is answered before the rest of the body is read, so hyper closes the
         // connection after it. Saying so lets a client that has sent its whole body open a new
         // connection instead of reusing one that is about to be dropped.

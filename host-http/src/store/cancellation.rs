@@ -68,6 +68,8 @@ pub struct NewFile {
     pub sha256_hex: String,
     /// Capability token of a shared file (`POST /files`), none for invoices.
     pub share_token: Option<String>,
+    /// When the capability link stops working (shared files only).
+    pub share_expires_at: Option<DateTime<Utc>>,
     /// Upload instant.
     pub created_at: DateTime<Utc>,
 }
@@ -89,6 +91,9 @@ pub struct FileRecord {
     pub sha256_hex: String,
     /// Capability token, when shared.
     pub share_token: Option<String>,
+    /// When the capability link stops working; `None` for invoices and for links shared
+    /// before links expired (they expire the configured lifetime after `created_at`).
+    pub share_expires_at: Option<DateTime<Utc>>,
     /// Bytes (empty when read as metadata only).
     pub content: Vec<u8>,
     /// Upload instant (RFC 3339).
@@ -287,6 +292,21 @@ pub trait CancellationStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// A shared file by its capability token, with its content.
     fn shared_file(&self, token: String) -> BoxFuture<'_, Result<Option<FileRecord>, StoreError>>;
+
+    /// A file by id, without its content (`content` empty).
+    fn file_metadata(&self, id: String) -> BoxFuture<'_, Result<Option<FileRecord>, StoreError>>;
+
+    /// Sets when a shared file's link stops working; `false` when no shared file has this id
+    /// (an invoice file has no link).
+    fn renew_file_link(
+        &self,
+        id: String,
+        expires_at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<bool, StoreError>>;
+
+    /// Deletes a shared file, its content and its link; `false` when no shared file has this
+    /// id. Invoice files stay with their cancellations.
+    fn delete_shared_file(&self, id: String) -> BoxFuture<'_, Result<bool, StoreError>>;
 }
 
 /// The 200 body of a settled cancellation: the spec's `status` and `errorMessage`, with the

@@ -31,7 +31,8 @@ async fn insert_file(client: &impl GenericClient, file: &NewFile) -> Result<(), 
     let statement = client
         .prepare_cached(
             "INSERT INTO files (id, provider_id, name, content_type, size_bytes, sha256, \
-             share_token, content, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+             share_token, content, created_at, share_expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .await?;
     client
@@ -47,6 +48,7 @@ async fn insert_file(client: &impl GenericClient, file: &NewFile) -> Result<(), 
                 &file.share_token,
                 &file.content,
                 &file.created_at,
+                &file.share_expires_at,
             ],
         )
         .await?;
@@ -63,7 +65,7 @@ async fn read_file(
     let column = if by_token { "share_token" } else { "id" };
     let sql = format!(
         "SELECT id, provider_id, name, content_type, size_bytes, sha256, share_token, {content}, \
-         created_at FROM files WHERE {column} = $1"
+         created_at, share_expires_at FROM files WHERE {column} = $1"
     );
     let statement = client.prepare_cached(&sql).await?;
     let Some(row) = client.query_opt(&statement, &[&value]).await? else {
@@ -79,6 +81,7 @@ async fn read_file(
         share_token: row.try_get(6)?,
         content: row.try_get(7)?,
         created_at: format_instant(row.try_get(8)?),
+        share_expires_at: row.try_get(9)?,
     }))
 }
 
@@ -650,5 +653,42 @@ impl CancellationStore for PgStore {
 
     fn shared_file(&self, token: String) -> BoxFuture<'_, Result<Option<FileRecord>, StoreError>> {
         Box::pin(async move { read_file(&self.client().await?, true, &token, true).await })
+    }
+
+    fn file_metadata(&self, id: String) -> BoxFuture<'_, Result<Option<FileRecord>, StoreError>> {
+        Box::pin(async move { read_file(&self.client().await?, false, &id, false).await })
+    }
+
+    fn renew_file_link(
+        &self,
+        id: String,
+        expires_at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let changed = self
+                .client()
+                .await?
+                .execute(
+                    "UPDATE files SET share_expires_at = $2 \
+                     WHERE id = $1 AND share_token IS NOT NULL",
+                    &[&id, &expires_at],
+                )
+                .await?;
+            Ok(changed == 1)
+        })
+    }
+
+    fn delete_shared_file(&self, id: String) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let deleted = self
+                .client()
+                .await?
+                .execute(
+                    "DELETE FROM files WHERE id = $1 AND share_token IS NOT NULL",
+                    &[&id],
+                )
+                .await?;
+            Ok(deleted == 1)
+        })
     }
 }

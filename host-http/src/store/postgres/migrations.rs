@@ -240,6 +240,13 @@ CREATE INDEX email_messages_due ON email_messages(status, next_attempt_at);
 CREATE INDEX email_messages_transaction ON email_messages(transaction_id);
 "#,
     },
+    Migration {
+        version: 4,
+        description: "shared file links expire; the owner renews or deletes them",
+        // Links shared before this migration have NULL: they expire the configured lifetime
+        // after their upload (`app::files`).
+        sql: "ALTER TABLE files ADD COLUMN share_expires_at timestamptz;",
+    },
 ];
 
 /// Latest schema version this build knows.

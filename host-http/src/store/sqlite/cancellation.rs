@@ -40,7 +40,8 @@ fn scale_of(currency: &str) -> u32 {
 fn insert_file(conn: &Connection, file: &NewFile) -> Result<(), StoreError> {
     conn.prepare_cached(
         "INSERT INTO files (id, provider_id, name, content_type, size_bytes, sha256, \
-         share_token, content, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+         share_token, content, created_at, share_expires_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     )?
     .execute(params![
         file.id,
@@ -52,6 +53,7 @@ fn insert_file(conn: &Connection, file: &NewFile) -> Result<(), StoreError> {
         file.share_token,
         file.content,
         format_instant(file.created_at),
+        file.share_expires_at.map(format_instant),
     ])?;
     Ok(())
 }
@@ -65,24 +67,37 @@ fn read_file(
     let content = if with_content { "content" } else { "x''" };
     let sql = format!(
         "SELECT id, provider_id, name, content_type, size_bytes, sha256, share_token, {content}, \
-         created_at FROM files WHERE {column} = ?1"
+         created_at, share_expires_at FROM files WHERE {column} = ?1"
     );
-    Ok(conn
+    let row = conn
         .prepare_cached(&sql)?
         .query_row([value], |r| {
-            Ok(FileRecord {
-                id: r.get(0)?,
-                provider_id: r.get(1)?,
-                name: r.get(2)?,
-                content_type: r.get(3)?,
-                size_bytes: r.get::<_, i64>(4)?.try_into().unwrap_or(0),
-                sha256_hex: r.get(5)?,
-                share_token: r.get(6)?,
-                content: r.get(7)?,
-                created_at: r.get(8)?,
-            })
+            Ok((
+                FileRecord {
+                    id: r.get(0)?,
+                    provider_id: r.get(1)?,
+                    name: r.get(2)?,
+                    content_type: r.get(3)?,
+                    size_bytes: r.get::<_, i64>(4)?.try_into().unwrap_or(0),
+                    sha256_hex: r.get(5)?,
+                    share_token: r.get(6)?,
+                    content: r.get(7)?,
+                    created_at: r.get(8)?,
+                    share_expires_at: None,
+                },
+                r.get::<_, Option<String>>(9)?,
+            ))
         })
-        .optional()?)
+        .optional()?;
+    let Some((mut file, expires)) = row else {
+        return Ok(None);
+    };
+    if let Some(text) = expires {
+        let at = DateTime::parse_from_rfc3339(&text)
+            .map_err(|e| corrupt("files.share_expires_at", e.to_string()))?;
+        file.share_expires_at = Some(at.with_timezone(&Utc));
+    }
+    Ok(Some(file))
 }
 
 /// The idempotency key a cancellation carries, to finish when it ends.
@@ -647,6 +662,36 @@ impl CancellationStore for SqliteStore {
     fn shared_file(&self, token: String) -> BoxFuture<'_, Result<Option<FileRecord>, StoreError>> {
         let result = self.read(|conn| read_file(conn, "share_token", &token, true));
         Box::pin(std::future::ready(result))
+    }
+
+    fn file_metadata(&self, id: String) -> BoxFuture<'_, Result<Option<FileRecord>, StoreError>> {
+        let result = self.read(|conn| read_file(conn, "id", &id, false));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn renew_file_link(
+        &self,
+        id: String,
+        expires_at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE files SET share_expires_at = ?2 \
+                     WHERE id = ?1 AND share_token IS NOT NULL",
+                )?
+                .execute(params![id, format_instant(expires_at)])?;
+            Ok(changed == 1)
+        }))
+    }
+
+    fn delete_shared_file(&self, id: String) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            let deleted = conn
+                .prepare_cached("DELETE FROM files WHERE id = ?1 AND share_token IS NOT NULL")?
+                .execute([id])?;
+            Ok(deleted == 1)
+        }))
     }
 }
 

@@ -166,6 +166,13 @@ CREATE TABLE service_keys (
         description: "outbox: events, webhook endpoints and deliveries, e-mails",
         sql: crate::store::sqlite::OUTBOX_MIGRATION,
     },
+    Migration {
+        version: 8,
+        description: "shared file links expire; the owner renews or deletes them",
+        // Links shared before this migration have NULL: they expire the configured lifetime
+        // after their upload (`app::files`).
+        sql: "ALTER TABLE files ADD COLUMN share_expires_at TEXT;",
+    },
 ];
 
 /// Why the schema could not be brought up to date.
