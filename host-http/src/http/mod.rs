@@ -12,6 +12,7 @@ pub mod i18n;
 pub mod limits;
 pub mod multipart;
 pub mod pages;
+pub mod refusals;
 pub mod request;
 pub mod response;
 pub mod routes;
