@@ -424,3 +424,31 @@ async fn files_are_sandboxed_downloads_keeping_non_ascii_names() {
         }
     }
 }
+
+/// Part names are UTF-8 (RFC 7578 §5.1) and compared exactly: `/files` reads its one `file`
+/// part and names any other part, ASCII or not, in its 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_ascii_part_name_on_files_is_named_in_the_400() {
+    let server = CancelServer::start().await;
+    let acme = server.provider("acme");
+    let form = Multipart::new()
+        .file("file", "a.txt", "text/plain", b"a".to_vec())
+        .text("bemerkung-ä", "x");
+    let body = server
+        .multipart(Method::POST, "/files", &acme, &form, &[])
+        .await
+        .expect_error(400);
+    assert_eq!(
+        body["message"],
+        json!(["property bemerkung-ä should not exist"])
+    );
+    let only_other = Multipart::new().file("fïle", "a.txt", "text/plain", b"a".to_vec());
+    let body = server
+        .multipart(Method::POST, "/files", &acme, &only_other, &[])
+        .await
+        .expect_error(400);
+    assert_eq!(
+        body["message"],
+        json!(["file should not be empty", "property fïle should not exist"])
+    );
+}
