@@ -574,8 +574,10 @@ fn json_body(schema: &str) -> Value {
     json!({ "required": true, "content": json_content(schema_ref(schema)) })
 }
 
-/// A JSON number without sign as the multipart forms read it (R-1.1): `itemsOrder` entries
-/// and `amount`.
+/// One `itemsOrder` entry of a one-field form: an order number 1–500 (R-4.1, R-8.10).
+const FORM_ORDER: &str = r"(?:[1-9][0-9]?|[1-4][0-9]{2}|500)";
+
+/// A JSON number without sign as the multipart forms read it (R-1.1): `amount`.
 const FORM_NUMBER: &str = r"(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?";
 
 /// Request text without control characters (tab, line feed and carriage return allowed), as
@@ -602,7 +604,7 @@ fn multipart_cancel(with_transaction_id: bool, file_required: bool) -> Value {
     }
     let one_field = format!(
         r"^\s*(?:\[\s*{n}(?:\s*,\s*{n})*\s*\]|{n}(?:\s*,\s*{n})*)\s*$",
-        n = FORM_NUMBER
+        n = FORM_ORDER
     );
     properties.insert(
         "itemsOrder".to_owned(),

@@ -1,5 +1,5 @@
-//! The refusals of the HTTP parser (431, 414, 400) and the header deadline (408) are logged by
-//! the real binary with their request id and status, like every answered request.
+//! The refusals of the HTTP parser (431, 414, 400) are logged by the real binary with their
+//! request id and status, like every answered request; no Authorization value reaches the log.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -34,7 +34,7 @@ fn request_id(answer: &str) -> String {
 }
 
 #[test]
-fn parser_refusals_are_logged_with_their_request_id_and_status() {
+fn parser_refusals_are_logged_with_their_request_id_and_status_and_no_credential() {
     let dir = tempfile::tempdir().expect("temp dir");
     let log_path = dir.path().join("server.log");
     let log = std::fs::File::create(&log_path).expect("log file");
@@ -62,7 +62,16 @@ fn parser_refusals_are_logged_with_their_request_id_and_status() {
         std::thread::sleep(Duration::from_millis(50));
     }
 
-    let mut many = String::from("GET /healthz HTTP/1.1\r\nHost: x\r\n");
+    // Basic `widget-logcheck:secret-never-logged-7f3a`, in a refused head and in a request.
+    let authorization = "Basic d2lkZ2V0LWxvZ2NoZWNrOnNlY3JldC1uZXZlci1sb2dnZWQtN2YzYQ==";
+    let unknown = exchange(
+        addr,
+        format!("GET /status HTTP/1.1\r\nHost: x\r\nAuthorization: {authorization}\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    );
+    assert!(unknown.starts_with("HTTP/1.1 401 "), "{unknown:?}");
+    let mut many =
+        format!("GET /healthz HTTP/1.1\r\nHost: x\r\nAuthorization: {authorization}\r\n");
     for n in 0..150 {
         many.push_str(&format!("X-{n}: {n}\r\n"));
     }
@@ -87,6 +96,14 @@ fn parser_refusals_are_logged_with_their_request_id_and_status() {
     let _ = child.kill();
     let _ = child.wait();
     let text = std::fs::read_to_string(&log_path).expect("log");
+    for secret in [
+        authorization,
+        "d2lkZ2V0",
+        "secret-never-logged",
+        "widget-logcheck",
+    ] {
+        assert!(!text.contains(secret), "the log shows {secret}:\n{text}");
+    }
     for (status, id) in expected {
         assert!(
             text.lines()

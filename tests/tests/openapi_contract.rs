@@ -113,6 +113,8 @@ fn the_multipart_items_order_schema_accepts_the_three_forms_of_r_4_7_and_nothing
         json!("[1,3]"),
         json!("[ 3 ]"),
         json!("7"),
+        json!("500"),
+        json!("[99,100,499]"),
     ] {
         assert!(validator.is_valid(&accepted), "{accepted} refused");
     }
@@ -126,6 +128,10 @@ fn the_multipart_items_order_schema_accepts_the_three_forms_of_r_4_7_and_nothing
         json!("1,,3"),
         json!("-1"),
         json!("01"),
+        json!("0"),
+        json!("1.5"),
+        json!("501"),
+        json!("[1,501]"),
         json!("[1,3"),
     ] {
         assert!(!validator.is_valid(&refused), "{refused} accepted");
