@@ -40,7 +40,7 @@ pub struct Uploaded {
 }
 
 /// The longest file name sent in `Content-Disposition`, in characters.
-const MAX_DISPOSITION_NAME_CHARS: usize = 150;
+pub const MAX_DISPOSITION_NAME_CHARS: usize = 150;
 
 impl Uploaded {
     fn of(services: &Services, shared: crate::app::files::SharedUpload) -> Uploaded {
