@@ -579,40 +579,85 @@ fn json_body(schema: &str) -> Value {
     json!({ "required": true, "content": json_content(schema_ref(schema)) })
 }
 
+/// One `itemsOrder` entry of a one-field form: an order number 1–500 (R-4.1, R-8.10).
+const FORM_ORDER: &str = r"(?:[1-9][0-9]?|[1-4][0-9]{2}|500)";
+
+/// A JSON number without sign as the multipart forms read it (R-1.1): `amount`.
+const FORM_NUMBER: &str = r"(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?";
+
+/// Request text without control characters (tab, line feed and carriage return allowed), as
+/// in the JSON bodies.
+const FORM_TEXT: &str = r"^[^\x00-\x08\x0B\x0C\x0E-\x1F\x7F-\x9F]*$";
+
 /// The multipart form of a cancellation (R-4.6, R-4.7): the CancellationReq fields as form
-/// fields, `itemsOrder` repeated, as a JSON array or comma-separated.
+/// fields, each part's schema exact. `itemsOrder` is repeated fields (an array, one part per
+/// entry), one field holding a JSON array (`[1,3]`) or one comma-separated field (`1,3`).
 fn multipart_cancel(with_transaction_id: bool, file_required: bool) -> Value {
     let mut properties = Map::new();
     let mut required = vec![json!("itemsOrder")];
     if with_transaction_id {
         properties.insert(
             "transactionId".to_owned(),
-            json!({ "type": "string", "format": "uuid", "description": "The contract to cancel (R-4.7)." }),
+            json!({
+                "type": "string",
+                "format": "uuid",
+                "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+                "description": "The contract to cancel, a lower-case hyphenated UUID (R-4.7, R-3.1)."
+            }),
         );
         required.insert(0, json!("transactionId"));
     }
+    let one_field = format!(
+        r"^\s*(?:\[\s*{n}(?:\s*,\s*{n})*\s*\]|{n}(?:\s*,\s*{n})*)\s*$",
+        n = FORM_ORDER
+    );
     properties.insert(
         "itemsOrder".to_owned(),
         json!({
-            "description": "Order numbers from 1 (R-4.1): repeated fields, one JSON array (`[1,3]`) or one comma-separated field (`1,3`) (R-4.7).",
+            "description": "Order numbers from 1 (R-4.1), distinct, at most 500: repeated fields (one part per entry, `itemsOrder[]` also accepted), one field holding a JSON array (`[1,3]`) or one comma-separated field (`1,3`) (R-4.7).",
             "oneOf": [
-                { "type": "array", "items": { "type": "integer", "minimum": 1 } },
-                { "type": "string" }
+                {
+                    "type": "array",
+                    "items": { "type": "integer", "minimum": 1, "maximum": 500 },
+                    "minItems": 1,
+                    "maxItems": 500,
+                    "uniqueItems": true
+                },
+                { "type": "string", "minLength": 1, "pattern": one_field }
             ]
         }),
     );
     properties.insert(
         "amount".to_owned(),
-        json!({ "type": "string", "description": "Refund amount as a decimal number (R-4.3)." }),
+        json!({
+            "type": "string",
+            "pattern": format!(r"^\s*(?:{FORM_NUMBER})?\s*$"),
+            "description": "Refund amount as a JSON number written exactly, at most the currency's decimals; empty or absent → the refundable amount (R-4.3, R-1.1)."
+        }),
     );
-    properties.insert("invoiceTitle".to_owned(), json!({ "type": "string" }));
-    properties.insert("invoiceNumber".to_owned(), json!({ "type": "string" }));
+    for (name, description) in [
+        ("invoiceTitle", "Title of the cancellation invoice (R-4.6)."),
+        (
+            "invoiceNumber",
+            "Number of the cancellation invoice (R-4.6).",
+        ),
+    ] {
+        properties.insert(
+            name.to_owned(),
+            json!({
+                "type": "string",
+                "maxLength": 2000,
+                "pattern": FORM_TEXT,
+                "description": description
+            }),
+        );
+    }
     properties.insert(
         "file".to_owned(),
         json!({
             "type": "string",
             "contentMediaType": "application/octet-stream",
-            "description": "Invoice file, at most 10 MiB (R-4.6)."
+            "description": "Invoice file, at most 10 MiB (R-4.6); its part's file name (UTF-8, RFC 7578) is kept without directories."
         }),
     );
     if file_required {
@@ -625,12 +670,75 @@ fn multipart_cancel(with_transaction_id: bool, file_required: bool) -> Value {
                 "schema": {
                     "type": "object",
                     "properties": properties,
-                    "required": required
+                    "required": required,
+                    "additionalProperties": false
                 },
-                "encoding": { "file": { "contentType": "application/octet-stream" } }
+                "encoding": {
+                    "itemsOrder": { "contentType": "text/plain" },
+                    "file": { "contentType": "application/octet-stream" }
+                }
             }
         }
     })
+}
+
+/// OpenAPI links that let a generic client walk the lifecycle: from a creation to the routes
+/// of its transaction, from a cancellation to its receipt, from an upload to its file.
+fn add_links(paths: &mut Map<String, Value>) {
+    let by_transaction = |operation: &str| {
+        json!({
+            "operationId": operation,
+            "parameters": { "transactionId": "$response.body#/transactionId" }
+        })
+    };
+    let from_creation = json!({
+        "GetTransactionStatus": by_transaction("getTransactionStatus"),
+        "UpdateTransaction": by_transaction("updateTransaction"),
+        "SandboxPay": by_transaction("sandboxPay"),
+        "PreviewRefund": by_transaction("previewRefund"),
+        "CancelItems": by_transaction("cancelItems"),
+        "CancelItemsWithInvoice": by_transaction("cancelItemsWithInvoice")
+    });
+    let to_receipt = json!({
+        "GetReceipt": {
+            "operationId": "getReceipt",
+            "parameters": { "receiptNumber": "$response.body#/receiptNumber" }
+        }
+    });
+    let by_file = |operation: &str| {
+        json!({
+            "operationId": operation,
+            "parameters": { "fileId": "$response.body#/fileId" }
+        })
+    };
+    let from_upload = json!({
+        "GetFile": by_file("getFile"),
+        "RenewFileLink": by_file("renewFileLink"),
+        "DeleteFile": by_file("deleteFile")
+    });
+    let targets = [
+        ("/initialize", "post", "201", &from_creation),
+        ("/transactions", "post", "201", &from_creation),
+        ("/cancel/{transactionId}", "patch", "200", &to_receipt),
+        (
+            "/cancel/{transactionId}/invoice",
+            "patch",
+            "200",
+            &to_receipt,
+        ),
+        ("/cancel", "patch", "200", &to_receipt),
+        ("/files", "post", "201", &from_upload),
+    ];
+    for (path, method, status, links) in targets {
+        if let Some(response) = paths
+            .get_mut(path)
+            .and_then(|p| p.get_mut(method))
+            .and_then(|o| o.get_mut("responses"))
+            .and_then(|r| r.get_mut(status))
+        {
+            response["links"] = links.clone();
+        }
+    }
 }
 
 /// The OpenAPI 3.1 document of every route of the spec and of the rulings.
@@ -824,14 +932,18 @@ pub fn openapi() -> Value {
                         "multipart/form-data": {
                             "schema": {
                                 "type": "object",
+                                "description": "Exactly one part, named `file`. Part names are UTF-8 (RFC 7578 §5.1) and compared exactly: any other part, ASCII-named or not, is a 400 naming it (`property <name> should not exist`).",
                                 "properties": {
                                     "file": {
                                         "type": "string",
-                                        "contentMediaType": "application/octet-stream"
+                                        "contentMediaType": "application/octet-stream",
+                                        "description": "The file, at most 10 MiB, not empty; its part's `Content-Type` is kept (default `application/octet-stream`) and its file name (UTF-8, RFC 7578) without directories."
                                     }
                                 },
-                                "required": ["file"]
-                            }
+                                "required": ["file"],
+                                "additionalProperties": false
+                            },
+                            "encoding": { "file": { "contentType": "application/octet-stream" } }
                         }
                     }
                 })),
@@ -934,6 +1046,8 @@ pub fn openapi() -> Value {
             methods.insert(method.to_owned(), operation.to_value());
         }
     }
+
+    add_links(&mut paths);
 
     // The capability link of a shared file: no credentials, the token is the permission.
     paths.insert(

@@ -2,8 +2,9 @@
 //! and attachments uploaded with `POST /files`.
 
 use hyper::Method;
-use serde_json::json;
+use serde_json::{Value, json};
 use tests::cancel_support::{CancelServer, Multipart, checkout};
+use tests::http::Creds;
 
 const TEN_MIB: usize = 10 * 1024 * 1024;
 
@@ -188,22 +189,9 @@ async fn a_file_over_ten_mib_is_413_r_4_6() {
 async fn uploaded_files_have_a_capability_link_usable_as_attachment() {
     let server = CancelServer::start().await;
     let acme = server.provider("acme");
-    let form = Multipart::new().file("file", "terms.txt", "text/plain", b"terms".to_vec());
-    let reply = server
-        .multipart(Method::POST, "/files", &acme, &form, &[])
-        .await;
-    assert_eq!(
-        reply.status,
-        201,
-        "{}",
-        String::from_utf8_lossy(&reply.body)
-    );
-    let uploaded = reply.json();
+    let uploaded = upload(&server, &acme, "terms.txt", "text/plain", b"terms").await;
     let url = uploaded["url"].as_str().unwrap().to_owned();
-    let path = url
-        .split_once("/files/shared/")
-        .map(|(_, t)| format!("/files/shared/{t}"))
-        .unwrap();
+    let path = shared_path(&uploaded);
     // Anyone holding the link may read the file, without credentials.
     let public = server.send(Method::GET, &path, None, &[], Vec::new()).await;
     assert_eq!(public.status, 200);
@@ -239,6 +227,33 @@ async fn uploaded_files_have_a_capability_link_usable_as_attachment() {
         .expect_error(400);
 }
 
+/// Uploads one file with `POST /files`; the 201 body.
+async fn upload(
+    server: &CancelServer,
+    creds: &Creds,
+    name: &str,
+    kind: &str,
+    bytes: &[u8],
+) -> Value {
+    let form = Multipart::new().file("file", name, kind, bytes.to_vec());
+    let reply = server
+        .multipart(Method::POST, "/files", creds, &form, &[])
+        .await;
+    assert_eq!(
+        reply.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    reply.json()
+}
+
+/// The path of an uploaded file's capability link.
+fn shared_path(uploaded: &Value) -> String {
+    let url = uploaded["url"].as_str().expect("url");
+    format!("/files/shared/{}", url.rsplit('/').next().expect("token"))
+}
+
 async fn anonymous(server: &CancelServer, path: &str) -> tests::http::Reply {
     server.send(Method::GET, path, None, &[], Vec::new()).await
 }
@@ -250,14 +265,10 @@ async fn shared_links_expire_are_renewed_and_deleted_by_their_owner() {
     let server = CancelServer::start().await;
     let acme = server.provider("acme");
     let globex = server.provider("globex");
-    let form = Multipart::new().file("file", "terms.txt", "text/plain", b"terms".to_vec());
-    let uploaded = server
-        .multipart(Method::POST, "/files", &acme, &form, &[])
-        .await
-        .json();
+    let uploaded = upload(&server, &acme, "terms.txt", "text/plain", b"terms").await;
     let file_id = uploaded["fileId"].as_str().unwrap().to_owned();
     let url = uploaded["url"].as_str().unwrap().to_owned();
-    let link = format!("/files/shared/{}", url.rsplit('/').next().unwrap());
+    let link = shared_path(&uploaded);
     // The default lifetime is 30 days from the upload.
     let expires = chrono::DateTime::parse_from_rfc3339(uploaded["expiresAt"].as_str().unwrap())
         .unwrap()
@@ -391,24 +402,15 @@ async fn files_are_sandboxed_downloads_keeping_non_ascii_names() {
             ),
         ),
     ] {
-        let form = Multipart::new().file(
-            "file",
+        let uploaded = upload(
+            &server,
+            &acme,
             &name,
             "text/html",
-            b"<script>alert(1)</script>".to_vec(),
-        );
-        let uploaded = server
-            .multipart(Method::POST, "/files", &acme, &form, &[])
-            .await;
-        assert_eq!(
-            uploaded.status,
-            201,
-            "{}",
-            String::from_utf8_lossy(&uploaded.body)
-        );
-        let uploaded = uploaded.json();
-        let url = uploaded["url"].as_str().unwrap();
-        let link = format!("/files/shared/{}", url.rsplit('/').next().unwrap());
+            b"<script>alert(1)</script>",
+        )
+        .await;
+        let link = shared_path(&uploaded);
         let owner = format!("/files/{}", uploaded["fileId"].as_str().unwrap());
         for reply in [
             server.send(Method::GET, &link, None, &[], Vec::new()).await,
@@ -423,4 +425,32 @@ async fn files_are_sandboxed_downloads_keeping_non_ascii_names() {
             );
         }
     }
+}
+
+/// Part names are UTF-8 (RFC 7578 §5.1) and compared exactly: `/files` reads its one `file`
+/// part and names any other part, ASCII or not, in its 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_ascii_part_name_on_files_is_named_in_the_400() {
+    let server = CancelServer::start().await;
+    let acme = server.provider("acme");
+    let form = Multipart::new()
+        .file("file", "a.txt", "text/plain", b"a".to_vec())
+        .text("bemerkung-ä", "x");
+    let body = server
+        .multipart(Method::POST, "/files", &acme, &form, &[])
+        .await
+        .expect_error(400);
+    assert_eq!(
+        body["message"],
+        json!(["property bemerkung-ä should not exist"])
+    );
+    let only_other = Multipart::new().file("fïle", "a.txt", "text/plain", b"a".to_vec());
+    let body = server
+        .multipart(Method::POST, "/files", &acme, &only_other, &[])
+        .await
+        .expect_error(400);
+    assert_eq!(
+        body["message"],
+        json!(["file should not be empty", "property fïle should not exist"])
+    );
 }

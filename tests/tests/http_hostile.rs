@@ -3,8 +3,9 @@
 //! bodies that are not JSON, not UTF-8 or deeply nested, amounts and dates out of bounds,
 //! control characters, path traversal in ids — sent byte for byte over a raw TCP connection,
 //! and the answer's status checked. Every answer must be the expected 4xx (never a 5xx or a
-//! dropped connection), with an body and an `x-request-id` unless the case says that the
-//! refusal is hyper's own (`"r81Body": false`, status only).
+//! dropped connection), with an body and an `x-request-id` — also the refusals of the HTTP
+//! parser itself (`http::refusals`) — unless the case says the answer is not an error
+//! (`"r81Body": false`, status only).
 //!
 //! A case file: `{"description", "request": {"method", "path", "headers": [[name, value]],
 //! "body" | "bodyBase64"}, "expect": {"status", "messageContains"?, "r81Body"?}}`. `{AUTH}` in

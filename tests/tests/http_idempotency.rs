@@ -110,7 +110,7 @@ async fn concurrent_creations_with_one_key_create_exactly_one_transaction_r_9_1(
     let server = Arc::new(TestServer::start().await);
     let acme = server.provider("acme");
     let body = checkout_body("Concurrent");
-    let tasks: Vec<_> = (0..24)
+    let tasks: Vec<_> = (0..32)
         .map(|_| {
             let (server, acme, body) = (Arc::clone(&server), acme.clone(), body.clone());
             tokio::spawn(async move {

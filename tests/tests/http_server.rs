@@ -99,3 +99,122 @@ async fn shutdown_completes_and_the_file_is_closed_cleanly() {
     assert_eq!(found, 1);
     assert!(TcpStream::connect(server.addr).await.is_err());
 }
+
+/// Sends `bytes` on a fresh connection and reads until the server closes it.
+async fn raw_exchange(server: &TestServer, bytes: &[u8]) -> String {
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    // The server may answer (and close) before it has read everything: a failed write is
+    // not the subject here, the answer is.
+    let _ = stream.write_all(bytes).await;
+    let mut buffer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut buffer))
+        .await
+        .expect("the server answered and closed the connection");
+    String::from_utf8_lossy(&buffer).into_owned()
+}
+
+/// The status, the R-8.1 body and the `x-request-id` of a whole raw answer.
+fn refusal(answer: &str, status: u16) -> serde_json::Value {
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((answer, ""));
+    assert!(
+        head.starts_with(&format!("HTTP/1.1 {status} ")),
+        "expected {status}: {answer:?}"
+    );
+    let lower = head.to_ascii_lowercase();
+    assert!(lower.contains("\r\nx-request-id: "), "{head}");
+    assert!(lower.contains("\r\nconnection: close"), "{head}");
+    assert!(
+        lower.contains("\r\ncontent-type: application/json"),
+        "{head}"
+    );
+    let json: serde_json::Value = serde_json::from_str(body).expect("R-8.1 JSON body");
+    assert_eq!(json["statusCode"], status, "{json}");
+    assert!(json["error"].is_string(), "{json}");
+    assert!(
+        json["message"].is_string() || json["message"].is_array(),
+        "{json}"
+    );
+    json
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_parsers_refusals_carry_an_r_8_1_body_and_a_request_id_r_8_1() {
+    let server = TestServer::start().await;
+    let mut many = String::from("GET /healthz HTTP/1.1\r\nHost: checkout.test\r\n");
+    for n in 0..101 {
+        many.push_str(&format!("X-Field-{n}: {n}\r\n"));
+    }
+    many.push_str("\r\n");
+    let body = refusal(&raw_exchange(&server, many.as_bytes()).await, 431);
+    assert_eq!(
+        body["message"],
+        "request header fields too large: at most 100 fields and 417792 bytes of request head"
+    );
+
+    let huge = format!(
+        "GET /healthz HTTP/1.1\r\nHost: checkout.test\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(500 * 1024)
+    );
+    refusal(&raw_exchange(&server, huge.as_bytes()).await, 431);
+
+    let long = format!(
+        "GET /{} HTTP/1.1\r\nHost: checkout.test\r\n\r\n",
+        "a".repeat(70_000)
+    );
+    let body = refusal(&raw_exchange(&server, long.as_bytes()).await, 414);
+    assert_eq!(body["message"], "request target longer than 65534 bytes");
+
+    for malformed in [
+        &b"NOT HTTP AT ALL\r\n\r\n"[..],
+        b"GET /healthz HTTP/1.1\r\nHost checkout.test\r\n\r\n",
+        b"GET /healthz HTTP/9.9\r\nHost: checkout.test\r\n\r\n",
+        b"G\xffT /healthz HTTP/1.1\r\nHost: checkout.test\r\n\r\n",
+    ] {
+        let body = refusal(&raw_exchange(&server, malformed).await, 400);
+        assert_eq!(
+            body["message"],
+            serde_json::json!(["malformed HTTP request"])
+        );
+    }
+
+    // A request refused by the parser after a good one on the same connection.
+    let answer = raw_exchange(
+        &server,
+        b"GET /healthz HTTP/1.1\r\nHost: checkout.test\r\n\r\nBROKEN\r\n\r\n",
+    )
+    .await;
+    let (first, second) = answer
+        .split_once(r#"{"status":"ok"}"#)
+        .expect("first answer");
+    assert!(first.starts_with("HTTP/1.1 200 "), "{first}");
+    refusal(second, 400);
+
+    // The server is still serving.
+    let ok = raw_exchange(
+        &server,
+        b"GET /healthz HTTP/1.1\r\nHost: checkout.test\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(ok.starts_with("HTTP/1.1 200 "), "{ok}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_not_received_in_time_is_a_408_with_a_body_and_an_idle_connection_just_closes() {
+    let server = TestServer::start_with_header_timeout(Duration::from_millis(300)).await;
+    // Part of a head, then nothing: 408 with an R-8.1 body.
+    let answer = raw_exchange(&server, b"GET /healthz HTTP/1.1\r\nHost: chec").await;
+    let body = refusal(&answer, 408);
+    assert_eq!(body["message"], "request head not received in time");
+
+    // After a complete exchange, an idle keep-alive connection is closed without a word.
+    let answer = raw_exchange(
+        &server,
+        b"GET /healthz HTTP/1.1\r\nHost: checkout.test\r\n\r\n",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+    assert!(answer.ends_with(r#"{"status":"ok"}"#), "{answer}");
+
+    // A connection that never sends a byte is closed without a word.
+    assert_eq!(raw_exchange(&server, b"").await, "");
+}

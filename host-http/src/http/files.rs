@@ -40,7 +40,7 @@ pub struct Uploaded {
 }
 
 /// The longest file name sent in `Content-Disposition`, in characters.
-const MAX_DISPOSITION_NAME_CHARS: usize = 150;
+pub const MAX_DISPOSITION_NAME_CHARS: usize = 150;
 
 impl Uploaded {
     fn of(services: &Services, shared: crate::app::files::SharedUpload) -> Uploaded {
@@ -84,10 +84,7 @@ pub async fn renew(
     id: &str,
     now: DateTime<Utc>,
 ) -> Result<HttpResponse, ApiError> {
-    let principal = authorize(services, request.headers(), Scope::TransactionsWrite).await?;
-    if !multipart::is_canonical_uuid(id) {
-        return Err(Error::NotFound(Resource::File).into());
-    }
+    let principal = file_owner(services, &request, id, Scope::TransactionsWrite).await?;
     let shared = services.renew_file_link(&principal, id, now).await?;
     json(StatusCode::OK, &Uploaded::of(services, shared))
 }
@@ -99,10 +96,7 @@ pub async fn delete(
     request: Request<Incoming>,
     id: &str,
 ) -> Result<HttpResponse, ApiError> {
-    let principal = authorize(services, request.headers(), Scope::TransactionsWrite).await?;
-    if !multipart::is_canonical_uuid(id) {
-        return Err(Error::NotFound(Resource::File).into());
-    }
+    let principal = file_owner(services, &request, id, Scope::TransactionsWrite).await?;
     services.delete_file(&principal, id).await?;
     let mut response = Response::new(Full::new(Bytes::new()));
     *response.status_mut() = StatusCode::NO_CONTENT;
@@ -115,11 +109,23 @@ pub async fn download(
     request: Request<Incoming>,
     id: &str,
 ) -> Result<HttpResponse, ApiError> {
-    let principal = authorize(services, request.headers(), Scope::TransactionsRead).await?;
+    let principal = file_owner(services, &request, id, Scope::TransactionsRead).await?;
+    Ok(file_response(services.file(&principal, id).await?))
+}
+
+/// The caller of a route on `/files/{fileId}`, with `scope`; an id that is not a canonical
+/// UUID names no file (404).
+async fn file_owner(
+    services: &Services,
+    request: &Request<Incoming>,
+    id: &str,
+    scope: Scope,
+) -> Result<crate::app::Principal, ApiError> {
+    let principal = authorize(services, request.headers(), scope).await?;
     if !multipart::is_canonical_uuid(id) {
         return Err(Error::NotFound(Resource::File).into());
     }
-    Ok(file_response(services.file(&principal, id).await?))
+    Ok(principal)
 }
 
 /// `GET /files/shared/{token}`: whoever holds the link may read the file until it expires

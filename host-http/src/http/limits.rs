@@ -2,7 +2,7 @@
 //! request body, a cap on open connections that sheds the excess with a 503 instead of failing
 //! accepts, and the file-descriptor limit raised at start-up.
 //!
-//! The header read timeout is hyper's own (`Config::header_read_timeout`); the per-provider
+//! The header read deadline is kept by `http::refusals` (`Config::header_read_timeout`); the per-provider
 //! limit on requests in flight is the application's (`app::admission`).
 
 use std::time::Duration;

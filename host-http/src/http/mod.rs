@@ -11,6 +11,7 @@ pub mod headers;
 pub mod limits;
 pub mod multipart;
 pub mod pages;
+pub mod refusals;
 pub mod request;
 pub mod response;
 pub mod routes;

@@ -20,6 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use super::error::ApiError;
+use super::refusals::{self, ConnectionIo, RequestCounter};
 use super::response::{HttpResponse, error_response};
 use super::routes;
 use super::{headers, limits};
@@ -81,10 +82,13 @@ pub(crate) async fn serve(
         counter: AtomicU64::new(1),
     });
     let mut builder = http1::Builder::new();
-    // The timer must be set, or hyper silently ignores the header read timeout.
+    // The header read deadline is kept by `ConnectionIo`, which answers 408 with a body;
+    // hyper's own (the timer must be set, or hyper silently ignores it) is a backstop.
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(config.header_read_timeout)
+        .header_read_timeout(config.header_read_timeout * 2)
+        .max_headers(refusals::MAX_HEADERS)
+        .max_buf_size(refusals::MAX_HEAD_BYTES)
         .keep_alive(true);
     let graceful = GracefulShutdown::new();
     let fd_limit = limits::raise_fd_limit();
@@ -123,13 +127,25 @@ pub(crate) async fn serve(
             continue;
         };
         let state = Arc::clone(&state);
+        let requests = Arc::new(RequestCounter::default());
+        let io = ConnectionIo::new(
+            stream,
+            peer,
+            config.header_read_timeout,
+            Arc::clone(&requests),
+            {
+                let ids = Arc::clone(&ids);
+                Arc::new(move || ids.next())
+            },
+        );
         let ids = Arc::clone(&ids);
         let service = service_fn(move |request| {
+            requests.started();
             let state = Arc::clone(&state);
             let id = ids.next();
             async move { Ok::<_, Infallible>(handle(state, request, id, timeouts).await) }
         });
-        let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        let connection = graceful.watch(builder.serve_connection(TokioIo::new(io), service));
         tokio::spawn(async move {
             if let Err(error) = connection.await {
                 tracing::debug!(%peer, %error, "connection ended with an error");
