@@ -237,16 +237,19 @@ async fn a_provider_over_its_in_flight_limit_is_shed_and_others_are_served() {
 }
 
 /// Opens `count` connections, at most [`WINDOW`] at a time, each sending the head of a request
-/// whose body never comes; returns how many were answered 503 (shed).
-async fn flood(server: &TestServer, creds: &Creds, count: usize) -> usize {
+/// whose body never comes; returns how many were answered 503 (shed) and how many were
+/// admitted and then cut off by the body deadline (408).
+async fn flood(server: &TestServer, creds: &Creds, count: usize) -> (usize, usize) {
     let head = Arc::new(post_head("/initialize", creds, "application/json", 100));
     let window = Arc::new(Semaphore::new(WINDOW));
     let shed = Arc::new(AtomicUsize::new(0));
+    let cut = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::with_capacity(count);
     for _ in 0..count {
         let permit = Arc::clone(&window).acquire_owned().await.unwrap();
         let head = Arc::clone(&head);
         let shed = Arc::clone(&shed);
+        let cut = Arc::clone(&cut);
         let addr = server.addr;
         tasks.push(tokio::spawn(async move {
             let Ok(mut stream) = TcpStream::connect(addr).await else {
@@ -261,6 +264,8 @@ async fn flood(server: &TestServer, creds: &Creds, count: usize) -> usize {
             if let Ok(Ok(n)) = tokio::time::timeout(GUARD, stream.read(&mut buffer)).await {
                 if buffer[..n].starts_with(b"HTTP/1.1 503 ") {
                     shed.fetch_add(1, Ordering::Relaxed);
+                } else if buffer[..n].starts_with(b"HTTP/1.1 408 ") {
+                    cut.fetch_add(1, Ordering::Relaxed);
                 }
             }
             // The place in the window is held until the connection is answered and closed, so
@@ -271,7 +276,7 @@ async fn flood(server: &TestServer, creds: &Creds, count: usize) -> usize {
     for task in tasks {
         task.await.unwrap();
     }
-    shed.load(Ordering::Relaxed)
+    (shed.load(Ordering::Relaxed), cut.load(Ordering::Relaxed))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -287,6 +292,7 @@ async fn a_flood_of_stalled_requests_does_not_stop_healthz_or_other_providers() 
     .await;
     let attacker = server.provider("attacker");
     let other = server.provider("other");
+    let started = std::time::Instant::now();
     let flooding = flood(&server, &attacker, count);
     let probing = async {
         // While the flood runs, the open routes and another provider are answered.
@@ -301,10 +307,20 @@ async fn a_flood_of_stalled_requests_does_not_stop_healthz_or_other_providers() 
         }
         answered
     };
-    let (shed, answered) = tokio::join!(flooding, probing);
+    let ((shed, cut), answered) = tokio::join!(flooding, probing);
     assert_eq!(answered, 20);
-    // All but the admitted few were shed with 503.
-    assert!(shed + 16 >= count, "only {shed} of {count} shed");
+    // Every request was answered: shed at once with 503, or admitted (16 at a time, each held
+    // until the 5 s body deadline frees its place) and then cut off with 408.
+    assert_eq!(
+        shed + cut,
+        count,
+        "{shed} shed and {cut} cut off of {count}"
+    );
+    let windows = usize::try_from(started.elapsed().as_secs() / 5).unwrap_or(usize::MAX) + 1;
+    assert!(
+        cut <= 16 * windows,
+        "{cut} admitted in {windows} deadline windows"
+    );
     assert_eq!(
         server
             .send(Method::GET, "/healthz", None, &[], None)
