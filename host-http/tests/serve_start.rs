@@ -160,3 +160,111 @@ fn each_demo_start_revokes_the_credentials_printed_before() {
     let second_widget = second.auth.split(':').next().expect("widget id");
     assert_eq!(active, [second_widget]);
 }
+
+/// The webhook commands through the binary: an endpoint's secret is printed once (`whsec_`),
+/// listings never show it, a rotation prints a new one, removal empties the list, and a URL or
+/// event type that cannot be used is refused with a message and a non-zero exit.
+#[test]
+fn webhook_endpoints_are_managed_from_the_command_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("checkout.db");
+    let db = db.to_str().expect("path");
+    let run = |args: &[&str]| {
+        let output = checkout_server()
+            .args(args)
+            .args(["--db", db])
+            .output()
+            .expect("run checkout-server");
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let json = |text: &str| serde_json::from_str::<serde_json::Value>(text).expect("JSON output");
+    let (ok, created, _) = run(&["provider", "create", "--name", "Acme"]);
+    assert!(ok);
+    let provider = json(&created)["providerId"].as_str().unwrap().to_owned();
+
+    let (ok, added, stderr) = run(&[
+        "provider",
+        "set-webhook",
+        "--provider",
+        &provider,
+        "--url",
+        "https://hooks.example.com/in",
+        "--events",
+        "transaction.paid, cancellation.succeeded",
+    ]);
+    assert!(ok, "{stderr}");
+    let added = json(&added);
+    let endpoint = added["endpointId"].as_str().unwrap().to_owned();
+    let secret = added["secret"].as_str().unwrap().to_owned();
+    assert!(endpoint.starts_with("ep_"), "{endpoint}");
+    assert!(secret.starts_with("whsec_"), "{secret}");
+
+    let (ok, listed, _) = run(&["provider", "list-webhooks", "--provider", &provider]);
+    assert!(ok);
+    assert!(
+        !listed.contains(&secret),
+        "a listing never shows the secret"
+    );
+    let listed = json(&listed);
+    assert_eq!(listed[0]["endpointId"], endpoint.as_str());
+    assert_eq!(
+        listed[0]["events"],
+        serde_json::json!(["transaction.paid", "cancellation.succeeded"])
+    );
+    assert!(listed[0]["previousSecretUntil"].is_null());
+
+    let (ok, rotated, _) = run(&["provider", "rotate-webhook-secret", "--endpoint", &endpoint]);
+    assert!(ok);
+    let rotated = json(&rotated)["secret"].as_str().unwrap().to_owned();
+    assert!(rotated.starts_with("whsec_") && rotated != secret);
+    let (_, listed, _) = run(&["provider", "list-webhooks"]);
+    assert!(json(&listed)[0]["previousSecretUntil"].is_string());
+
+    for (args, message) in [
+        (
+            vec![
+                "--provider",
+                provider.as_str(),
+                "--url",
+                "ftp://hooks.example.com/",
+            ],
+            "https://",
+        ),
+        (
+            vec![
+                "--provider",
+                provider.as_str(),
+                "--url",
+                "https://hooks.example.com/",
+                "--events",
+                "transaction.exploded",
+            ],
+            "unknown event type",
+        ),
+        (
+            vec![
+                "--provider",
+                "nobody",
+                "--url",
+                "https://hooks.example.com/",
+            ],
+            "no provider",
+        ),
+    ] {
+        let (ok, _, stderr) = run(&[&["provider", "set-webhook"], &args[..]].concat());
+        assert!(!ok, "{args:?} was accepted");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+
+    let (ok, _, _) = run(&["provider", "remove-webhook", "--endpoint", &endpoint]);
+    assert!(ok);
+    let (_, listed, _) = run(&["provider", "list-webhooks"]);
+    assert_eq!(json(&listed), serde_json::json!([]));
+    let (ok, _, stderr) = run(&["provider", "remove-webhook", "--endpoint", &endpoint]);
+    assert!(!ok);
+    assert!(stderr.contains("no webhook endpoint"), "{stderr}");
+}

@@ -22,6 +22,7 @@ use hyper_util::client::legacy::connect::dns::Name;
 use hyper_util::rt::TokioExecutor;
 use sha2::Sha256;
 
+use crate::gateway::http::error_chain;
 use crate::store::outbox::DeliveryJob;
 
 /// Prefix of a webhook secret.
@@ -277,17 +278,6 @@ impl WebhookClient {
                 ))
             })
     }
-}
-
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

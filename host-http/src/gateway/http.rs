@@ -281,7 +281,7 @@ fn bounded(text: &str, max_chars: usize) -> String {
 }
 
 /// An error and its sources, so "connection refused" is not hidden behind "client error".
-fn error_chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
