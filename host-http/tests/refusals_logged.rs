@@ -93,8 +93,14 @@ fn parser_refusals_are_logged_with_their_request_id_and_status_and_no_credential
         );
         expected.push((status, request_id(&answer)));
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    // Stopped as an operator stops it (SIGTERM): the log writer flushes its queue on the way out.
+    let stopped = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill -TERM");
+    assert!(stopped.success());
+    let exited = child.wait().expect("server exits");
+    assert!(exited.success(), "{exited:?}");
     let text = std::fs::read_to_string(&log_path).expect("log");
     for secret in [
         authorization,
