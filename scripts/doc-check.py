@@ -29,14 +29,19 @@ The markdown conventions:
   1.7 keeps `119.00`.
 - A command line containing `…` stands for the line printed earlier (by a server or a block)
   that it matches, as a reader copies `AUTH='wid_…:…'` from the server's banner.
+- A fenced block whose info string holds `excerpt=PATH` (```python excerpt=examples/x.py)
+  shows a part of the file PATH (relative to the markdown file) and is not run: its lines must
+  stand in that file verbatim and in one piece, so that the docs never show code the file
+  no longer has. Excerpts are checked before any block runs.
 
 What the docs show and what runs differ only in addresses: every `127.0.0.1:PORT` of a command
 (other than PostgreSQL's 5432) is given a free port, `CHECKOUT_LISTEN` is set to the one that
 stands for 8080, and outputs are compared with the documented ports put back. A PostgreSQL
 database made with `createdb … NAME` gets a unique name, dropped at the end.
 
-Exit status 0 when every block printed what the docs show; 1 with a diff per differing block
-(file and line of the block); 2 when a doc breaks the conventions.
+Exit status 0 when every block printed what the docs show and every excerpt is in its file; 1
+with a diff per differing block or excerpt (file and line of the block); 2 when a doc breaks
+the conventions (or an excerpt names a file that does not exist).
 """
 
 import argparse
@@ -91,10 +96,9 @@ class Block:
         return f"{self.path}:{self.line}"
 
 
-def parse(path, text):
-    """The command blocks of one markdown file, each with its output block."""
-    blocks = []
-    pending = None
+def fenced_blocks(path, text):
+    """Every fenced block of one markdown file: (line of its opening fence, the words of its
+    info string, its body)."""
     lines = text.split("\n")
     i = 0
     while i < len(lines):
@@ -109,25 +113,80 @@ def parse(path, text):
             j += 1
         if j == len(lines):
             raise DocError(f"{path}:{i + 1}: unclosed code block")
-        body = "\n".join(lines[start:j])
+        yield i + 1, words, "\n".join(lines[start:j])
+        i = j + 1
+
+
+def parse(path, text):
+    """The command blocks of one markdown file, each with its output block."""
+    blocks = []
+    pending = None
+    for line, words, body in fenced_blocks(path, text):
         lang, rest = (words[0], words[1:]) if words else ("", [])
         if lang in COMMAND_LANGS:
             if pending is not None:
                 raise DocError(f"{pending.where}: command block without an output block")
             unknown = set(rest) - FLAGS
             if unknown:
-                raise DocError(f"{path}:{i + 1}: unknown flags {sorted(unknown)}")
-            pending = Block(path, i + 1, set(rest), body)
+                raise DocError(f"{path}:{line}: unknown flags {sorted(unknown)}")
+            pending = Block(path, line, set(rest), body)
         elif "output" in rest:
             if pending is None:
-                raise DocError(f"{path}:{i + 1}: output block without a command block")
-            pending.expected, pending.expected_line = body, i + 1
+                raise DocError(f"{path}:{line}: output block without a command block")
+            pending.expected, pending.expected_line = body, line
             blocks.append(pending)
             pending = None
-        i = j + 1
     if pending is not None:
         raise DocError(f"{pending.where}: command block without an output block")
     return blocks
+
+
+@dataclass
+class Excerpt:
+    path: str
+    line: int
+    source: str
+    text: str
+
+    @property
+    def where(self):
+        return f"{self.path}:{self.line}"
+
+
+def parse_excerpts(path, text):
+    """The blocks of one markdown file marked `excerpt=PATH`."""
+    excerpts = []
+    for line, words, body in fenced_blocks(path, text):
+        for word in words:
+            if word.startswith("excerpt="):
+                source = word[len("excerpt="):]
+                if not source:
+                    raise DocError(f"{path}:{line}: excerpt= names no file")
+                excerpts.append(Excerpt(path, line, source, body))
+    return excerpts
+
+
+def check_excerpt(excerpt):
+    """None when the excerpt's lines stand in its file verbatim and in one piece; else what
+    differs, as a diff against the part of the file that resembles it most."""
+    source = Path(excerpt.path).parent / excerpt.source
+    try:
+        have = source.read_text(encoding="utf-8").split("\n")
+    except OSError as error:
+        raise DocError(f"{excerpt.where}: excerpt of {excerpt.source}: {error}") from error
+    want = excerpt.text.split("\n")
+    windows = [have[at:at + len(want)] for at in range(max(1, len(have) - len(want) + 1))]
+    if want in windows:
+        return None
+    wanted = "\n".join(want)
+    closest = max(windows, key=lambda window: difflib.SequenceMatcher(
+        None, wanted, "\n".join(window), autojunk=False).ratio())
+    diff = difflib.unified_diff(
+        want, closest, f"excerpt ({excerpt.where})", f"{excerpt.source} (the most similar lines)",
+        lineterm="",
+    )
+    return (f"\n{excerpt.where}: the excerpt is not in {excerpt.source} verbatim\n"
+            + "\n".join(diff))
 
 
 def normalize(text):
@@ -328,7 +387,14 @@ class Run:
         self.failures = []
 
     def main(self):
-        parsed = [(path, parse(path, Path(path).read_text(encoding="utf-8"))) for path in self.files]
+        texts = {path: Path(path).read_text(encoding="utf-8") for path in self.files}
+        parsed = [(path, parse(path, text)) for path, text in texts.items()]
+        excerpts = [e for path, text in texts.items() for e in parse_excerpts(path, text)]
+        for excerpt in excerpts:
+            differs = check_excerpt(excerpt)
+            print(f"[excerpt] {excerpt.where} ({excerpt.source}) {'FAILED' if differs else 'ok'}")
+            if differs:
+                self.failures.append(differs)
         every = [block for _, blocks in parsed for block in blocks]
         addresses = Addresses(every)
         scratch = Path(tempfile.mkdtemp(prefix="doc-check-"))
@@ -358,7 +424,9 @@ class Run:
             shutil.rmtree(scratch, ignore_errors=True)
         for failure in self.failures:
             print(failure)
-        print(f"doc-check: {total - len(self.failures)} of {total} blocks as documented"
+        checked = total + len(excerpts)
+        print(f"doc-check: {checked - len(self.failures)} of {checked} blocks as documented "
+              f"({total} command blocks, {len(excerpts)} excerpts)"
               + (f", {len(self.failures)} differ" if self.failures else ""))
         return 1 if self.failures else 0
 
@@ -517,27 +585,59 @@ echo done
 x is 40
 done
 ```
+
+An excerpt as it stands in its file, and one that no longer does:
+
+```python excerpt=excerpted.py
+def verify(token):
+    return token == "right"
+```
+
+```python excerpt=excerpted.py
+def verify(token):
+    return token == "wrong"
+```
+"""
+
+SELF_TEST_EXCERPTED = """\
+import sys
+
+
+def verify(token):
+    return token == "right"
 """
 
 
 def self_test():
     """The checker accepts a right doc and rejects a wrong one, naming the block."""
-    wrong_line = SELF_TEST_DOC.split("\n").index('echo "x is $X"')
-    print(f"doc-check self-test: a doc whose block at line {wrong_line} is wrong")
+    lines = SELF_TEST_DOC.split("\n")
+    wrong_line = lines.index('echo "x is $X"')
+    wrong_excerpt = len(lines) - lines[::-1].index("```python excerpt=excerpted.py")
+    print(f"doc-check self-test: a doc whose block at line {wrong_line} and excerpt at line "
+          f"{wrong_excerpt} are wrong")
     with tempfile.TemporaryDirectory(prefix="doc-check-self-test-") as scratch:
         doc = Path(scratch) / "doc.md"
         doc.write_text(SELF_TEST_DOC, encoding="utf-8")
+        (Path(scratch) / "excerpted.py").write_text(SELF_TEST_EXCERPTED, encoding="utf-8")
         run = Run([str(doc)], None, "no", block_timeout_s=20, server_timeout_s=20)
         status = run.main()
-        ok = (status == 1 and len(run.failures) == 1
-              and f"{doc}:{wrong_line}: the output differs" in run.failures[0]
-              and "-x is 40" in run.failures[0] and "+x is 41" in run.failures[0])
+        excerpt_failures = [f for f in run.failures if "excerpt" in f]
+        block_failures = [f for f in run.failures if "the output differs" in f]
+        ok = (status == 1 and len(run.failures) == 2
+              and len(excerpt_failures) == 1 and len(block_failures) == 1
+              and f"{doc}:{wrong_excerpt}: the excerpt is not in excerpted.py" in excerpt_failures[0]
+              and '-    return token == "wrong"' in excerpt_failures[0]
+              and '+    return token == "right"' in excerpt_failures[0]
+              and f"{doc}:{wrong_line}: the output differs" in block_failures[0]
+              and "-x is 40" in block_failures[0] and "+x is 41" in block_failures[0])
         try:
             parse("bad.md", "```sh\necho 1\n```\n\n```sh\necho 2\n```\n")
             ok = False
         except DocError as error:
             ok = ok and "bad.md:1: command block without an output block" in str(error)
-    print("doc-check self-test:", "ok (the wrong block, and only it, is reported)" if ok else "FAILED")
+    print("doc-check self-test:",
+          "ok (the wrong block and the wrong excerpt, and only they, are reported)" if ok
+          else "FAILED")
     return 0 if ok else 1
 
 
