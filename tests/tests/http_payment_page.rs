@@ -69,6 +69,22 @@ fn form(card: &str, token: &str) -> String {
         .finish()
 }
 
+/// The `<input>` tag of the field `id` in a rendered form.
+fn input_tag<'a>(page: &'a str, id: &str) -> &'a str {
+    let start = page
+        .find(&format!("<input id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no input {id} in\n{page}"));
+    let end = page[start..].find('>').expect("end of the tag");
+    &page[start..=start + end]
+}
+
+/// The value of the attribute `name` of a tag.
+fn attribute<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
+    let marker = format!(" {name}=\"");
+    let start = tag.find(&marker)? + marker.len();
+    tag[start..].split('"').next()
+}
+
 async fn submit(server: &TestServer, path: &str, body: &str) -> Reply {
     server
         .send(
@@ -231,6 +247,65 @@ async fn german_by_accept_language_or_query_and_english_by_query() {
     )
     .await;
     assert!(text(&english).contains("<html lang=\"en\">"));
+}
+
+/// Terms without a schedule in plain words: a full penalty from the payment on is
+/// "Non-refundable", an item without a penalty "Free cancellation at any time"; each under its
+/// item, in English and in German.
+#[tokio::test]
+async fn non_refundable_and_free_at_any_time_in_english_and_german() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let reply = server
+        .json(
+            Method::POST,
+            "/initialize",
+            &acme,
+            r#"{"title":"Concert","currency":"EUR","items":[
+              {"name":"Concert ticket","category":"EVENT","price":60,
+               "cancellationPolicy":{"reference":"PAYMENT_DATE","penalties":[
+                 {"type":"OFFSET_PENALTY","value":{"amount":100,"unit":"PERCENTAGE"},
+                  "offset":{"amount":0,"unit":"HOURS"}}]}},
+              {"name":"Cloakroom","category":"FEE","price":2}]}"#,
+        )
+        .await;
+    assert_eq!(reply.status, 201, "{}", text(&reply));
+    let url = reply.json()["paymentUrl"].as_str().unwrap().to_owned();
+    let path = url.strip_prefix(PUBLIC_URL).unwrap().to_owned();
+    for (lang, non_refundable, free, schedule) in [
+        (
+            "en",
+            "Non-refundable",
+            "Free cancellation at any time",
+            ["Free cancellation until", "% charged ("],
+        ),
+        (
+            "de",
+            "Nicht erstattbar",
+            "Jederzeit kostenlos stornierbar",
+            ["Kostenlose Stornierung bis", "% Stornogebühr ("],
+        ),
+    ] {
+        let reply = open(&server, &format!("{path}?lang={lang}"), &[]).await;
+        assert_eq!(reply.status, 200);
+        let page = text(&reply);
+        let at = |needle: &str| {
+            page.find(needle)
+                .unwrap_or_else(|| panic!("{lang}: missing {needle:?} in\n{page}"))
+        };
+        let (ticket, cloakroom) = (at("Concert ticket"), at("Cloakroom"));
+        let (non_refundable_at, free_at) = (at(non_refundable), at(free));
+        assert!(
+            ticket < non_refundable_at && non_refundable_at < cloakroom && cloakroom < free_at,
+            "{lang}: each item's terms stand under it"
+        );
+        assert_eq!(page.matches(non_refundable).count(), 1, "{lang}");
+        assert_eq!(page.matches(free).count(), 1, "{lang}");
+        // No schedule is shown for either item.
+        for words in schedule {
+            assert!(!page.contains(words), "{lang}: {words:?} in\n{page}");
+        }
+    }
 }
 
 #[tokio::test]
@@ -396,6 +471,49 @@ async fn field_errors_are_shown_next_to_their_fields() {
             "summary link {id}"
         );
     }
+    // Each field's error is linked to its input, beside the hint that is there already: a
+    // screen reader reads both when the field takes the focus.
+    for (id, hint) in [
+        ("card-number", true),
+        ("expiry", true),
+        ("cvc", true),
+        ("name-on-card", false),
+        ("last-name", false),
+        ("email", false),
+    ] {
+        let tag = input_tag(&page, id);
+        let described_by: Vec<&str> = attribute(tag, "aria-describedby")
+            .unwrap_or_else(|| panic!("no aria-describedby on {tag}"))
+            .split(' ')
+            .collect();
+        let mut expected = vec![format!("{id}-error")];
+        if hint {
+            expected.insert(0, format!("{id}-hint"));
+        }
+        assert_eq!(described_by, expected, "{tag}");
+        for target in described_by {
+            assert_eq!(
+                page.matches(&format!(" id=\"{target}\"")).count(),
+                1,
+                "{id}: aria-describedby names {target}, which the page holds once"
+            );
+        }
+        assert_eq!(attribute(tag, "aria-invalid"), Some("true"), "{tag}");
+    }
+    // A field without an error is described by its hint alone, and not invalid.
+    let first_name = input_tag(&page, "first-name");
+    assert_eq!(
+        attribute(first_name, "aria-describedby"),
+        None,
+        "{first_name}"
+    );
+    assert_eq!(attribute(first_name, "aria-invalid"), None, "{first_name}");
+    let billing = input_tag(&page, "billing-name");
+    assert_eq!(
+        attribute(billing, "aria-describedby"),
+        Some("billing-name-hint"),
+        "{billing}"
+    );
     assert!(page.contains("value=\"Ada\""));
     assert!(page.contains("value=\"01/20\""));
     assert_eq!(status(&server, &acme, &id).await["status"], "PENDING");
