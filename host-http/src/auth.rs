@@ -200,10 +200,17 @@ const DUMMY_HASH: [u8; 32] = [0u8; 32];
 /// Checks a presented secret against the stored credential (or its absence) in constant time.
 /// Returns the credential only when it exists and the secret matches.
 pub fn verify(presented_secret: &str, stored: Option<CredentialRow>) -> Option<CredentialRow> {
-    let presented = hash_secret(presented_secret);
-    let expected = stored.as_ref().map_or(&DUMMY_HASH, |c| &c.secret_hash);
-    let matches: bool = presented.ct_eq(expected).into();
+    let matches = secret_matches(presented_secret, stored.as_ref().map(|c| &c.secret_hash));
     stored.filter(|_| matches)
+}
+
+/// Whether a presented secret hashes to `expected`, compared in constant time; with no
+/// expected hash (an unknown widget id) the secret is hashed and compared all the same, and
+/// the answer is `false`.
+pub fn secret_matches(presented_secret: &str, expected: Option<&[u8; 32]>) -> bool {
+    let presented = hash_secret(presented_secret);
+    let matches: bool = presented.ct_eq(expected.unwrap_or(&DUMMY_HASH)).into();
+    matches && expected.is_some()
 }
 
 #[cfg(test)]

@@ -272,6 +272,7 @@ impl App {
                 outbox,
                 metrics,
                 in_flight: app::admission::InFlightLimits::new(config.max_in_flight_per_provider),
+                access_cache: app::access::AccessCache::default(),
                 file_link_ttl,
             }),
             config,

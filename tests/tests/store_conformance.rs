@@ -109,6 +109,7 @@ macro_rules! conformance {
 
 conformance!(
     credential_active_revoked_unknown_r_7_1,
+    access_epoch_moves_with_credentials_and_settings_only_r_7_1_r_5_1,
     provider_reads_its_configuration_r_5_1_r_6_1,
     create_transaction_keeps_items_and_amount_scales_r_1_4_r_3_2,
     create_transaction_finishes_its_key_in_the_same_commit_r_9_1,
@@ -826,6 +827,71 @@ async fn credential_active_revoked_unknown_r_7_1(opened: &Opened, db: &Db) {
             .await
             .expect("credential read"),
         None
+    );
+}
+
+/// The access epoch (what cached credentials and provider settings are trusted under, R-7.1,
+/// ) moves in the same commit as every change of a credential or of a provider's
+/// settings, made by the `provider` commands on the database — and not with anything else
+/// (creates, payments, settled cancellations bumping the receipt counter).
+async fn access_epoch_moves_with_credentials_and_settings_only_r_7_1_r_5_1(
+    opened: &Opened,
+    db: &Db,
+) {
+    let epoch = || async { opened.store.access_epoch().await.expect("epoch read") };
+    let start = epoch().await;
+    let acme = provider(db, "acme");
+    let after_create = epoch().await;
+    assert_ne!(
+        after_create, start,
+        "a new provider and credential move the epoch"
+    );
+
+    let second: Creds = providers::add_credential(db, &acme.provider_id, Scopes::all(), Utc::now())
+        .expect("second credential")
+        .into();
+    let after_add = epoch().await;
+    assert_ne!(
+        after_add, after_create,
+        "an added credential moves the epoch"
+    );
+
+    // Business writes leave it alone: a payment and a settled cancellation (receipt counter).
+    let id = paid(opened, &acme.provider_id, &["10.00"]).await;
+    let view = reserve_pending(
+        opened,
+        paid_cancellation(&acme.provider_id, &id, vec![line(1, "10.00", "10.00")]),
+    )
+    .await;
+    settle(opened, &view.refund_id, succeeded("ref-1"), at(60)).await;
+    assert!(
+        record(opened, &id).await.cancellations[0]
+            .receipt_number
+            .is_some()
+    );
+    assert_eq!(
+        epoch().await,
+        after_add,
+        "business writes do not move the epoch"
+    );
+
+    providers::revoke_credential(db, &second.widget_id, Utc::now()).expect("revoked");
+    let after_revoke = epoch().await;
+    assert_ne!(after_revoke, after_add, "a revocation moves the epoch");
+
+    providers::set_policy(
+        db,
+        &acme.provider_id,
+        &providers::PolicyChange {
+            time_zone: Some("Europe/Berlin".to_owned()),
+            ..Default::default()
+        },
+    )
+    .expect("policy change");
+    assert_ne!(
+        epoch().await,
+        after_revoke,
+        "a change of the provider's settings moves the epoch"
     );
 }
 

@@ -1,31 +1,113 @@
 //! Who may do what: authentication of presented credentials, scopes,
 //! and the ownership of transactions.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::{Arc, RwLock};
 
 use engine::api::ProviderSettings;
 
 use super::{Error, Principal, Resource, Services};
 use crate::auth::{self, BasicCredentials, Scope, Scopes};
-use crate::store::TransactionRecord;
+use crate::store::{CredentialRow, TransactionRecord};
+
+/// Most credentials (and, apart, provider settings) kept in memory; past it the map starts
+/// over, so a flood of distinct widget ids costs database reads, never memory.
+const MAX_CACHED: usize = 10_000;
+
+/// Credentials and provider settings as last read from the store, each with the access epoch
+/// it was read under ([`crate::store::Store::access_epoch`]). An entry is used only while the
+/// store still reports that epoch: any change of a credential or a provider's settings, by this
+/// instance, another one or a `provider` command, changes the epoch in the same commit, so the
+/// first request after it reads the database again. Only what the database holds is kept (the
+/// secret's SHA-256, never the secret), and only credentials that exist.
+#[derive(Debug, Default)]
+pub struct AccessCache {
+    credentials: Entries<String, Arc<KnownCredential>>,
+    providers: Entries<String, Arc<ProviderSettings>>,
+}
+
+/// A stored credential with its scopes parsed once.
+#[derive(Debug)]
+struct KnownCredential {
+    row: CredentialRow,
+    scopes: Scopes,
+}
+
+/// One map of entries, each tagged with its epoch.
+#[derive(Debug)]
+struct Entries<K, V>(RwLock<HashMap<K, (u64, V)>>);
+
+impl<K, V> Default for Entries<K, V> {
+    fn default() -> Self {
+        Entries(RwLock::new(HashMap::new()))
+    }
+}
+
+impl<K: Eq + Hash + Clone, V: Clone> Entries<K, V> {
+    /// The entry for `key` read under `epoch`, if any.
+    fn get(&self, key: &K, epoch: u64) -> Option<V> {
+        let map = self.0.read().ok()?;
+        map.get(key)
+            .filter(|(read_under, _)| *read_under == epoch)
+            .map(|(_, value)| value.clone())
+    }
+
+    fn put(&self, key: K, epoch: u64, value: V) {
+        if let Ok(mut map) = self.0.write() {
+            if map.len() >= MAX_CACHED && !map.contains_key(&key) {
+                map.clear();
+            }
+            map.insert(key, (epoch, value));
+        }
+    }
+}
 
 impl Services {
-    /// Checks presented Basic credentials against the store. The credential is read on every
-    /// request, so that credentials added or revoked on the same database apply at once.
+    /// Checks presented Basic credentials. The stored credential comes from the
+    /// [`AccessCache`] while the access epoch is unchanged, else from the store; either way the
+    /// presented secret is hashed and compared in constant time, and a credential revoked on
+    /// the database is refused from the first request after the revoking commit.
     pub async fn authenticate(
         &self,
         presented: Option<BasicCredentials>,
     ) -> Result<Principal, Error> {
         let presented = presented.ok_or(Error::Unauthenticated)?;
-        let stored = self.store.credential(presented.widget_id.clone()).await?;
-        let credential = auth::verify(&presented.secret, stored).ok_or(Error::Unauthenticated)?;
-        // Scopes were checked when stored; an unreadable list grants nothing.
-        let scopes = Scopes::parse(&credential.scopes).unwrap_or_default();
-        let in_flight = Arc::new(self.in_flight.admit(&credential.provider_id)?);
+        // The epoch is read before the credential: a change committed in between moves the
+        // epoch, so what is read now is never kept beyond that change.
+        let epoch = self.store.access_epoch().await?;
+        let cached = self
+            .access_cache
+            .credentials
+            .get(&presented.widget_id, epoch);
+        let known = match cached {
+            Some(known) => Some(known),
+            None => {
+                let row = self.store.credential(presented.widget_id.clone()).await?;
+                row.map(|row| {
+                    // Scopes were checked when stored; an unreadable list grants nothing.
+                    let scopes = Scopes::parse(&row.scopes).unwrap_or_default();
+                    let known = Arc::new(KnownCredential { row, scopes });
+                    self.access_cache.credentials.put(
+                        presented.widget_id.clone(),
+                        epoch,
+                        known.clone(),
+                    );
+                    known
+                })
+            }
+        };
+        let expected = known.as_ref().map(|known| &known.row.secret_hash);
+        if !auth::secret_matches(&presented.secret, expected) {
+            return Err(Error::Unauthenticated);
+        }
+        let known = known.ok_or(Error::Unauthenticated)?;
+        let in_flight = Arc::new(self.in_flight.admit(&known.row.provider_id)?);
         Ok(Principal {
-            provider_id: credential.provider_id,
-            scopes,
+            provider_id: known.row.provider_id.clone(),
+            scopes: known.scopes,
             in_flight,
+            access_epoch: epoch,
         })
     }
 
@@ -58,16 +140,32 @@ impl Services {
     }
 
     /// The configuration of the principal's provider.
+    /// Kept in the [`AccessCache`] like credentials, under the epoch the principal was
+    /// authenticated with.
     pub(crate) async fn provider_settings(
         &self,
         principal: &Principal,
     ) -> Result<ProviderSettings, Error> {
+        let epoch = principal.access_epoch;
+        if let Some(settings) = self
+            .access_cache
+            .providers
+            .get(&principal.provider_id, epoch)
+        {
+            return Ok(ProviderSettings::clone(&settings));
+        }
         let provider = self
             .store
             .provider(principal.provider_id.clone())
             .await?
             .ok_or_else(|| Error::Internal("credential names a missing provider".to_owned()))?;
-        Ok(provider.settings())
+        let settings = provider.settings();
+        self.access_cache.providers.put(
+            principal.provider_id.clone(),
+            epoch,
+            Arc::new(settings.clone()),
+        );
+        Ok(settings)
     }
 }
 

@@ -52,6 +52,8 @@ pub struct Services {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Requests in flight per provider, bounded.
     pub in_flight: admission::InFlightLimits,
+    /// Credentials and provider settings kept while the store's access epoch holds.
+    pub access_cache: access::AccessCache,
     /// How long a shared file's link works after its upload or its last renewal.
     pub file_link_ttl: Duration,
 }
@@ -101,4 +103,7 @@ pub struct Principal {
     pub scopes: Scopes,
     /// The request's place among its provider's requests in flight, held while it runs.
     pub in_flight: Arc<admission::InFlightSlot>,
+    /// The access epoch the credential was checked under; the provider's settings are read
+    /// under the same one.
+    pub access_epoch: u64,
 }

@@ -521,8 +521,9 @@ pub enum PayOutcome {
 /// Methods take owned arguments and return boxed futures so that the trait stays object-safe
 /// (`Arc<dyn Store>`) and a network-backed store can await inside them.
 pub trait Store: Send + Sync + std::fmt::Debug + 'static {
-    /// The active (not revoked) credential with this widget ID. Read on every request, so that
-    /// credentials changed on the same database take effect at once.
+    /// The active (not revoked) credential with this widget ID. The application layer keeps
+    /// what it read while [`Store::access_epoch`] stays the same, so that credentials changed
+    /// on the same database take effect at once.
     fn credential(
         &self,
         widget_id: String,
@@ -533,6 +534,11 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         &self,
         provider_id: String,
     ) -> BoxFuture<'_, Result<Option<ProviderRow>, StoreError>>;
+
+    /// The access epoch: a number that a trigger changes in the same commit as any change of
+    /// a credential or of a provider's settings, whichever process makes it. Credentials and
+    /// settings read under one value may be reused while the epoch keeps it.
+    fn access_epoch(&self) -> BoxFuture<'_, Result<u64, StoreError>>;
 
     /// A stored idempotency key, unless it has expired (older than `not_before`).
     fn idempotency(

@@ -247,6 +247,31 @@ CREATE INDEX email_messages_transaction ON email_messages(transaction_id);
         // after their upload (`app::files`).
         sql: "ALTER TABLE files ADD COLUMN share_expires_at timestamptz;",
     },
+    Migration {
+        version: 5,
+        description: "access epoch: bumped by every change of a credential or provider settings",
+        // The receipt counter of `providers` is not a setting and bumps nothing.
+        sql: r#"
+CREATE TABLE access_epoch (
+    id     integer PRIMARY KEY CHECK (id = 1),
+    value  bigint NOT NULL
+);
+INSERT INTO access_epoch (id, value) VALUES (1, 0);
+CREATE FUNCTION access_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE access_epoch SET value = value + 1 WHERE id = 1;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER credentials_access_changed
+    AFTER INSERT OR UPDATE OR DELETE ON credentials
+    FOR EACH STATEMENT EXECUTE FUNCTION access_changed();
+CREATE TRIGGER providers_access_changed
+    AFTER INSERT OR DELETE OR UPDATE OF id, name, time_zone, default_policy, category_policies
+    ON providers
+    FOR EACH STATEMENT EXECUTE FUNCTION access_changed();
+"#,
+    },
 ];
 
 /// Latest schema version this build knows.

@@ -737,6 +737,17 @@ impl Store for PgStore {
         Box::pin(async move { read_provider(&self.client().await?, &provider_id).await })
     }
 
+    fn access_epoch(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let statement = client
+                .prepare_cached("SELECT value FROM access_epoch WHERE id = 1")
+                .await?;
+            let value: i64 = client.query_one(&statement, &[]).await?.try_get(0)?;
+            Ok(u64::try_from(value).unwrap_or_default())
+        })
+    }
+
     fn idempotency(
         &self,
         provider_id: String,

@@ -173,6 +173,11 @@ CREATE TABLE service_keys (
         // after their upload (`app::files`).
         sql: "ALTER TABLE files ADD COLUMN share_expires_at TEXT;",
     },
+    Migration {
+        version: 9,
+        description: "access epoch: bumped by every change of a credential or provider settings",
+        sql: crate::store::sqlite::ACCESS_EPOCH_MIGRATION,
+    },
 ];
 
 /// Why the schema could not be brought up to date.

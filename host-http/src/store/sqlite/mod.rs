@@ -105,6 +105,34 @@ CREATE INDEX email_messages_due ON email_messages(status, next_attempt_at);
 CREATE INDEX email_messages_transaction ON email_messages(transaction_id);
 "#;
 
+/// The access epoch (migration 9): one counter that triggers bump in the same transaction as
+/// any change of a credential (added, revoked, removed) or of a provider's name, zone or
+/// policies — whoever makes it, the server or the `provider` commands in another process.
+/// The server keeps credentials and provider settings in memory and trusts them only while the
+/// counter it read them under is unchanged (`app::access`), so a revoked secret is refused by
+/// the first request after the revoking commit. The receipt counter of `providers` is not a
+/// setting and bumps nothing.
+pub const ACCESS_EPOCH_MIGRATION: &str = r#"
+CREATE TABLE access_epoch (
+    id     INTEGER PRIMARY KEY CHECK (id = 1),
+    value  INTEGER NOT NULL
+);
+INSERT INTO access_epoch (id, value) VALUES (1, 0);
+CREATE TRIGGER credentials_added AFTER INSERT ON credentials
+BEGIN UPDATE access_epoch SET value = value + 1 WHERE id = 1; END;
+CREATE TRIGGER credentials_changed AFTER UPDATE ON credentials
+BEGIN UPDATE access_epoch SET value = value + 1 WHERE id = 1; END;
+CREATE TRIGGER credentials_removed AFTER DELETE ON credentials
+BEGIN UPDATE access_epoch SET value = value + 1 WHERE id = 1; END;
+CREATE TRIGGER providers_added AFTER INSERT ON providers
+BEGIN UPDATE access_epoch SET value = value + 1 WHERE id = 1; END;
+CREATE TRIGGER providers_changed
+AFTER UPDATE OF id, name, time_zone, default_policy, category_policies ON providers
+BEGIN UPDATE access_epoch SET value = value + 1 WHERE id = 1; END;
+CREATE TRIGGER providers_removed AFTER DELETE ON providers
+BEGIN UPDATE access_epoch SET value = value + 1 WHERE id = 1; END;
+"#;
+
 pub use admin::SqliteAdmin;
 
 use super::outbox as events;
@@ -325,6 +353,41 @@ impl SqliteStore {
         }))
     }
 
+    /// Runs `work` (one statement, which is its own snapshot) on a reader connection without
+    /// an explicit transaction around it.
+    pub(super) fn read_statement<R>(
+        &self,
+        work: impl FnOnce(&Connection) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        let conn = self.reader()?;
+        let result = work(&conn);
+        self.give_back(conn);
+        result
+    }
+
+    /// A reader connection: an idle one, or a new one.
+    fn reader(&self) -> Result<Connection, StoreError> {
+        let pooled = self.readers.lock().ok().and_then(|mut pool| pool.pop());
+        match pooled {
+            Some(conn) => Ok(conn),
+            None => {
+                let conn = Connection::open(&self.path)?;
+                configure(&conn)?;
+                conn.pragma_update(None, "query_only", true)?;
+                Ok(conn)
+            }
+        }
+    }
+
+    /// Keeps a reader connection for the next read, up to [`MAX_IDLE_READERS`].
+    fn give_back(&self, conn: Connection) {
+        if let Ok(mut pool) = self.readers.lock()
+            && pool.len() < MAX_IDLE_READERS
+        {
+            pool.push(conn);
+        }
+    }
+
     /// Runs `work` on a reader connection inside one read transaction (a consistent snapshot).
     ///
     /// Reads run on the calling thread: they are short, served from SQLite's page cache, and
@@ -334,24 +397,12 @@ impl SqliteStore {
         &self,
         work: impl FnOnce(&Connection) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
-        let pooled = self.readers.lock().ok().and_then(|mut pool| pool.pop());
-        let conn = match pooled {
-            Some(conn) => conn,
-            None => {
-                let conn = Connection::open(&self.path)?;
-                configure(&conn)?;
-                conn.pragma_update(None, "query_only", true)?;
-                conn
-            }
-        };
+        let conn = self.reader()?;
         conn.execute_batch("BEGIN")?;
         let result = work(&conn);
         let ended = conn.execute_batch("COMMIT");
-        if ended.is_ok()
-            && let Ok(mut pool) = self.readers.lock()
-            && pool.len() < MAX_IDLE_READERS
-        {
-            pool.push(conn);
+        if ended.is_ok() {
+            self.give_back(conn);
         }
         let value = result?;
         ended?;
@@ -921,6 +972,17 @@ impl Store for SqliteStore {
         provider_id: String,
     ) -> BoxFuture<'_, Result<Option<ProviderRow>, StoreError>> {
         let result = self.read(|conn| read_provider(conn, &provider_id));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn access_epoch(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
+        // One statement in autocommit: its own snapshot, no BEGIN/COMMIT around it.
+        let result = self.read_statement(|conn| {
+            let value: i64 = conn
+                .prepare_cached("SELECT value FROM access_epoch WHERE id = 1")?
+                .query_row([], |r| r.get(0))?;
+            Ok(u64::try_from(value).unwrap_or_default())
+        });
         Box::pin(std::future::ready(result))
     }
 
