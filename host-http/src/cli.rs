@@ -127,7 +127,11 @@ fn parse_public_url(text: &str) -> Result<String, String> {
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err("must be an http:// or https:// URL with a host".to_owned());
     }
-    if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
+    if url.query().is_some()
+        || url.fragment().is_some()
+        || !url.username().is_empty()
+        || url.password().is_some()
+    {
         return Err("must not carry credentials, a query or a fragment".to_owned());
     }
     Ok(url.as_str().trim_end_matches('/').to_owned())

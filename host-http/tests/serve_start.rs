@@ -1,34 +1,25 @@
 //! How `checkout-server serve` starts, through the real binary: a busy address fails the start
-//! before any database file exists, and each `serve --demo` start leaves only the credential it
+//! before any database file exists; each `serve --demo` start leaves only the credential it
 //! printed in force (R-7.1: earlier secrets exist only as hashes, so they are revoked instead of
-//! shown again).
+//! shown again), and the commands its banner prints work as printed; payment links are built
+//! from `--public-url` and last `--payment-link-ttl-secs` (or their variables).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+mod binary;
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::{Child, Stdio};
 
-use base64::Engine as _;
+use binary::{Running, basic, checkout_server, free_port, request};
+use chrono::{DateTime, Utc};
 
-fn checkout_server() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_checkout-server"));
-    command
-        .env("RUST_LOG", "warn")
-        .env_remove("CHECKOUT_DB")
-        .env_remove("CHECKOUT_LISTEN");
-    command
-}
-
-fn free_port() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr")
-}
-
-/// A `serve --demo` process, killed when dropped, and the `AUTH='widgetId:secret'` it printed.
+/// A `serve --demo` process, killed when dropped, the `AUTH='widgetId:secret'` it printed and
+/// its banner up to the last command.
 struct Demo {
     child: Child,
     auth: String,
+    banner: String,
 }
 
 impl Drop for Demo {
@@ -49,45 +40,45 @@ fn start_demo(db: &Path, addr: SocketAddr) -> Demo {
     let stdout = child.stdout.take().expect("stdout");
     let mut banner = String::new();
     let mut lines = BufReader::new(stdout).lines();
-    let auth = lines
-        .by_ref()
-        .map(|line| line.expect("read the banner"))
-        .inspect(|line| banner.push_str(&format!("{line}\n")))
-        .find_map(|line| {
-            let value = line.trim().strip_prefix("AUTH='")?.strip_suffix('\'')?;
-            Some(value.to_owned())
-        });
+    // The banner up to its last command, the one that creates a transaction.
+    for line in lines.by_ref() {
+        let line = line.expect("read the banner");
+        banner.push_str(&format!("{line}\n"));
+        if line.contains("/initialize") {
+            break;
+        }
+    }
     // The rest of the banner still has to be read: a server whose stdout is closed stops at
     // its next line.
     std::thread::spawn(move || lines.for_each(drop));
-    let auth = auth.unwrap_or_else(|| panic!("no AUTH line in the banner:\n{banner}"));
+    let auth = banner
+        .lines()
+        .find_map(|line| {
+            let value = line.trim().strip_prefix("AUTH='")?.strip_suffix('\'')?;
+            Some(value.to_owned())
+        })
+        .unwrap_or_else(|| panic!("no AUTH line in the banner:\n{banner}"));
     assert!(
         banner.contains("in force") && banner.contains("revoked"),
         "the banner says which credential is in force:\n{banner}"
     );
-    Demo { child, auth }
+    Demo {
+        child,
+        auth,
+        banner,
+    }
 }
 
 /// `GET /status` with Basic credentials `widgetId:secret`; the response's status code.
 fn status_code(addr: SocketAddr, auth: &str) -> u16 {
-    let encoded = base64::engine::general_purpose::STANDARD.encode(auth);
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    write!(
-        stream,
-        "GET /status HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Basic {encoded}\r\n\
-         Connection: close\r\n\r\n"
+    request(
+        addr,
+        "GET",
+        "/status",
+        &[("Authorization", &basic(auth))],
+        b"",
     )
-    .expect("send");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("response");
-    response
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"))
+    .status
 }
 
 #[test]
@@ -267,4 +258,389 @@ fn webhook_endpoints_are_managed_from_the_command_line() {
     let (ok, _, stderr) = run(&["provider", "remove-webhook", "--endpoint", &endpoint]);
     assert!(!ok);
     assert!(stderr.contains("no webhook endpoint"), "{stderr}");
+}
+
+/// Splits a command line of the banner as the shell does: words separated by blanks, `'…'`
+/// taken literally, `"…"` with `$AUTH` expanded to `auth`. Anything else the shell would
+/// interpret fails the test, so that the banner stays a command this test understands.
+fn shell_words(line: &str, auth: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            ' ' | '\t' => words.extend(word.take()),
+            '\'' | '"' => {
+                let mut quoted = String::new();
+                let mut closed = false;
+                for inner in chars.by_ref() {
+                    if inner == c {
+                        closed = true;
+                        break;
+                    }
+                    quoted.push(inner);
+                }
+                assert!(closed, "unclosed {c} in {line}");
+                if c == '"' {
+                    quoted = quoted.replace("$AUTH", auth);
+                    assert!(
+                        !quoted.contains(['$', '`', '\\']),
+                        "more to expand in {line}"
+                    );
+                }
+                word.get_or_insert_with(String::new).push_str(&quoted);
+            }
+            '$' | '`' | '\\' | ';' | '|' | '&' | '<' | '>' | '(' | ')' | '*' | '?' => {
+                panic!("{c:?} in the banner's command, which this test does not interpret: {line}")
+            }
+            c => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    words.extend(word);
+    words
+}
+
+/// The request a `curl` command line asks for.
+struct CurlRequest {
+    method: &'static str,
+    path: String,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl CurlRequest {
+    /// Sends it to `addr`.
+    fn send(&self, addr: SocketAddr) -> binary::Answer {
+        let headers: Vec<(&str, &str)> = self
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        request(
+            addr,
+            self.method,
+            &self.path,
+            &headers,
+            self.body.as_bytes(),
+        )
+    }
+}
+
+/// The request of a `curl` command line to the server at `addr`. Knows the options the
+/// banner uses (`-s`, `-u`, `-H`, `-d`); any other fails the test.
+fn curl_request(words: &[String], addr: SocketAddr) -> CurlRequest {
+    assert_eq!(words.first().map(String::as_str), Some("curl"), "{words:?}");
+    let (mut method, mut path, mut headers, mut body) = ("GET", None, Vec::new(), String::new());
+    let mut args = words[1..].iter();
+    while let Some(arg) = args.next() {
+        let mut value = || {
+            args.next()
+                .unwrap_or_else(|| panic!("{arg} without a value"))
+        };
+        match arg.as_str() {
+            "-s" => {}
+            "-u" => headers.push(("Authorization".to_owned(), basic(value()))),
+            "-H" => {
+                let (name, header) = value().split_once(':').expect("Name: value");
+                headers.push((name.to_owned(), header.trim().to_owned()));
+            }
+            "-d" => {
+                method = "POST";
+                body = value().clone();
+            }
+            option if option.starts_with('-') => panic!("curl option {option} not known here"),
+            url => {
+                let at = url
+                    .strip_prefix(&format!("http://{addr}"))
+                    .unwrap_or_else(|| panic!("{url} is not on the demo server {addr}"));
+                path = Some(at.to_owned());
+            }
+        }
+    }
+    // What curl sends with -d when no Content-Type is given.
+    if method == "POST"
+        && !headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+    {
+        headers.push((
+            "Content-Type".to_owned(),
+            "application/x-www-form-urlencoded".to_owned(),
+        ));
+    }
+    CurlRequest {
+        method,
+        path: path.expect("a URL"),
+        headers,
+        body,
+    }
+}
+
+/// The newcomer's path: the commands the `serve --demo` banner prints, sent as printed, reach
+/// the server with the printed credential; the second creates a transaction and answers its
+/// id and payment link, and the link opens the payment page.
+#[test]
+fn the_demo_banners_commands_work_as_printed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let addr = free_port();
+    let demo = start_demo(&dir.path().join("checkout.db"), addr);
+    let commands: Vec<_> = demo
+        .banner
+        .lines()
+        .map(str::trim)
+        .filter(|line| line.starts_with("curl "))
+        .map(|line| curl_request(&shell_words(line, &demo.auth), addr))
+        .collect();
+    assert_eq!(commands.len(), 2, "{}", demo.banner);
+
+    let status = commands[0].send(addr);
+    assert_eq!(status.status, 200, "{}", status.body);
+    assert_eq!(status.json()["status"], "ready");
+
+    let created = commands[1].send(addr);
+    assert_eq!(created.status, 201, "{}", created.body);
+    let body = created.json();
+    let mut keys: Vec<&str> = body
+        .as_object()
+        .expect("an object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["paymentUrl", "transactionId"], "{body}");
+    let url = body["paymentUrl"].as_str().expect("paymentUrl");
+    let path = url
+        .strip_prefix(&format!("http://{addr}"))
+        .unwrap_or_else(|| panic!("{url}: without --public-url, built from the listen address"));
+    assert!(path.starts_with("/pay/"), "{url}");
+
+    let page = request(addr, "GET", path, &[], b"");
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert_eq!(
+        page.header("content-type"),
+        Some("text/html; charset=utf-8")
+    );
+    for expected in [
+        "Demo trip",
+        "Flight",
+        "Pay EUR 119.00",
+        "Sandbox",
+        "4242 4242 4242 4242",
+    ] {
+        assert!(page.body.contains(expected), "missing {expected:?}");
+    }
+    let id = body["transactionId"].as_str().expect("transactionId");
+    let record = request(
+        addr,
+        "GET",
+        &format!("/status/{id}"),
+        &[("Authorization", &basic(&demo.auth))],
+        b"",
+    );
+    assert_eq!(record.json()["status"], "PENDING");
+    assert_eq!(record.json()["paymentUrl"], url);
+}
+
+/// A provider made with `provider create` on `db`; its `widgetId:secret`.
+fn provider_credential(db: &Path) -> String {
+    let output = checkout_server()
+        .args(["provider", "create", "--name", "Acme", "--db"])
+        .arg(db)
+        .output()
+        .expect("run checkout-server");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let issued: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    format!(
+        "{}:{}",
+        issued["widgetId"].as_str().expect("widgetId"),
+        issued["backendSecret"].as_str().expect("backendSecret")
+    )
+}
+
+/// Further arguments of `serve`, as a case of a test gives them.
+type Args = &'static [&'static str];
+/// Environment variables of `serve`, as a case of a test gives them.
+type Env = &'static [(&'static str, &'static str)];
+
+/// `serve` on `db` at a free port with `args` and the environment variables `env`.
+fn serve(db: &Path, args: Args, env: Env) -> Running {
+    let addr = free_port();
+    let mut command = checkout_server();
+    command
+        .args(["serve", "--listen", &addr.to_string(), "--db"])
+        .arg(db)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    Running::start(command, addr)
+}
+
+/// Creates a transaction as `auth`; (its id, the creation answer, its status record).
+fn create(addr: SocketAddr, auth: &str) -> (String, serde_json::Value, serde_json::Value) {
+    let authorization = basic(auth);
+    let created = request(
+        addr,
+        "POST",
+        "/initialize",
+        &[
+            ("Authorization", &authorization),
+            ("Content-Type", "application/json"),
+        ],
+        br#"{"title":"Trip","currency":"EUR","items":[{"name":"Fee","category":"FEE","price":10}]}"#,
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    let created = created.json();
+    let id = created["transactionId"].as_str().expect("id").to_owned();
+    let record = request(
+        addr,
+        "GET",
+        &format!("/status/{id}"),
+        &[("Authorization", &authorization)],
+        b"",
+    );
+    assert_eq!(record.status, 200, "{}", record.body);
+    (id, created, record.json())
+}
+
+fn instant(text: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(text)
+        .unwrap_or_else(|e| panic!("{text}: {e}"))
+        .with_timezone(&Utc)
+}
+
+/// A payment link works for 7 days after the creation, or for what `--payment-link-ttl-secs`
+/// (env `CHECKOUT_PAYMENT_LINK_TTL_SECS`; the flag wins) says: the status record's
+/// `paymentUrlExpiresAt` is the creation instant the database holds plus that lifetime.
+#[test]
+fn payment_links_last_seven_days_unless_the_flag_or_its_variable_says_otherwise() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("checkout.db");
+    let auth = provider_credential(&db);
+    let cases: [(Args, Env, i64); 4] = [
+        (&[], &[], 7 * 24 * 3600),
+        (&["--payment-link-ttl-secs", "3600"], &[], 3600),
+        (&[], &[("CHECKOUT_PAYMENT_LINK_TTL_SECS", "120")], 120),
+        (
+            &["--payment-link-ttl-secs", "600"],
+            &[("CHECKOUT_PAYMENT_LINK_TTL_SECS", "120")],
+            600,
+        ),
+    ];
+    for (args, env, ttl) in cases {
+        let server = serve(&db, args, env);
+        let (id, _, record) = create(server.addr, &auth);
+        server.stop();
+        let expires = instant(record["paymentUrlExpiresAt"].as_str().expect("expiry"));
+        let created: String = rusqlite::Connection::open(&db)
+            .expect("open the database")
+            .query_row(
+                "SELECT created_at FROM transactions WHERE id = ?1",
+                [&id],
+                |row| row.get(0),
+            )
+            .expect("created_at");
+        assert_eq!(
+            expires - instant(&created),
+            chrono::Duration::seconds(ttl),
+            "{args:?} {env:?}: created {created}, expires {expires}"
+        );
+    }
+    for value in ["0", "31622401", "a week"] {
+        let output = checkout_server()
+            .args(["serve", "--payment-link-ttl-secs", value, "--db"])
+            .arg(dir.path().join("refused.db"))
+            .output()
+            .expect("run checkout-server");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{value} accepted");
+        assert!(stderr.contains("--payment-link-ttl-secs"), "{stderr}");
+    }
+}
+
+/// Payment links are built from `--public-url` (env `CHECKOUT_PUBLIC_URL`; the flag wins; a
+/// trailing slash dropped), else from `http://` and the listen address; the server serves the
+/// page under the link's path in every case.
+#[test]
+fn payment_links_are_built_from_the_public_url_else_the_listen_address() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("checkout.db");
+    let auth = provider_credential(&db);
+    let cases: [(Args, Env, Option<&str>); 4] = [
+        (&[], &[], None),
+        (
+            &["--public-url", "https://pay.example.com/shop/"],
+            &[],
+            Some("https://pay.example.com/shop"),
+        ),
+        (
+            &[],
+            &[("CHECKOUT_PUBLIC_URL", "https://checkout.example.org")],
+            Some("https://checkout.example.org"),
+        ),
+        (
+            &["--public-url", "https://flag.example.com"],
+            &[("CHECKOUT_PUBLIC_URL", "https://env.example.org")],
+            Some("https://flag.example.com"),
+        ),
+    ];
+    for (args, env, base) in cases {
+        let server = serve(&db, args, env);
+        let base = base.map_or_else(|| format!("http://{}", server.addr), str::to_owned);
+        let (_, created, record) = create(server.addr, &auth);
+        let url = created["paymentUrl"].as_str().expect("paymentUrl");
+        assert_eq!(record["paymentUrl"], url);
+        let path = url
+            .strip_prefix(&base)
+            .unwrap_or_else(|| panic!("{args:?} {env:?}: {url} is not built from {base}"));
+        assert!(path.starts_with("/pay/"), "{url}");
+        let page = request(server.addr, "GET", path, &[], b"");
+        assert_eq!(page.status, 200, "{url}: {}", page.body);
+        server.stop();
+    }
+}
+
+/// A public URL that cannot be the base of a link a customer opens is refused, as a flag or
+/// as its variable, before anything starts or any file is created.
+#[test]
+fn unusable_public_urls_are_refused_before_the_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("checkout.db");
+    for (value, message) in [
+        ("pay.example.com", "not an absolute URL"),
+        ("ftp://pay.example.com", "http:// or https://"),
+        ("mailto:pay@example.com", "http:// or https://"),
+        ("https://user:secret@pay.example.com", "credentials"),
+        ("https://:secret@pay.example.com", "credentials"),
+        ("https://pay.example.com/?shop=1", "query"),
+        ("https://pay.example.com/#top", "fragment"),
+    ] {
+        for via_env in [false, true] {
+            let mut command = checkout_server();
+            command
+                .args(["serve", "--listen", &free_port().to_string(), "--db"])
+                .arg(&db);
+            if via_env {
+                command.env("CHECKOUT_PUBLIC_URL", value);
+            } else {
+                command.args(["--public-url", value]);
+            }
+            let output = command.output().expect("run checkout-server");
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(!output.status.success(), "{value} (env {via_env}) accepted");
+            assert!(
+                stderr.contains("--public-url") && stderr.contains(message),
+                "{value} (env {via_env}): {stderr}"
+            );
+        }
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("read_dir")
+        .map(|entry| entry.expect("entry").file_name())
+        .collect();
+    assert!(left.is_empty(), "files created: {left:?}");
 }
