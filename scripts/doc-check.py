@@ -426,7 +426,8 @@ class Run:
             print(failure)
         checked = total + len(excerpts)
         print(f"doc-check: {checked - len(self.failures)} of {checked} blocks as documented "
-              f"({total} command blocks, {len(excerpts)} excerpts)"
+              f"({total} command blocks, {len(excerpts)} "
+              f"excerpt{'' if len(excerpts) == 1 else 's'})"
               + (f", {len(self.failures)} differ" if self.failures else ""))
         return 1 if self.failures else 0
 
