@@ -61,7 +61,13 @@ pub struct ServeArgs {
         default_value = "Checkout <checkout@localhost>"
     )]
     pub mail_from: String,
-    /// Deliver webhooks to http:// URLs and internal (loopback, private) addresses too.
+    /// How long sending one e-mail may take in all, in milliseconds (less than
+    /// --outbox-lease-ms).
+    #[arg(long, env = "CHECKOUT_SMTP_TIMEOUT_MS", default_value_t = 30_000,
+          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub smtp_timeout_ms: u64,
+    /// Deliver webhooks to internal addresses too: https:// to any, http:// to loopback and
+    /// private addresses only.
     #[arg(long, env = "CHECKOUT_ALLOW_PRIVATE_WEBHOOKS", action = ArgAction::SetTrue,
           value_parser = BoolishValueParser::new())]
     pub allow_private_webhooks: bool,
@@ -75,7 +81,7 @@ pub struct ServeArgs {
     pub webhook_timeout_ms: u64,
     /// How long an instance holds a claimed webhook delivery or e-mail, in milliseconds; a
     /// claim left by a stopped instance is taken over once it runs out. Must exceed
-    /// --webhook-timeout-ms.
+    /// --webhook-timeout-ms and, with --smtp-url, --smtp-timeout-ms.
     #[arg(long, env = "CHECKOUT_OUTBOX_LEASE_MS", default_value_t = 120_000,
           value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
     pub outbox_lease_ms: u64,
@@ -329,6 +335,7 @@ pub fn serve(args: ServeArgs) -> ExitCode {
             .map(|url| crate::events::MailSettings {
                 url,
                 from: args.mail_from.clone(),
+                timeout: std::time::Duration::from_millis(args.smtp_timeout_ms),
             });
         config.metrics_listen = args.metrics_listen;
         config.outbox_lease = std::time::Duration::from_millis(args.outbox_lease_ms);

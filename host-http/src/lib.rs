@@ -75,7 +75,7 @@ pub struct Config {
     /// Where `GET /metrics` is served (never on the public port); `None`: nowhere.
     pub metrics_listen: Option<SocketAddr>,
     /// How long an instance holds a claimed webhook delivery or e-mail; must exceed the webhook
-    /// timeout.
+    /// timeout and, with SMTP, the SMTP timeout.
     pub outbox_lease: Duration,
     /// How long a shared file's link works after its upload or its last renewal.
     pub file_link_ttl: Duration,
@@ -150,6 +150,26 @@ pub enum AppError {
     },
 }
 
+/// A claimed delivery or e-mail must stay claimed for longer than its attempt may take, or
+/// another instance could take it over while it is still being sent: the outbox lease must
+/// exceed the webhook timeout and, when e-mails are sent, the SMTP send timeout.
+fn check_outbox_lease(config: &Config) -> Result<(), AppError> {
+    let mut attempts = vec![("webhook", config.webhooks.total_timeout)];
+    if let Some(smtp) = &config.smtp {
+        attempts.push(("SMTP", smtp.timeout));
+    }
+    for (what, timeout) in attempts {
+        if config.outbox_lease <= timeout {
+            return Err(AppError::Config(format!(
+                "the outbox lease ({} ms) must be longer than the {what} timeout ({} ms)",
+                config.outbox_lease.as_millis(),
+                timeout.as_millis()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// A bound, ready server: [`App::run`] or [`App::run_until`] serves until shut down.
 #[derive(Debug)]
 pub struct App {
@@ -182,13 +202,7 @@ impl App {
             ),
             None => None,
         };
-        if config.outbox_lease <= config.webhooks.total_timeout {
-            return Err(AppError::Config(format!(
-                "the outbox lease ({} ms) must be longer than the webhook timeout ({} ms)",
-                config.outbox_lease.as_millis(),
-                config.webhooks.total_timeout.as_millis()
-            )));
-        }
+        check_outbox_lease(&config)?;
         let mailer = config
             .smtp
             .as_ref()
@@ -324,5 +338,42 @@ impl App {
             addr: self.local_addr,
             source,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(lease_ms: u64, smtp_timeout_ms: Option<u64>) -> Config {
+        let mut config = Config::new(
+            "127.0.0.1:0".parse().expect("address"),
+            Db::Sqlite("unused.db".into()),
+        );
+        config.outbox_lease = Duration::from_millis(lease_ms);
+        config.smtp = smtp_timeout_ms.map(|ms| events::MailSettings {
+            timeout: Duration::from_millis(ms),
+            ..events::MailSettings::new("smtp://127.0.0.1:2525", "checkout@example.com")
+        });
+        config
+    }
+
+    #[test]
+    fn the_outbox_lease_must_outlast_a_webhook_attempt_and_an_smtp_send() {
+        // Defaults: 120 s lease, 15 s webhook timeout, 30 s SMTP timeout.
+        assert!(check_outbox_lease(&config(120_000, None)).is_ok());
+        assert!(check_outbox_lease(&config(120_000, Some(30_000))).is_ok());
+        // Longer than the webhook timeout, not than the SMTP one: refused with SMTP only.
+        assert!(check_outbox_lease(&config(20_000, None)).is_ok());
+        let refused = check_outbox_lease(&config(20_000, Some(30_000)))
+            .expect_err("an SMTP send may outlast the lease");
+        assert!(
+            refused.to_string().contains("SMTP timeout (30000 ms)"),
+            "{refused}"
+        );
+        assert!(check_outbox_lease(&config(20_000, Some(20_000))).is_err());
+        assert!(check_outbox_lease(&config(20_000, Some(19_999))).is_ok());
+        let refused = check_outbox_lease(&config(15_000, None)).expect_err("webhook timeout");
+        assert!(refused.to_string().contains("webhook timeout"), "{refused}");
     }
 }

@@ -48,6 +48,8 @@ async fn cut_off_by_sigkill(db: &str) {
         "1000",
         "--outbox-lease-ms",
         "1500",
+        "--smtp-timeout-ms",
+        "1000",
     ];
     let launch = Launch {
         db,

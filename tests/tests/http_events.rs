@@ -197,10 +197,10 @@ async fn the_contract_email_and_the_receipt_reach_the_smtp_server() {
     let sink = SmtpSink::start(0).await;
     let url = sink.url();
     let server = TestServer::start_configured(move |config| {
-        config.smtp = Some(host_http::events::MailSettings {
-            url: url.clone(),
-            from: "Acme Checkout <checkout@acme.example>".to_owned(),
-        });
+        config.smtp = Some(host_http::events::MailSettings::new(
+            url.clone(),
+            "Acme Checkout <checkout@acme.example>",
+        ));
     })
     .await;
     let acme = server.provider("acme");
@@ -263,10 +263,10 @@ async fn a_send_cut_off_by_the_smtp_server_is_sent_once_when_it_answers_again() 
     let sink = SmtpSink::start(1).await;
     let url = sink.url();
     let server = TestServer::start_configured(move |config| {
-        config.smtp = Some(host_http::events::MailSettings {
-            url: url.clone(),
-            from: "checkout@acme.example".to_owned(),
-        });
+        config.smtp = Some(host_http::events::MailSettings::new(
+            url.clone(),
+            "checkout@acme.example",
+        ));
     })
     .await;
     let acme = server.provider("acme");

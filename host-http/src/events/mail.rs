@@ -13,14 +13,32 @@ use crate::i18n::Lang;
 use crate::store::TransactionRecord;
 use crate::store::cancellation::CancellationView;
 
+/// How long one send may take in all by default (`--smtp-timeout-ms`).
+pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Where mail goes: `--smtp-url` (`smtp://host:port`, `smtp://host:port?tls=required` for
-/// STARTTLS, `smtps://host:port`) and `--mail-from`.
+/// STARTTLS, `smtps://host:port`), `--mail-from` and `--smtp-timeout-ms`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MailSettings {
     /// The SMTP server, with credentials if any (`smtps://user:pass@host`).
     pub url: String,
     /// The sender (`Checkout <checkout@example.com>`).
     pub from: String,
+    /// How long one send may take in all (connection, TLS, every SMTP command), also the bound
+    /// of each command. The outbox lease must be longer (`App::build` checks), so that no other
+    /// instance takes over a send still under way.
+    pub timeout: Duration,
+}
+
+impl MailSettings {
+    /// These server and sender, with the default timeout.
+    pub fn new(url: impl Into<String>, from: impl Into<String>) -> MailSettings {
+        MailSettings {
+            url: url.into(),
+            from: from.into(),
+            timeout: DEFAULT_SEND_TIMEOUT,
+        }
+    }
 }
 
 /// One message, ready to send.
@@ -43,6 +61,7 @@ pub struct RenderedMail {
 pub struct Mailer {
     transport: AsyncSmtpTransport<Tokio1Executor>,
     from: Mailbox,
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for Mailer {
@@ -59,13 +78,17 @@ impl Mailer {
     pub fn new(settings: &MailSettings) -> Result<Mailer, String> {
         let transport = AsyncSmtpTransport::<Tokio1Executor>::from_url(&settings.url)
             .map_err(|e| format!("--smtp-url: {e}"))?
-            .timeout(Some(Duration::from_secs(30)))
+            .timeout(Some(settings.timeout))
             .build();
         let from = settings
             .from
             .parse::<Mailbox>()
             .map_err(|e| format!("--mail-from {:?}: {e}", settings.from))?;
-        Ok(Mailer { transport, from })
+        Ok(Mailer {
+            transport,
+            from,
+            timeout: settings.timeout,
+        })
     }
 
     /// Sends one message to all its recipients.
@@ -95,11 +118,15 @@ impl Mailer {
                     ),
             )
             .map_err(|e| format!("message: {e}"))?;
-        self.transport
-            .send(message)
-            .await
-            .map(|_| ())
-            .map_err(|e| format!("SMTP: {e}"))
+        // lettre bounds each command; this bounds the whole send (a server that answers each
+        // command just in time cannot hold it longer than the lease).
+        match tokio::time::timeout(self.timeout, self.transport.send(message)).await {
+            Ok(sent) => sent.map(|_| ()).map_err(|e| format!("SMTP: {e}")),
+            Err(_) => Err(format!(
+                "SMTP: not sent within {} ms",
+                self.timeout.as_millis()
+            )),
+        }
     }
 }
 
@@ -325,25 +352,19 @@ mod tests {
     #[tokio::test]
     async fn a_bad_sender_or_url_is_refused_at_start() {
         assert!(
-            Mailer::new(&MailSettings {
-                url: "smtp://127.0.0.1:2525".to_owned(),
-                from: "Checkout <checkout@example.com>".to_owned(),
-            })
+            Mailer::new(&MailSettings::new(
+                "smtp://127.0.0.1:2525",
+                "Checkout <checkout@example.com>"
+            ))
             .is_ok()
         );
         assert!(
-            Mailer::new(&MailSettings {
-                url: "smtp://127.0.0.1:2525".to_owned(),
-                from: "not an address".to_owned(),
-            })
+            Mailer::new(&MailSettings::new(
+                "smtp://127.0.0.1:2525",
+                "not an address"
+            ))
             .is_err()
         );
-        assert!(
-            Mailer::new(&MailSettings {
-                url: "gopher://x".to_owned(),
-                from: "a@example.com".to_owned(),
-            })
-            .is_err()
-        );
+        assert!(Mailer::new(&MailSettings::new("gopher://x", "a@example.com")).is_err());
     }
 }
