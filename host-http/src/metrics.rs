@@ -191,7 +191,19 @@ fn status_label(status: u16) -> &'static str {
     }
 }
 
-/// Serves `GET /metrics` on its own listener until the task is aborted.
+/// A short plain-text answer.
+fn plain(status: StatusCode, text: &'static str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+/// Serves `GET /metrics` on its own listener until the task is aborted: another method on
+/// `/metrics` is answered 405 (with `Allow`), any other path 404.
 pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, outbox: Arc<dyn OutboxStore>) {
     let local: Option<SocketAddr> = listener.local_addr().ok();
     tracing::info!(addr = ?local, "metrics listening");
@@ -206,8 +218,8 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, outbox: Arc<dyn
             let metrics = Arc::clone(&metrics);
             let outbox = Arc::clone(&outbox);
             async move {
-                let mut response =
-                    if request.method() == Method::GET && request.uri().path() == "/metrics" {
+                let response = match (request.method(), request.uri().path()) {
+                    (&Method::GET | &Method::HEAD, "/metrics") => {
                         let stats = outbox.outbox_stats(chrono::Utc::now()).await.ok();
                         let mut ok = Response::new(Full::new(Bytes::from(metrics.render(stats))));
                         ok.headers_mut().insert(
@@ -217,12 +229,18 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, outbox: Arc<dyn
                             ),
                         );
                         ok
-                    } else {
-                        Response::new(Full::new(Bytes::from_static(b"not found\n")))
-                    };
-                if request.uri().path() != "/metrics" {
-                    *response.status_mut() = StatusCode::NOT_FOUND;
-                }
+                    }
+                    (_, "/metrics") => {
+                        let mut refused =
+                            plain(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+                        refused.headers_mut().insert(
+                            hyper::header::ALLOW,
+                            hyper::header::HeaderValue::from_static("GET, HEAD"),
+                        );
+                        refused
+                    }
+                    _ => plain(StatusCode::NOT_FOUND, "not found\n"),
+                };
                 Ok::<_, Infallible>(response)
             }
         });

@@ -408,4 +408,28 @@ async fn metrics_are_served_on_their_own_address_only() {
     // Never on the public port.
     let public = server.send(Method::GET, "/metrics", None, &[], None).await;
     assert_eq!(public.status, 404);
+    // Only GET (and HEAD) on /metrics; nothing else is there.
+    let posted = tests::http::send_request(
+        &client,
+        addr,
+        Method::POST,
+        "/metrics",
+        None,
+        &[],
+        bytes::Bytes::new(),
+    )
+    .await;
+    assert_eq!(posted.status, 405);
+    assert_eq!(posted.header("allow"), Some("GET, HEAD"));
+    let elsewhere = tests::http::send_request(
+        &client,
+        addr,
+        Method::GET,
+        "/other",
+        None,
+        &[],
+        bytes::Bytes::new(),
+    )
+    .await;
+    assert_eq!(elsewhere.status, 404);
 }

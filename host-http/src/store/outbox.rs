@@ -217,9 +217,10 @@ pub fn payment_failed(
     )
 }
 
-/// The events of a cancellation's change: `cancellation.succeeded` (with the receipt e-mail)
-/// or `cancellation.failed` when it settles, preceded by `refund.completed` when the refund had
-/// been pending; `refund.pending` when the gateway's answer is unknown.
+/// One event of a cancellation's change: `cancellation.succeeded` (with the receipt e-mail) or
+/// `cancellation.failed` when it settles, followed (in the same database transaction) by
+/// `refund.completed` when the gateway's answer had been unknown; `refund.pending` when the
+/// gateway's answer is first unknown.
 pub fn cancellation(
     event_type: &'static str,
     summary: &TransactionSummary,
