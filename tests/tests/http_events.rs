@@ -433,3 +433,76 @@ async fn metrics_are_served_on_their_own_address_only() {
     .await;
     assert_eq!(elsewhere.status, 404);
 }
+
+/// The state of the one delivery to the endpoint at `port`: (status, attempts, last result).
+fn delivery_to(server: &TestServer, port: u16) -> (String, String, String) {
+    let select = |column: &str| {
+        server
+            .scalar(&format!(
+                "SELECT d.{column} FROM webhook_deliveries d \
+                 JOIN webhook_endpoints w ON w.id = d.endpoint_id \
+                 WHERE w.url LIKE '%:{port}/%'"
+            ))
+            .unwrap_or_default()
+    };
+    (select("status"), select("attempts"), select("last_result"))
+}
+
+/// Waits until the delivery to `port` has had `attempts` attempts.
+async fn wait_for_attempts(
+    server: &TestServer,
+    port: u16,
+    attempts: u32,
+) -> (String, String, String) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let state = delivery_to(server, port);
+        if state.1.parse::<u32>().unwrap_or(0) >= attempts
+            || tokio::time::Instant::now() >= deadline
+        {
+            return state;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_of_a_private_address_is_refused_without_the_flag_and_reached_over_http_with_it() {
+    let receiver = WebhookReceiver::start(0).await;
+    let port = receiver.addr.port();
+    // Without the flag: https to a name that resolves to loopback is never connected to.
+    let strict = TestServer::start().await;
+    let acme = strict.provider("acme");
+    endpoint(
+        &strict,
+        &acme,
+        &format!("https://localhost:{port}/hooks"),
+        &[],
+    );
+    create(&strict, &acme, &trip(&[])).await;
+    let (status, attempts, result) = wait_for_attempts(&strict, port, 1).await;
+    assert_eq!((status.as_str(), attempts.as_str()), ("QUEUED", "1"));
+    assert!(
+        result.contains("localhost resolves to no address a webhook may reach"),
+        "{result}"
+    );
+    assert!(receiver.received().is_empty(), "no request to localhost");
+
+    // With the flag: http to that name is delivered (it resolves to loopback only).
+    let open = server_for_webhooks().await;
+    let acme = open.provider("acme");
+    let secret = endpoint(&open, &acme, &format!("http://localhost:{port}/hooks"), &[]);
+    create(&open, &acme, &trip(&[])).await;
+    let deliveries = receiver.wait_for(1, WAIT).await;
+    assert_eq!(
+        kinds(&deliveries),
+        [("transaction.created".to_owned(), 204)]
+    );
+    verify(&deliveries[0], &secret);
+    // ... but http to a public address is not, flag or not.
+    endpoint(&open, &acme, "http://93.184.216.34:9/hooks", &[]);
+    create(&open, &acme, &trip(&[])).await;
+    let (status, _, result) = wait_for_attempts(&open, 9, 1).await;
+    assert_eq!(status, "QUEUED");
+    assert!(result.contains("loopback or private"), "{result}");
+}

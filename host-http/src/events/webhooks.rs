@@ -1,6 +1,7 @@
 //! Webhook deliveries, Standard Webhooks 1.0: the `whsec_` secrets, the `v1,` HMAC-SHA256
 //! signature over `id.timestamp.body`, the retry schedule, and the HTTP(S) client that refuses
-//! to reach internal addresses from a provider-given URL unless the server allows it.
+//! to reach internal addresses from a provider-given URL unless the server allows it (and then
+//! `http://` only to loopback and private addresses).
 
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
@@ -126,11 +127,55 @@ pub fn is_internal(ip: IpAddr) -> bool {
     }
 }
 
-/// A resolver that drops internal addresses unless they are allowed, so that a name resolving
-/// to one (also after a change of its DNS record) is never connected to.
+/// Whether an address is a loopback or private one, the only kind an `http://` endpoint may
+/// have (with `--allow-private-webhooks`): loopback, the private ranges of RFC 1918, the shared
+/// range of RFC 6598 (CGNAT, used by private overlays) and IPv6 unique-local addresses. Not
+/// link-local (cloud metadata services live there), multicast, broadcast, documentation or
+/// unspecified addresses: those are internal but no private host.
+pub fn is_private_host(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            v4.is_loopback() || v4.is_private() || (a == 100 && (64..128).contains(&b))
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_private_host(IpAddr::V4(v4));
+            }
+            v6.is_loopback() || (v6.segments()[0] & 0xfe00) == 0xfc00
+        }
+    }
+}
+
+/// Which addresses a delivery may connect to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// Public addresses only (`https://` without `--allow-private-webhooks`).
+    Public,
+    /// Any address (`https://` with `--allow-private-webhooks`).
+    Any,
+    /// Loopback and private addresses only ([`is_private_host`]; `http://` with
+    /// `--allow-private-webhooks`): plain HTTP never leaves the private network.
+    PrivateOnly,
+}
+
+impl Reach {
+    /// Whether an address may be connected to.
+    pub fn allows(self, ip: IpAddr) -> bool {
+        match self {
+            Reach::Public => !is_internal(ip),
+            Reach::Any => true,
+            Reach::PrivateOnly => is_private_host(ip),
+        }
+    }
+}
+
+/// A resolver that keeps only the addresses its [`Reach`] allows, so that a name resolving to
+/// another (also after a change of its DNS record) is never connected to. (IP literals are not
+/// resolved: [`WebhookClient::check_url`] checks them.)
 #[derive(Debug, Clone, Copy)]
 struct GuardedResolver {
-    allow_internal: bool,
+    reach: Reach,
 }
 
 impl tower_service::Service<Name> for GuardedResolver {
@@ -144,15 +189,20 @@ impl tower_service::Service<Name> for GuardedResolver {
     }
 
     fn call(&mut self, name: Name) -> Self::Future {
-        let allow_internal = self.allow_internal;
+        let reach = self.reach;
         Box::pin(async move {
             let found: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), 0))
                 .await?
-                .filter(|addr| allow_internal || !is_internal(addr.ip()))
+                .filter(|addr| reach.allows(addr.ip()))
                 .collect();
             if found.is_empty() {
+                let what = if reach == Reach::PrivateOnly {
+                    "no loopback or private address (http:// endpoints must be private)"
+                } else {
+                    "no address a webhook may reach"
+                };
                 return Err(std::io::Error::other(format!(
-                    "{} resolves to no address a webhook may reach",
+                    "{} resolves to {what}",
                     name.as_str()
                 )));
             }
@@ -168,7 +218,8 @@ pub struct WebhookSettings {
     pub connect_timeout: Duration,
     /// The whole attempt (connect, send, answer) may take this long.
     pub total_timeout: Duration,
-    /// Whether `http://` URLs and internal addresses may be reached (tests, private networks).
+    /// Whether internal addresses may be reached over `https://`, and loopback or private ones
+    /// over `http://` (tests, private networks).
     pub allow_private: bool,
 }
 
@@ -182,61 +233,86 @@ impl Default for WebhookSettings {
     }
 }
 
+type Connector = HttpsConnector<HttpConnector<GuardedResolver>>;
+
 /// The client that delivers.
 #[derive(Debug, Clone)]
 pub struct WebhookClient {
-    client: Client<HttpsConnector<HttpConnector<GuardedResolver>>, Full<Bytes>>,
+    /// For `https://` URLs: public addresses, or any with `--allow-private-webhooks`.
+    https: Client<Connector, Full<Bytes>>,
+    /// For `http://` URLs (only with `--allow-private-webhooks`): private addresses only.
+    http: Client<Connector, Full<Bytes>>,
     settings: WebhookSettings,
 }
 
 impl WebhookClient {
     /// A client with these settings.
     pub fn new(settings: WebhookSettings) -> WebhookClient {
-        let mut http = HttpConnector::new_with_resolver(GuardedResolver {
-            allow_internal: settings.allow_private,
-        });
-        http.set_connect_timeout(Some(settings.connect_timeout));
-        http.set_nodelay(true);
-        http.enforce_http(false);
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_webpki_roots()
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
+        let client = |reach| {
+            let mut http = HttpConnector::new_with_resolver(GuardedResolver { reach });
+            http.set_connect_timeout(Some(settings.connect_timeout));
+            http.set_nodelay(true);
+            http.enforce_http(false);
+            let https = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_webpki_roots()
+                .https_or_http()
+                .enable_http1()
+                .wrap_connector(http);
+            Client::builder(TokioExecutor::new()).build(https)
+        };
+        let https_reach = if settings.allow_private {
+            Reach::Any
+        } else {
+            Reach::Public
+        };
         WebhookClient {
-            client: Client::builder(TokioExecutor::new()).build(https),
+            https: client(https_reach),
+            http: client(Reach::PrivateOnly),
             settings,
         }
     }
 
-    /// Whether a URL may be delivered to: https, or http (and internal hosts) only when
-    /// private webhooks are allowed; an IP literal must not be internal unless allowed.
-    pub fn check_url(&self, url: &str) -> Result<hyper::Uri, String> {
+    /// Whether a URL may be delivered to, and which addresses its host may resolve to:
+    /// `https://` to a public address, or to any with `--allow-private-webhooks`; `http://` only
+    /// with that flag and only to a loopback or private address ([`is_private_host`]). An IP
+    /// literal is checked here; a name when it is resolved, at each connection.
+    pub fn check_url(&self, url: &str) -> Result<(hyper::Uri, Reach), String> {
         let uri: hyper::Uri = url.parse().map_err(|e| format!("invalid URL: {e}"))?;
         let host = uri.host().ok_or("URL without a host")?;
-        match uri.scheme_str() {
-            Some("https") => {}
-            Some("http") if self.settings.allow_private => {}
+        let reach = match uri.scheme_str() {
+            Some("https") if self.settings.allow_private => Reach::Any,
+            Some("https") => Reach::Public,
+            Some("http") if self.settings.allow_private => Reach::PrivateOnly,
             Some("http") => {
                 return Err("http:// endpoints need --allow-private-webhooks".to_owned());
             }
             _ => return Err("URL scheme must be https".to_owned()),
-        }
+        };
         let literal = host
             .trim_start_matches('[')
             .trim_end_matches(']')
             .parse::<IpAddr>();
         if let Ok(ip) = literal {
-            if is_internal(ip) && !self.settings.allow_private {
-                return Err(format!("{ip} is an internal address"));
+            if !reach.allows(ip) {
+                return Err(match reach {
+                    Reach::PrivateOnly => format!(
+                        "{ip} is not a loopback or private address: http:// endpoints must be"
+                    ),
+                    _ => format!("{ip} is an internal address"),
+                });
             }
         }
-        Ok(uri)
+        Ok((uri, reach))
     }
 
     /// One attempt: `Ok` on any 2xx; the error says what happened otherwise.
     pub async fn deliver(&self, job: &DeliveryJob, now: DateTime<Utc>) -> Result<u16, String> {
-        let uri = self.check_url(&job.url)?;
+        let (uri, reach) = self.check_url(&job.url)?;
+        let client = if reach == Reach::PrivateOnly {
+            &self.http
+        } else {
+            &self.https
+        };
         let timestamp = now.timestamp();
         let signature = signature_header(&job.secrets, &job.event_id, timestamp, &job.payload);
         let header = |text: &str| HeaderValue::from_str(text).map_err(|e| e.to_string());
@@ -252,11 +328,7 @@ impl WebhookClient {
         headers.insert("webhook-timestamp", header(&timestamp.to_string())?);
         headers.insert("webhook-signature", header(&signature)?);
         let attempt = async {
-            let response = self
-                .client
-                .request(request)
-                .await
-                .map_err(|e| error_chain(&e))?;
+            let response = client.request(request).await.map_err(|e| error_chain(&e))?;
             let status = response.status();
             // Read a bounded part of the answer so the connection can be reused; its content
             // does not matter.
@@ -314,6 +386,41 @@ mod tests {
     }
 
     #[test]
+    fn the_resolver_keeps_only_the_addresses_its_reach_allows() {
+        use tower_service::Service as _;
+        let resolve = |reach, name: &str| {
+            let name: Name = name.parse().unwrap();
+            async move { GuardedResolver { reach }.call(name).await }
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            // localhost is loopback: refused for public reach (https without the flag).
+            let refused = resolve(Reach::Public, "localhost").await.unwrap_err();
+            assert!(
+                refused
+                    .to_string()
+                    .contains("no address a webhook may reach")
+            );
+            let found: Vec<SocketAddr> = resolve(Reach::PrivateOnly, "localhost")
+                .await
+                .unwrap()
+                .collect();
+            assert!(found.iter().all(|a| a.ip().is_loopback()), "{found:?}");
+            assert!(resolve(Reach::Any, "localhost").await.is_ok());
+            // A public address is never reached over http://.
+            let refused = resolve(Reach::PrivateOnly, "8.8.8.8").await.unwrap_err();
+            assert!(
+                refused.to_string().contains("loopback or private"),
+                "{refused}"
+            );
+            assert!(resolve(Reach::Public, "8.8.8.8").await.is_ok());
+        });
+    }
+
+    #[test]
     fn internal_addresses_are_recognised() {
         for internal in [
             "127.0.0.1",
@@ -336,17 +443,72 @@ mod tests {
     }
 
     #[test]
+    fn private_hosts_are_loopback_and_private_ranges_only() {
+        for private in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "100.64.0.1",
+            "::1",
+            "fd00::1",
+            "::ffff:192.168.0.1",
+        ] {
+            assert!(is_private_host(private.parse().unwrap()), "{private}");
+        }
+        for other in [
+            "93.184.216.34",
+            "169.254.169.254",
+            "0.0.0.0",
+            "224.0.0.1",
+            "fe80::1",
+            "2606:4700::1111",
+        ] {
+            assert!(!is_private_host(other.parse().unwrap()), "{other}");
+        }
+    }
+
+    #[test]
     fn urls_must_be_https_and_public_unless_private_ones_are_allowed() {
+        let reach = |client: &WebhookClient, url: &str| client.check_url(url).map(|(_, r)| r);
         let strict = WebhookClient::new(WebhookSettings::default());
-        assert!(strict.check_url("https://hooks.example.com/in").is_ok());
+        assert_eq!(
+            reach(&strict, "https://hooks.example.com/in"),
+            Ok(Reach::Public)
+        );
         assert!(strict.check_url("http://hooks.example.com/in").is_err());
+        assert!(strict.check_url("http://127.0.0.1:9000/in").is_err());
         assert!(strict.check_url("https://127.0.0.1/in").is_err());
         assert!(strict.check_url("https://[::1]/in").is_err());
+        assert!(strict.check_url("https://10.0.0.1/in").is_err());
         assert!(strict.check_url("ftp://example.com/").is_err());
         let open = WebhookClient::new(WebhookSettings {
             allow_private: true,
             ..WebhookSettings::default()
         });
-        assert!(open.check_url("http://127.0.0.1:9000/in").is_ok());
+        // https: any address.
+        assert_eq!(reach(&open, "https://hooks.example.com/in"), Ok(Reach::Any));
+        assert_eq!(reach(&open, "https://127.0.0.1/in"), Ok(Reach::Any));
+        // http: loopback and private addresses only; a name may resolve to nothing else.
+        for private in [
+            "http://127.0.0.1:9000/in",
+            "http://10.0.0.5/in",
+            "http://192.168.1.20:8080/in",
+            "http://[::1]:9000/in",
+            "http://[fd12::1]/in",
+            "http://localhost:9000/in",
+            "http://hooks.internal/in",
+        ] {
+            assert_eq!(reach(&open, private), Ok(Reach::PrivateOnly), "{private}");
+        }
+        for public in [
+            "http://93.184.216.34/in",
+            "http://8.8.8.8:80/in",
+            "http://[2606:4700::1111]/in",
+            "http://169.254.169.254/latest",
+        ] {
+            let refused = open.check_url(public).expect_err(public);
+            assert!(refused.contains("loopback or private"), "{refused}");
+        }
     }
 }
