@@ -239,26 +239,37 @@ fn provider_of(row: &Row) -> Result<ProviderRow, StoreError> {
     })
 }
 
-/// Reads a transaction with its items and cancellations; run inside one transaction so that
-/// the three reads see one snapshot.
+/// Reads a transaction with its items, cancellations and e-mails in one statement (one round
+/// trip, one snapshot): the row itself, and each list aggregated into a JSON array of arrays
+/// by a subquery. Amounts travel as text so that their scale is kept (R-1.4), instants as
+/// microseconds since the epoch.
 async fn read_transaction(
     client: &impl GenericClient,
     id: &str,
 ) -> Result<Option<TransactionRecord>, StoreError> {
-    let head = client
+    let statement = client
         .prepare_cached(
-            "SELECT provider_id, reference, status, title, currency, ref_ids::text, note, \
-             attachments::text, email::text, payload, total, paid_amount, refunded_amount, \
-             paid_at, payment::text, created_at, updated_at, time_zone, pay_expires_at \
-             FROM transactions WHERE id = $1",
+            "SELECT t.provider_id, t.reference, t.status, t.title, t.currency, t.ref_ids::text, \
+             t.note, t.attachments::text, t.email::text, t.payload, t.total, t.paid_amount, \
+             t.refunded_amount, t.paid_at, t.payment::text, t.created_at, t.updated_at, \
+             t.time_zone, t.pay_expires_at, \
+             (SELECT json_agg(json_build_array(i.order_no, i.name, i.category, i.total::text, \
+                     i.policy, i.period, i.status, i.refunded::text) ORDER BY i.order_no) \
+                FROM items i WHERE i.transaction_id = t.id)::text, \
+             (SELECT json_agg(json_build_array(c.receipt_number, c.items, c.refund::text, \
+                     c.outcome, (extract(epoch FROM c.created_at) * 1000000)::bigint) \
+                     ORDER BY c.created_at, c.id) \
+                FROM cancellations c WHERE c.transaction_id = t.id)::text, \
+             (SELECT json_agg(json_build_array(m.kind, m.receipt_number, m.recipients, \
+                     m.status, (extract(epoch FROM m.updated_at) * 1000000)::bigint) \
+                     ORDER BY m.event_seq) \
+                FROM email_messages m WHERE m.transaction_id = t.id)::text \
+             FROM transactions t WHERE t.id = $1",
         )
         .await?;
-    let Some(row) = client.query_opt(&head, &[&id]).await? else {
+    let Some(row) = client.query_opt(&statement, &[&id]).await? else {
         return Ok(None);
     };
-    let items = read_items(client, id).await?;
-    let cancellations = read_cancellations(client, id).await?;
-    let mails = outbox::read_mails(client, id).await?;
     Ok(Some(TransactionRecord {
         id: id.to_owned(),
         provider_id: row.try_get(0)?,
@@ -276,14 +287,92 @@ async fn read_transaction(
         refunded_amount: row.try_get(12)?,
         paid_at: instant(row.try_get(13)?),
         payment: opt_json::<PaymentDetails>("transactions.payment", row.try_get(14)?)?,
-        items,
-        cancellations,
+        items: aggregated_items(row.try_get(19)?)?,
+        cancellations: aggregated_cancellations(row.try_get(20)?)?,
         created_at: format_instant(row.try_get(15)?),
         updated_at: format_instant(row.try_get(16)?),
         time_zone: row.try_get(17)?,
         payment_link_expires_at: instant(row.try_get(18)?),
-        mails,
+        mails: aggregated_mails(row.try_get(21)?)?,
     }))
+}
+
+/// One item as `read_transaction` aggregates it.
+type AggregatedItem = (
+    u32,
+    Option<String>,
+    Option<String>,
+    String,
+    Option<CancellationPolicy>,
+    Option<Period>,
+    String,
+    String,
+);
+
+fn aggregated_items(json: Option<String>) -> Result<Vec<ItemRecord>, StoreError> {
+    let rows: Vec<AggregatedItem> = opt_json("items", json)?.unwrap_or_default();
+    rows.into_iter()
+        .map(
+            |(order_no, name, category, total, policy, period, status, refunded)| {
+                let category = match category {
+                    Some(text) => Some(
+                        Category::parse(&text)
+                            .ok_or_else(|| corrupt("items.category", text.clone()))?,
+                    ),
+                    None => None,
+                };
+                Ok(ItemRecord {
+                    order_no,
+                    name,
+                    category,
+                    total: super::sqlite::decimal("items.total", &total)?,
+                    policy,
+                    period,
+                    status: item_status(&status)?,
+                    refunded: super::sqlite::decimal("items.refunded", &refunded)?,
+                })
+            },
+        )
+        .collect()
+}
+
+fn aggregated_cancellations(json: Option<String>) -> Result<Vec<CancellationRecord>, StoreError> {
+    let rows: Vec<(Option<String>, Vec<u32>, String, String, i64)> =
+        opt_json("cancellations", json)?.unwrap_or_default();
+    rows.into_iter()
+        .map(|(receipt_number, items, refund, outcome, created_at)| {
+            Ok(CancellationRecord {
+                receipt_number,
+                items,
+                refund: super::sqlite::decimal("cancellations.refund", &refund)?,
+                outcome,
+                created_at: micros("cancellations.created_at", created_at)?,
+            })
+        })
+        .collect()
+}
+
+fn aggregated_mails(json: Option<String>) -> Result<Vec<super::outbox::MailRecord>, StoreError> {
+    let rows: Vec<(String, Option<String>, Vec<String>, String, i64)> =
+        opt_json("email_messages", json)?.unwrap_or_default();
+    rows.into_iter()
+        .map(|(kind, receipt_number, recipients, status, at)| {
+            Ok(super::outbox::MailRecord {
+                kind,
+                receipt_number,
+                recipients,
+                status,
+                at: micros("email_messages.updated_at", at)?,
+            })
+        })
+        .collect()
+}
+
+/// An instant given as microseconds since the epoch, written as [`format_instant`] does.
+fn micros(column: &'static str, value: i64) -> Result<String, StoreError> {
+    DateTime::from_timestamp_micros(value)
+        .map(format_instant)
+        .ok_or_else(|| corrupt(column, value.to_string()))
 }
 
 pub(super) async fn read_items(
@@ -318,30 +407,6 @@ pub(super) async fn read_items(
                 period: opt_json::<Period>("items.period", row.try_get(5)?)?,
                 status: item_status(row.try_get(6)?)?,
                 refunded: row.try_get(7)?,
-            })
-        })
-        .collect()
-}
-
-async fn read_cancellations(
-    client: &impl GenericClient,
-    transaction_id: &str,
-) -> Result<Vec<CancellationRecord>, StoreError> {
-    let statement = client
-        .prepare_cached(
-            "SELECT receipt_number, items::text, refund, outcome, created_at FROM cancellations \
-             WHERE transaction_id = $1 ORDER BY created_at, id",
-        )
-        .await?;
-    let rows = client.query(&statement, &[&transaction_id]).await?;
-    rows.iter()
-        .map(|row| {
-            Ok(CancellationRecord {
-                receipt_number: row.try_get(0)?,
-                items: from_json("cancellations.items", row.try_get(1)?)?,
-                refund: row.try_get(2)?,
-                outcome: row.try_get(3)?,
-                created_at: format_instant(row.try_get(4)?),
             })
         })
         .collect()
@@ -805,18 +870,8 @@ impl Store for PgStore {
         &self,
         id: String,
     ) -> BoxFuture<'_, Result<Option<TransactionRecord>, StoreError>> {
-        Box::pin(async move {
-            let mut client = self.client().await?;
-            let tx = client
-                .build_transaction()
-                .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()
-                .await?;
-            let record = read_transaction(&tx, &id).await?;
-            tx.commit().await?;
-            Ok(record)
-        })
+        // One statement: its own consistent snapshot, no transaction around it.
+        Box::pin(async move { read_transaction(&self.client().await?, &id).await })
     }
 
     fn update_transaction(

@@ -10,12 +10,12 @@ use futures_util::future::BoxFuture;
 use rust_decimal::Decimal;
 
 use super::{PgStore, opt_json, transaction_status};
+use crate::store::StoreError;
 use crate::store::cancellation::Lease;
 use crate::store::outbox::{
-    Attempt, DeliveryJob, EventRecord, MailJob, MailRecord, NewEvent, OutboxStats, OutboxStore,
+    Attempt, DeliveryJob, EventRecord, MailJob, NewEvent, OutboxStats, OutboxStore,
     TransactionSummary, message_id, states,
 };
-use crate::store::{StoreError, format_instant};
 
 fn corrupt(column: &'static str, detail: impl Into<String>) -> StoreError {
     StoreError::Corrupt {
@@ -126,33 +126,6 @@ pub(crate) async fn write_event(
             .await?;
     }
     Ok(())
-}
-
-/// The e-mails of a transaction, oldest first.
-pub(crate) async fn read_mails(
-    client: &impl GenericClient,
-    transaction_id: &str,
-) -> Result<Vec<MailRecord>, StoreError> {
-    let statement = client
-        .prepare_cached(
-            "SELECT kind, receipt_number, recipients::text, status, updated_at \
-             FROM email_messages WHERE transaction_id = $1 ORDER BY event_seq",
-        )
-        .await?;
-    client
-        .query(&statement, &[&transaction_id])
-        .await?
-        .iter()
-        .map(|row| {
-            Ok(MailRecord {
-                kind: row.try_get(0)?,
-                receipt_number: row.try_get(1)?,
-                recipients: recipients(row.try_get(2)?)?,
-                status: row.try_get(3)?,
-                at: format_instant(row.try_get(4)?),
-            })
-        })
-        .collect()
 }
 
 /// (status, next attempt, result) of an attempt.
