@@ -244,6 +244,7 @@ async fn the_contract_email_and_the_receipt_reach_the_smtp_server() {
     let mails = sink.wait_for(2, WAIT).await;
     assert_eq!(mails.len(), 2);
     let receipt = &mails[1];
+    assert_ne!(receipt.header("Message-ID"), contract.header("Message-ID"));
     assert_eq!(
         receipt.header("Subject").as_deref(),
         Some("Cancellation receipt CR-000001: Berlin trip")
@@ -256,6 +257,18 @@ async fn the_contract_email_and_the_receipt_reach_the_smtp_server() {
     assert_eq!(emails[0]["status"], "SENT");
     assert_eq!(emails[1]["kind"], "RECEIPT");
     assert_eq!(emails[1]["receiptNumber"], "CR-000001");
+
+    // Without `email.subject`, the subject is the title.
+    let mut untitled = trip(&["ada@example.com"]);
+    untitled["title"] = "Hamburg weekend".into();
+    untitled["email"] = serde_json::json!({"recipients": ["ada@example.com"]});
+    create(&server, &acme, &untitled).await;
+    let mails = sink.wait_for(3, WAIT).await;
+    assert_eq!(mails.len(), 3);
+    assert_eq!(
+        mails[2].header("Subject").as_deref(),
+        Some("Hamburg weekend")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -278,6 +291,12 @@ async fn a_send_cut_off_by_the_smtp_server_is_sent_once_when_it_answers_again() 
     assert_eq!(mails.len(), 1, "sent once after the retry");
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(sink.accepted().len(), 1);
+    // The retried send carries the Message-ID of the cut-off one: recognisably the same.
+    let cut_off = sink.cut_off();
+    assert_eq!(cut_off.len(), 1);
+    let message_id = mails[0].header("Message-ID").expect("Message-ID");
+    assert!(message_id.contains(".contract@"), "{message_id}");
+    assert_eq!(cut_off[0].header("Message-ID"), Some(message_id));
     let status = server.get(&format!("/status/{id}"), &acme).await.json();
     assert_eq!(status["emails"][0]["status"], "SENT");
 }
@@ -434,6 +453,31 @@ async fn metrics_are_served_on_their_own_address_only() {
     assert_eq!(elsewhere.status, 404);
 }
 
+/// A scrape of the metrics listener.
+async fn scrape(server: &TestServer) -> String {
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http();
+    let reply = tests::http::send_request(
+        &client,
+        server.metrics_addr.expect("metrics address"),
+        Method::GET,
+        "/metrics",
+        None,
+        &[],
+        bytes::Bytes::new(),
+    )
+    .await;
+    assert_eq!(reply.status, 200);
+    String::from_utf8_lossy(&reply.body).into_owned()
+}
+
+/// The value of one sample of a scrape (0 when absent).
+fn sample(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .map_or(0.0, |value| value.trim().parse().expect("a number"))
+}
+
 /// The state of the one delivery to the endpoint at `port`: (status, attempts, last result).
 fn delivery_to(server: &TestServer, port: u16) -> (String, String, String) {
     let select = |column: &str| {
@@ -464,6 +508,12 @@ async fn wait_for_attempts(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A port nothing listens on.
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr").port()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -505,4 +555,241 @@ async fn a_name_of_a_private_address_is_refused_without_the_flag_and_reached_ove
     let (status, _, result) = wait_for_attempts(&open, 9, 1).await;
     assert_eq!(status, "QUEUED");
     assert!(result.contains("loopback or private"), "{result}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_and_refused_connections_are_retried() {
+    // An endpoint that never answers in time, one whose connection cannot be set up in time
+    // (a listener whose queue is full drops new connections), and a closed port.
+    let silent = WebhookReceiver::start_with(0, Some(Duration::from_secs(60))).await;
+    let full = tokio::net::TcpSocket::new_v4().expect("socket");
+    full.bind("127.0.0.1:0".parse().unwrap()).expect("bind");
+    let full_port = full.local_addr().expect("addr").port();
+    let full = full.listen(0).expect("listen");
+    let mut fillers = Vec::new();
+    for _ in 0..4 {
+        let connect = tokio::net::TcpStream::connect(("127.0.0.1", full_port));
+        if let Ok(Ok(stream)) = tokio::time::timeout(Duration::from_millis(300), connect).await {
+            fillers.push(stream);
+        }
+    }
+    let closed = closed_port();
+    let server = TestServer::start_configured(|config| {
+        config.webhooks.allow_private = true;
+        config.webhooks.connect_timeout = Duration::from_millis(200);
+        config.webhooks.total_timeout = Duration::from_millis(400);
+    })
+    .await;
+    let acme = server.provider("acme");
+    endpoint(&server, &acme, &silent.url(), &[]);
+    endpoint(
+        &server,
+        &acme,
+        &format!("http://127.0.0.1:{full_port}/hooks"),
+        &[],
+    );
+    endpoint(
+        &server,
+        &acme,
+        &format!("http://127.0.0.1:{closed}/hooks"),
+        &[],
+    );
+    create(&server, &acme, &trip(&[])).await;
+
+    let (status, attempts, result) = wait_for_attempts(&server, silent.addr.port(), 1).await;
+    assert_eq!((status.as_str(), attempts.as_str()), ("QUEUED", "1"));
+    assert_eq!(result, "no answer within 400 ms");
+    assert_eq!(
+        silent.received().len(),
+        1,
+        "the request arrived, its answer did not"
+    );
+    let (status, attempts, result) = wait_for_attempts(&server, full_port, 1).await;
+    assert_eq!((status.as_str(), attempts.as_str()), ("QUEUED", "1"));
+    // The connect timeout (200 ms), not the whole attempt's (400 ms).
+    assert!(
+        result.contains("tcp connect error: deadline has elapsed"),
+        "{result}"
+    );
+    let (status, attempts, result) = wait_for_attempts(&server, closed, 1).await;
+    assert_eq!((status.as_str(), attempts.as_str()), ("QUEUED", "1"));
+    assert!(result.to_lowercase().contains("refused"), "{result}");
+
+    // The second attempt follows the schedule (about 5 s), under the same webhook-id.
+    let both = silent.wait_for(2, RETRY_WAIT).await;
+    assert_eq!(both.len(), 2, "retried after the timeout");
+    assert_eq!(both[0].header("webhook-id"), both[1].header("webhook-id"));
+    let (_, attempts, _) = wait_for_attempts(&server, closed, 2).await;
+    assert_eq!(attempts, "2", "the refused connection is retried too");
+    drop((full, fillers));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_failing_for_three_days_ends_failed_and_metrics_count_every_outcome() {
+    let receiver = WebhookReceiver::start(1).await;
+    let sink = SmtpSink::start(1).await;
+    let smtp = sink.url();
+    let gateway = host_http::gateway::testing::FakeGateway::start()
+        .await
+        .expect("fake gateway");
+    let refunds = tests::cancel_support::fast_settings(&gateway.url());
+    let closed = closed_port();
+    let server = TestServer::start_configured(move |config| {
+        config.webhooks.allow_private = true;
+        config.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+        config.smtp = Some(host_http::events::MailSettings::new(
+            smtp.clone(),
+            "checkout@acme.example",
+        ));
+        config.refunds = refunds.clone();
+    })
+    .await;
+    let acme = server.provider("acme");
+    endpoint(&server, &acme, &receiver.url(), &["transaction.created"]);
+    endpoint(
+        &server,
+        &acme,
+        &format!("http://127.0.0.1:{closed}/hooks"),
+        &["transaction.created", "transaction.paid"],
+    );
+    let id = create(&server, &acme, &trip(&["ada@example.com"])).await;
+
+    // The closed port's delivery failed once; make its first attempt 3 days old and due now:
+    // the next failure gives it up through the dispatcher's own path.
+    let (_, attempts, _) = wait_for_attempts(&server, closed, 1).await;
+    assert_eq!(attempts, "1");
+    let now = chrono::Utc::now();
+    let long_ago = host_http::store::format_instant(now - chrono::Duration::days(3));
+    let due = host_http::store::format_instant(now - chrono::Duration::seconds(1));
+    server.execute_sql(&format!(
+        "UPDATE webhook_deliveries SET first_attempt_at = '{long_ago}', next_attempt_at = '{due}' \
+         WHERE endpoint_id IN (SELECT id FROM webhook_endpoints WHERE url LIKE '%:{closed}/%')"
+    ));
+    let (status, attempts, result) = wait_for_attempts(&server, closed, 2).await;
+    assert_eq!((status.as_str(), attempts.as_str()), ("FAILED", "2"));
+    assert!(result.to_lowercase().contains("refused"), "{result}");
+
+    // The receiver's delivery: a 500, then delivered on the retry; the e-mail: cut off, then
+    // sent on the retry.
+    assert_eq!(receiver.wait_for(2, RETRY_WAIT).await.len(), 2);
+    assert_eq!(sink.wait_for(1, RETRY_WAIT).await.len(), 1);
+    // A refund whose gateway never answers stays pending.
+    gateway.set_behavior(host_http::gateway::testing::FakeBehavior::Hang);
+    let paid = server
+        .json(
+            Method::POST,
+            &format!("/sandbox/transactions/{id}/pay"),
+            &acme,
+            "{}",
+        )
+        .await;
+    assert_eq!(paid.status, 200);
+    let cancelled = server
+        .json(
+            Method::PATCH,
+            &format!("/cancel/{id}"),
+            &acme,
+            r#"{"itemsOrder":[2]}"#,
+        )
+        .await;
+    assert_eq!(
+        cancelled.status,
+        500,
+        "{}",
+        String::from_utf8_lossy(&cancelled.body)
+    );
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+
+    let text = scrape(&server).await;
+    let webhooks = "checkout_webhook_deliveries_total";
+    let mails = "checkout_emails_total";
+    // Webhooks: the receiver's 500 and the closed port's first failures of both its events
+    // are retries; its creation event was given up; the receiver's retry delivered.
+    for (name, expected) in [
+        (format!("{webhooks}{{outcome=\"delivered\"}}"), 1.0),
+        (format!("{webhooks}{{outcome=\"retry\"}}"), 3.0),
+        (format!("{webhooks}{{outcome=\"failed\"}}"), 1.0),
+        (format!("{mails}{{outcome=\"retry\"}}"), 1.0),
+        (format!("{mails}{{outcome=\"sent\"}}"), 1.0),
+        (format!("{mails}{{outcome=\"failed\"}}"), 0.0),
+        ("checkout_refunds_pending".to_owned(), 1.0),
+        ("checkout_outbox_backlog{kind=\"webhook\"}".to_owned(), 1.0),
+    ] {
+        assert_eq!(sample(&text, &name), expected, "{name} in\n{text}");
+    }
+    // The payment's delivery to the closed port waits for its retry since the payment.
+    let age = sample(&text, "checkout_outbox_oldest_age_seconds");
+    assert!(age >= 1.0, "oldest age {age} in\n{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_the_gateway_declines_is_a_cancellation_failed_event() {
+    let gateway = host_http::gateway::testing::FakeGateway::start()
+        .await
+        .expect("fake gateway");
+    let refunds = tests::cancel_support::fast_settings(&gateway.url());
+    let receiver = WebhookReceiver::start(0).await;
+    let server = TestServer::start_configured(move |config| {
+        config.webhooks.allow_private = true;
+        config.refunds = refunds.clone();
+    })
+    .await;
+    let acme = server.provider("acme");
+    let secret = endpoint(&server, &acme, &receiver.url(), &["cancellation.failed"]);
+    let id = create(&server, &acme, &trip(&["ada@example.com"])).await;
+    let paid = server
+        .json(
+            Method::POST,
+            &format!("/sandbox/transactions/{id}/pay"),
+            &acme,
+            "{}",
+        )
+        .await;
+    assert_eq!(paid.status, 200);
+    gateway.set_behavior(host_http::gateway::testing::FakeBehavior::Decline {
+        status: 422,
+        body: r#"{"reason":"card account closed"}"#.to_owned(),
+    });
+    let cancelled = server
+        .json(
+            Method::PATCH,
+            &format!("/cancel/{id}"),
+            &acme,
+            r#"{"itemsOrder":[1]}"#,
+        )
+        .await;
+    assert_eq!(cancelled.status, 200);
+    assert_eq!(cancelled.json()["status"], "FAILED");
+
+    let page = server.get("/events", &acme).await.json();
+    let events = page["events"].as_array().unwrap();
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types,
+        [
+            "transaction.created",
+            "transaction.paid",
+            "cancellation.failed"
+        ]
+    );
+    let failed = &events[2]["data"];
+    assert_eq!(failed["status"], "PAID", "nothing changed");
+    assert_eq!(failed["amounts"]["refunded"].to_string(), "0.00");
+    let cancellation = &failed["cancellation"];
+    assert_eq!(cancellation["outcome"], "FAILED");
+    assert_eq!(cancellation["errorMessage"], "card account closed");
+    assert_eq!(cancellation["receiptNumber"], Value::Null);
+    assert_eq!(cancellation["items"][0]["order"], 1);
+    assert!(cancellation["refundId"].is_string());
+    // Delivered as a webhook; no receipt e-mail for a failed cancellation.
+    let deliveries = receiver.wait_for(1, WAIT).await;
+    assert_eq!(
+        kinds(&deliveries),
+        [("cancellation.failed".to_owned(), 204)]
+    );
+    verify(&deliveries[0], &secret);
+    let status = server.get(&format!("/status/{id}"), &acme).await.json();
+    let emails = status["emails"].as_array().unwrap();
+    assert_eq!(emails.len(), 1);
+    assert_eq!(emails[0]["kind"], "CONTRACT");
 }

@@ -136,6 +136,9 @@ conformance!(
     race_two_instances_claiming_pending_refunds_split_them_r_4_8,
     payment_links_failures_and_service_keys,
     outbox_events_deliveries_and_mails_in_order,
+    outbox_rotated_secret_signs_for_24_hours_only,
+    outbox_stats_count_pending_refunds_and_age_the_oldest_entry,
+    outbox_a_change_that_rolls_back_leaves_no_event,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -595,6 +598,256 @@ async fn outbox_events_deliveries_and_mails_in_order(opened: &Opened, db: &Db) {
             .await
             .unwrap()
             .is_empty()
+    );
+}
+
+/// After a rotation, the previous secret signs beside the new one for 24 hours (two `v1,`
+/// signatures), and from then on only the new one does.
+async fn outbox_rotated_secret_signs_for_24_hours_only(opened: &Opened, db: &Db) {
+    use host_http::store::outbox::Attempt;
+    let acme = provider(db, "acme");
+    let hook = providers::set_webhook(db, &acme.provider_id, "https://hooks.example/in", &[], t0())
+        .expect("endpoint");
+    create(opened, &acme.provider_id, &["10.00"]).await;
+    let rotated = providers::rotate_webhook_secret(db, &hook.endpoint_id, at(0)).unwrap();
+    let overlap_ends = at(0) + Duration::hours(24);
+    let lease = |now: DateTime<Utc>| Lease {
+        owner: "a".to_owned(),
+        until: now + Duration::seconds(30),
+    };
+    let outbox = &opened.outbox;
+    let last_second = overlap_ends - Duration::seconds(1);
+    let claimed = outbox
+        .claim_deliveries(lease(last_second), last_second, 10)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(
+        claimed[0].secrets,
+        vec![rotated.secret.clone(), hook.secret.clone()],
+        "both sign within the 24 hours"
+    );
+    outbox
+        .finish_delivery(
+            claimed[0].event_seq,
+            claimed[0].endpoint_id.clone(),
+            "a".to_owned(),
+            Attempt::Retry {
+                at: overlap_ends,
+                error: "endpoint answered 500".to_owned(),
+            },
+            last_second,
+        )
+        .await
+        .unwrap();
+    let retried = outbox
+        .claim_deliveries(lease(overlap_ends), overlap_ends, 10)
+        .await
+        .unwrap();
+    assert_eq!(retried.len(), 1);
+    assert_eq!(
+        retried[0].secrets,
+        vec![rotated.secret.clone()],
+        "the old secret no longer signs once 24 hours have passed"
+    );
+}
+
+/// The backlog figures of the metrics: refunds pending at the gateway, deliveries queued, and
+/// the age of the oldest queued entry at the instant asked for.
+async fn outbox_stats_count_pending_refunds_and_age_the_oldest_entry(opened: &Opened, db: &Db) {
+    use host_http::store::outbox::Attempt;
+    let acme = provider(db, "acme");
+    providers::set_webhook(db, &acme.provider_id, "https://hooks.example/in", &[], t0())
+        .expect("endpoint");
+    let outbox = &opened.outbox;
+    let empty = outbox.outbox_stats(at(0)).await.unwrap();
+    assert_eq!((empty.refunds_pending, empty.oldest_age_secs), (0, 0));
+    // Created at t0 and paid at t0 + 1 s: two deliveries queued.
+    let id = paid(opened, &acme.provider_id, &["10.00", "5.00"]).await;
+    reserve_pending(
+        opened,
+        paid_cancellation(&acme.provider_id, &id, vec![line(2, "5.00", "5.00")]),
+    )
+    .await;
+    let stats = outbox.outbox_stats(at(100)).await.unwrap();
+    assert_eq!(stats.refunds_pending, 1, "{stats:?}");
+    assert_eq!(stats.deliveries_queued, 2, "{stats:?}");
+    assert_eq!(stats.mails_queued, 0, "{stats:?}");
+    assert_eq!(stats.oldest_age_secs, 100, "{stats:?}");
+    // Once the oldest is delivered, the next one is the oldest.
+    let claimed = outbox
+        .claim_deliveries(
+            Lease {
+                owner: "a".to_owned(),
+                until: at(130),
+            },
+            at(100),
+            1,
+        )
+        .await
+        .unwrap();
+    outbox
+        .finish_delivery(
+            claimed[0].event_seq,
+            claimed[0].endpoint_id.clone(),
+            "a".to_owned(),
+            Attempt::Done,
+            at(100),
+        )
+        .await
+        .unwrap();
+    let stats = outbox.outbox_stats(at(100)).await.unwrap();
+    assert_eq!((stats.deliveries_queued, stats.oldest_age_secs), (1, 99));
+}
+
+/// Runs SQL on the database behind the store's back (to make a statement fail).
+async fn execute_sql(db: &Db, sqlite: &str, postgres: &str) {
+    match db {
+        Db::Sqlite(path) => rusqlite::Connection::open(path)
+            .expect("open")
+            .execute_batch(sqlite)
+            .expect("sqlite statement"),
+        Db::Postgres(url) => {
+            let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+                .await
+                .expect("connect");
+            let driver = tokio::spawn(connection);
+            client.batch_execute(postgres).await.expect("statement");
+            drop(client);
+            let _ = driver.await;
+        }
+    }
+}
+
+/// A statement of the outbox that fails after the event row was written rolls the whole
+/// change back: neither the change nor its event, delivery or e-mail remains; once it works
+/// again, the change is written with exactly its events.
+async fn outbox_a_change_that_rolls_back_leaves_no_event(opened: &Opened, db: &Db) {
+    let acme = provider(db, "acme");
+    providers::set_webhook(db, &acme.provider_id, "https://hooks.example/in", &[], t0())
+        .expect("endpoint");
+    let outbox = &opened.outbox;
+    let events = || async {
+        outbox
+            .events_after(acme.provider_id.clone(), None, 100)
+            .await
+            .unwrap()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                let payload: Value = serde_json::from_str(&e.payload).unwrap();
+                payload["type"].as_str().unwrap().to_owned()
+            })
+            .collect::<Vec<_>>()
+    };
+    let refuse = |table: &str| {
+        (
+            format!(
+                "CREATE TRIGGER refuse_{table} BEFORE INSERT ON {table} \
+                 BEGIN SELECT RAISE(ABORT, 'refused by the test'); END;"
+            ),
+            format!(
+                "CREATE OR REPLACE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS \
+                 $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$; \
+                 CREATE TRIGGER refuse_{table} BEFORE INSERT ON {table} \
+                 FOR EACH ROW EXECUTE FUNCTION refuse();"
+            ),
+        )
+    };
+    let allow = |table: &str| {
+        (
+            format!("DROP TRIGGER refuse_{table};"),
+            format!("DROP TRIGGER refuse_{table} ON {table};"),
+        )
+    };
+
+    // A creation whose e-mail cannot be written (after its event): nothing of it remains.
+    let (sqlite, postgres) = refuse("email_messages");
+    execute_sql(db, &sqlite, &postgres).await;
+    let mut new = transaction(&acme.provider_id, "EUR", &["10.00"]);
+    new.email = Some(CheckoutEmail {
+        recipients: Some(vec!["a@example.com".to_owned()]),
+        subject: None,
+        content: None,
+    });
+    let refused_id = new.id.clone();
+    assert!(
+        opened
+            .store
+            .create_transaction(new.clone(), None)
+            .await
+            .is_err()
+    );
+    assert!(
+        opened
+            .store
+            .transaction(refused_id.clone())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        events().await.is_empty(),
+        "no event of a rolled-back creation"
+    );
+    let (sqlite, postgres) = allow("email_messages");
+    execute_sql(db, &sqlite, &postgres).await;
+
+    // A payment whose webhook delivery cannot be written (after its event): still unpaid, and
+    // only the creation's event.
+    let id = create(opened, &acme.provider_id, &["10.00"]).await;
+    let (sqlite, postgres) = refuse("webhook_deliveries");
+    execute_sql(db, &sqlite, &postgres).await;
+    let payment = opened
+        .store
+        .record_payment(
+            id.clone(),
+            acme.provider_id.clone(),
+            payment_details(),
+            at(1),
+            at(1),
+        )
+        .await;
+    assert!(payment.is_err(), "{payment:?}");
+    assert_eq!(record(opened, &id).await.status, TransactionStatus::Pending);
+    assert_eq!(events().await, ["transaction.created"]);
+    let (sqlite, postgres) = allow("webhook_deliveries");
+    execute_sql(db, &sqlite, &postgres).await;
+
+    // Both work again, each with its event, delivery and e-mail.
+    opened
+        .store
+        .create_transaction(new, None)
+        .await
+        .expect("created");
+    paid_again(opened, &acme.provider_id, &id).await;
+    assert_eq!(
+        events().await,
+        [
+            "transaction.created",
+            "transaction.created",
+            "transaction.paid"
+        ]
+    );
+    let stats = outbox.outbox_stats(at(10)).await.unwrap();
+    assert_eq!((stats.deliveries_queued, stats.mails_queued), (3, 1));
+}
+
+async fn paid_again(opened: &Opened, provider_id: &str, id: &str) {
+    let outcome = opened
+        .store
+        .record_payment(
+            id.to_owned(),
+            provider_id.to_owned(),
+            payment_details(),
+            at(1),
+            at(1),
+        )
+        .await
+        .expect("payment recorded");
+    assert!(
+        matches!(outcome, Owned::Done(PayOutcome::Paid(_))),
+        "{outcome:?}"
     );
 }
 

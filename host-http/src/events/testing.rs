@@ -195,6 +195,7 @@ pub struct SmtpSink {
     /// Where it listens.
     pub addr: SocketAddr,
     accepted: Arc<Mutex<Vec<Mail>>>,
+    cut_off: Arc<Mutex<Vec<Mail>>>,
     task: JoinHandle<()>,
 }
 
@@ -211,23 +212,28 @@ impl SmtpSink {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let accepted: Arc<Mutex<Vec<Mail>>> = Arc::default();
+        let cut_off: Arc<Mutex<Vec<Mail>>> = Arc::default();
         let crashes = Arc::new(AtomicU32::new(crashes));
-        let log = Arc::clone(&accepted);
+        let logs = Logs {
+            accepted: Arc::clone(&accepted),
+            cut_off: Arc::clone(&cut_off),
+        };
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let log = Arc::clone(&log);
+                let logs = logs.clone();
                 let crashes = Arc::clone(&crashes);
                 tokio::spawn(async move {
-                    let _ = session(stream, log, crashes).await;
+                    let _ = session(stream, logs, crashes).await;
                 });
             }
         });
         SmtpSink {
             addr,
             accepted,
+            cut_off,
             task,
         }
     }
@@ -240,6 +246,12 @@ impl SmtpSink {
     /// The messages accepted so far.
     pub fn accepted(&self) -> Vec<Mail> {
         self.accepted.lock().expect("log").clone()
+    }
+
+    /// The messages whose data arrived whole but whose connection the sink dropped before
+    /// acknowledging them (never accepted: the sender must send them again).
+    pub fn cut_off(&self) -> Vec<Mail> {
+        self.cut_off.lock().expect("log").clone()
     }
 
     /// Waits until `count` messages were accepted (at most `within`), then returns them all.
@@ -255,9 +267,16 @@ impl SmtpSink {
     }
 }
 
+/// Where a session records messages.
+#[derive(Debug, Clone)]
+struct Logs {
+    accepted: Arc<Mutex<Vec<Mail>>>,
+    cut_off: Arc<Mutex<Vec<Mail>>>,
+}
+
 async fn session(
     stream: tokio::net::TcpStream,
-    log: Arc<Mutex<Vec<Mail>>>,
+    logs: Logs,
     crashes: Arc<AtomicU32>,
 ) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
@@ -301,15 +320,17 @@ async fn session(
             let crash = crashes
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                 .is_ok();
-            if crash {
-                // Gone before the acknowledgement: the message was never accepted.
-                return Ok(());
-            }
-            log.lock().expect("log").push(Mail {
+            let mail = Mail {
                 from: from.clone(),
                 to: to.clone(),
                 data,
-            });
+            };
+            if crash {
+                // Gone before the acknowledgement: the message was never accepted.
+                logs.cut_off.lock().expect("log").push(mail);
+                return Ok(());
+            }
+            logs.accepted.lock().expect("log").push(mail);
             write.write_all(b"250 OK queued\r\n").await?;
         } else if upper == "QUIT" {
             write.write_all(b"221 bye\r\n").await?;

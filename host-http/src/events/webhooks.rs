@@ -385,6 +385,39 @@ mod tests {
         assert!(next_attempt(20, first, first + chrono::Duration::days(3)).is_none());
     }
 
+    /// Every step, walked as the dispatcher walks it: each attempt fails at the instant the
+    /// previous one scheduled, until the schedule gives up.
+    #[test]
+    fn every_step_of_the_schedule_then_failed_after_three_days() {
+        let first = Utc.with_ymd_and_hms(2026, 11, 1, 0, 0, 0).unwrap();
+        let expected_secs = |attempt: u32| match attempt {
+            1 => 5,
+            2 => 30,
+            3 => 120,
+            4 => 600,
+            5 => 3600,
+            _ => 6 * 3600,
+        };
+        for _ in 0..20 {
+            let mut now = first;
+            let mut attempts = 0;
+            while let Some(next) = next_attempt(attempts + 1, first, now) {
+                attempts += 1;
+                let pause = (next - now).num_milliseconds();
+                let nominal = expected_secs(attempts) * 1000;
+                assert!(
+                    (nominal * 9 / 10..=nominal * 11 / 10).contains(&pause),
+                    "attempt {attempts}: {pause} ms, not {nominal} ms ±10 %"
+                );
+                assert!(next - first <= GIVE_UP_AFTER);
+                now = next;
+            }
+            // 5 early retries, then every 6 h (±10 %) until 3 days: 11 to 13 late ones.
+            assert!((16..=18).contains(&attempts), "{attempts} retries");
+            assert!(now - first > GIVE_UP_AFTER - chrono::Duration::hours(7));
+        }
+    }
+
     #[test]
     fn the_resolver_keeps_only_the_addresses_its_reach_allows() {
         use tower_service::Service as _;
