@@ -851,6 +851,114 @@ async fn paid_again(opened: &Opened, provider_id: &str, id: &str) {
     );
 }
 
+/// PostgreSQL: `GET /events` never lists an event past one that is still uncommitted. A
+/// transaction that wrote its event first but commits last (held open here on a session of
+/// its own) keeps later events out of the page until it commits; then both are listed, and a
+/// client that paged on from the later one still finds the earlier one. (SQLite has one
+/// writer: commit order is `seq` order there.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_event_pages_never_skip_an_event_that_commits_late() {
+    let Some(env) = Env::postgres("event pages and late commits").await else {
+        return;
+    };
+    let Db::Postgres(url) = &env.db else {
+        unreachable!("a PostgreSQL environment")
+    };
+    let opened = &env.opened;
+    let acme = provider(&env.db, "acme");
+    let first = create(opened, &acme.provider_id, &["1.00"]).await;
+    let outbox = &opened.outbox;
+    let provider_id = acme.provider_id.clone();
+    let page = |after: Option<String>| {
+        let provider_id = provider_id.clone();
+        async move {
+            outbox
+                .events_after(provider_id, after, 100)
+                .await
+                .unwrap()
+                .unwrap()
+                .into_iter()
+                .map(|e| e.id)
+                .collect::<Vec<_>>()
+        }
+    };
+    let listed = page(None).await;
+    assert_eq!(listed.len(), 1);
+
+    let mut cursor = listed.last().cloned();
+    let (mut late, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let driver = tokio::spawn(connection);
+    // Two cases of a late commit: an event written (its seq taken) before the later one's,
+    // by a transaction that began after the later one's or before it.
+    for began_first in [false, true] {
+        let (mut early, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        let early_driver = tokio::spawn(connection);
+        let held_id = format!("evt_held_{began_first}");
+        let later_id = format!("evt_later_{began_first}");
+        let held = if began_first {
+            // The later event's transaction takes its id first, and writes after.
+            let tx = late.transaction().await.unwrap();
+            tx.execute("SELECT pg_current_xact_id()", &[])
+                .await
+                .unwrap();
+            let held = early.transaction().await.unwrap();
+            insert_event(&held, &held_id, &provider_id, &first).await;
+            insert_event(&tx, &later_id, &provider_id, &first).await;
+            tx.commit().await.unwrap();
+            held
+        } else {
+            let held = early.transaction().await.unwrap();
+            insert_event(&held, &held_id, &provider_id, &first).await;
+            let tx = late.transaction().await.unwrap();
+            insert_event(&tx, &later_id, &provider_id, &first).await;
+            tx.commit().await.unwrap();
+            held
+        };
+        // The later event is committed, the held one is not: a page read now and the next
+        // page read after the held commit, together, list both.
+        let now = page(cursor.clone()).await;
+        assert!(!now.contains(&held_id), "{now:?}");
+        held.commit().await.unwrap();
+        let after_commit = page(now.last().cloned().or(cursor.clone())).await;
+        let seen: Vec<String> = now.into_iter().chain(after_commit).collect();
+        let mut both = seen.clone();
+        both.sort();
+        let mut expected = vec![held_id.clone(), later_id.clone()];
+        expected.sort();
+        assert_eq!(
+            both, expected,
+            "began first: {began_first}; listed {seen:?}"
+        );
+        cursor = seen.last().cloned();
+        drop(early);
+        let _ = early_driver.await;
+    }
+    drop(late);
+    let _ = driver.await;
+    env.finish().await;
+}
+
+/// Writes an event row as the stores do, on a session of the test's own.
+async fn insert_event(
+    client: &impl tokio_postgres::GenericClient,
+    id: &str,
+    provider_id: &str,
+    transaction_id: &str,
+) {
+    client
+        .execute(
+            "INSERT INTO events (id, provider_id, transaction_id, type, payload, created_at) \
+             VALUES ($1, $2, $3, 'transaction.updated', '{}', now())",
+            &[&id, &provider_id, &transaction_id],
+        )
+        .await
+        .expect("event written");
+}
+
 /// Creates an unpaid EUR transaction; returns its id.
 async fn create(opened: &Opened, provider_id: &str, totals: &[&str]) -> String {
     let new = transaction(provider_id, "EUR", totals);

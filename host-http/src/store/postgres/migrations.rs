@@ -272,6 +272,22 @@ CREATE TRIGGER providers_access_changed
     FOR EACH STATEMENT EXECUTE FUNCTION access_changed();
 "#,
     },
+    Migration {
+        version: 6,
+        description: "events: the writing transaction's id, so that GET /events pages in an \
+                      order no later commit can fall behind",
+        // `seq` is taken when an event is written, not when it commits: two transactions can
+        // commit in the other order, and a page read between the two commits would list the
+        // later event while the earlier one is not yet visible. Pages are ordered by the
+        // writer's transaction id and list only events of transactions older than every one
+        // still running on the database (`store::postgres::outbox`). Events written before this migration all
+        // get the migration's transaction id and keep their `seq` order.
+        sql: r#"
+ALTER TABLE events ADD COLUMN txid xid8 NOT NULL DEFAULT pg_current_xact_id();
+CREATE INDEX events_provider_txid ON events(provider_id, txid, seq);
+DROP INDEX events_provider;
+"#,
+    },
 ];
 
 /// Latest schema version this build knows.

@@ -1,5 +1,6 @@
 //! The outbox on PostgreSQL: events written inside the changing transaction (after its row
-//! lock, so the `seq` of one transaction's events follows the order of its changes); deliveries
+//! lock, so the `seq` of one transaction's events follows the order of its changes), paged in
+//! an order that a late commit cannot fall behind (the writer's transaction id); deliveries
 //! and e-mails claimed with `FOR UPDATE SKIP LOCKED` under leases, so that several instances
 //! share the work and each attempt belongs to one of them.
 
@@ -16,6 +17,11 @@ use crate::store::outbox::{
     Attempt, DeliveryJob, EventRecord, MailJob, NewEvent, OutboxStats, OutboxStore,
     TransactionSummary, message_id, states,
 };
+
+/// How long a page of events waits, at most, for running transactions to end when committed
+/// events are held back behind them, and how often it looks again.
+const EVENTS_SETTLE_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+const EVENTS_SETTLE_POLL: std::time::Duration = std::time::Duration::from_millis(10);
 
 fn corrupt(column: &'static str, detail: impl Into<String>) -> StoreError {
     StoreError::Corrupt {
@@ -157,38 +163,82 @@ impl OutboxStore for PgStore {
     ) -> BoxFuture<'_, Result<Option<Vec<EventRecord>>, StoreError>> {
         Box::pin(async move {
             let client = self.client().await?;
-            let from: i64 = match &after {
-                None => 0,
-                Some(id) => match client
+            if let Some(id) = &after {
+                let known = client
                     .query_opt(
-                        "SELECT seq FROM events WHERE id = $1 AND provider_id = $2",
+                        "SELECT 1 FROM events WHERE id = $1 AND provider_id = $2",
                         &[id, &provider_id],
                     )
-                    .await?
-                {
-                    Some(row) => row.try_get(0)?,
-                    None => return Ok(None),
-                },
-            };
-            let statement = client
+                    .await?;
+                if known.is_none() {
+                    return Ok(None);
+                }
+            }
+            // `seq` is taken when an event is written, not when it commits, so a page in `seq`
+            // order could list an event while an earlier one is still uncommitted, and a
+            // client paging on would never see that one. Pages are therefore in the order of
+            // the writing transaction's id (then `seq` within it), and list only events of
+            // transactions older than a horizon below which nothing is still running: any event
+            // that becomes visible later belongs to a younger transaction and sorts after
+            // everything listed. The events of one checkout transaction keep their order: each
+            // change first locks its row, which is where its transaction id is taken.
+            //
+            // The horizon (a first statement): the next transaction id, lowered to the oldest
+            // transaction still running on this database (only these write events; running
+            // transactions of other databases of the server hold nothing back). It is read
+            // before the page's own snapshot (a second statement), so a writer older than the
+            // horizon that has not committed by then was running while the horizon was read,
+            // and so lowered it. `pg_stat_activity` gives 32-bit ids: each is widened to the
+            // 64-bit id just below the next one (a running id is never 2^31 ids old).
+            let horizon = client
                 .prepare_cached(
-                    "SELECT id, payload FROM events WHERE provider_id = $1 AND seq > $2 \
-                     ORDER BY seq LIMIT $3",
+                    "WITH next AS (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::numeric \
+                       AS id) \
+                     SELECT LEAST(next.id, (SELECT min(next.id - (next.id % 4294967296 \
+                       - a.backend_xid::text::numeric + 4294967296) % 4294967296) \
+                       FROM pg_stat_activity a WHERE a.datname = current_database() \
+                       AND a.backend_xid IS NOT NULL))::text FROM next",
                 )
                 .await?;
-            let rows = client
-                .query(&statement, &[&provider_id, &from, &i64::from(limit)])
+            let statement = client
+                .prepare_cached(
+                    "SELECT e.id, e.payload, e.txid < $4::text::xid8 FROM events e \
+                     WHERE e.provider_id = $1 AND ($2::text IS NULL OR (e.txid, e.seq) > \
+                       (SELECT c.txid, c.seq FROM events c WHERE c.id = $2)) \
+                     ORDER BY e.txid, e.seq LIMIT $3",
+                )
                 .await?;
-            let events = rows
-                .iter()
-                .map(|row| {
-                    Ok(EventRecord {
+            let mut waited = std::time::Duration::ZERO;
+            loop {
+                let below: String = client.query_one(&horizon, &[]).await?.try_get(0)?;
+                let rows = client
+                    .query(
+                        &statement,
+                        &[&provider_id, &after, &i64::from(limit), &below],
+                    )
+                    .await?;
+                let mut events = Vec::with_capacity(rows.len());
+                let mut withheld = false;
+                for row in &rows {
+                    if !row.try_get::<_, bool>(2)? {
+                        withheld = true;
+                        break;
+                    }
+                    events.push(EventRecord {
                         id: row.try_get(0)?,
                         payload: row.try_get(1)?,
-                    })
-                })
-                .collect::<Result<Vec<_>, StoreError>>()?;
-            Ok(Some(events))
+                    });
+                }
+                // Committed events held back behind a transaction still running: running
+                // transactions are short, so wait a little for it rather than answer a page
+                // that stops early; after that, the page stops before them (`hasMore` false)
+                // and the next poll lists them.
+                if !withheld || waited >= EVENTS_SETTLE_WAIT {
+                    return Ok(Some(events));
+                }
+                tokio::time::sleep(EVENTS_SETTLE_POLL).await;
+                waited += EVENTS_SETTLE_POLL;
+            }
         })
     }
 

@@ -193,6 +193,9 @@ impl OutboxStore for SqliteStore {
         after: Option<String>,
         limit: u32,
     ) -> BoxFuture<'_, Result<Option<Vec<EventRecord>>, StoreError>> {
+        // One writer commits at a time and numbers its events as it writes them, so `seq`
+        // order is commit order here: no event can become visible behind one already listed
+        // (unlike PostgreSQL, see `store::postgres::outbox`).
         let result = self.read(|conn| {
             let from: i64 = match &after {
                 None => 0,
