@@ -336,9 +336,11 @@ fn aggregated_items(json: Option<String>) -> Result<Vec<ItemRecord>, StoreError>
         .collect()
 }
 
+/// One cancellation as `read_transaction` aggregates it.
+type AggregatedCancellation = (Option<String>, Vec<u32>, String, String, i64);
+
 fn aggregated_cancellations(json: Option<String>) -> Result<Vec<CancellationRecord>, StoreError> {
-    let rows: Vec<(Option<String>, Vec<u32>, String, String, i64)> =
-        opt_json("cancellations", json)?.unwrap_or_default();
+    let rows: Vec<AggregatedCancellation> = opt_json("cancellations", json)?.unwrap_or_default();
     rows.into_iter()
         .map(|(receipt_number, items, refund, outcome, created_at)| {
             Ok(CancellationRecord {
@@ -352,9 +354,11 @@ fn aggregated_cancellations(json: Option<String>) -> Result<Vec<CancellationReco
         .collect()
 }
 
+/// One e-mail as `read_transaction` aggregates it.
+type AggregatedMail = (String, Option<String>, Vec<String>, String, i64);
+
 fn aggregated_mails(json: Option<String>) -> Result<Vec<super::outbox::MailRecord>, StoreError> {
-    let rows: Vec<(String, Option<String>, Vec<String>, String, i64)> =
-        opt_json("email_messages", json)?.unwrap_or_default();
+    let rows: Vec<AggregatedMail> = opt_json("email_messages", json)?.unwrap_or_default();
     rows.into_iter()
         .map(|(kind, receipt_number, recipients, status, at)| {
             Ok(super::outbox::MailRecord {

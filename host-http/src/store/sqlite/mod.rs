@@ -398,9 +398,12 @@ impl SqliteStore {
         work: impl FnOnce(&Connection) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
         let conn = self.reader()?;
-        conn.execute_batch("BEGIN")?;
+        // Cached statements: `execute_batch` would parse BEGIN and COMMIT on every read.
+        conn.prepare_cached("BEGIN")?.execute([])?;
         let result = work(&conn);
-        let ended = conn.execute_batch("COMMIT");
+        let ended = conn
+            .prepare_cached("COMMIT")
+            .and_then(|mut commit| commit.execute([]));
         if ended.is_ok() {
             self.give_back(conn);
         }
