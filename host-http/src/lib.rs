@@ -287,6 +287,7 @@ impl App {
                 metrics,
                 in_flight: app::admission::InFlightLimits::new(config.max_in_flight_per_provider),
                 access_cache: app::access::AccessCache::default(),
+                rendered_statuses: app::transactions::RenderedStatuses::default(),
                 file_link_ttl,
             }),
             config,

@@ -110,6 +110,7 @@ macro_rules! conformance {
 conformance!(
     credential_active_revoked_unknown_r_7_1,
     access_epoch_moves_with_credentials_and_settings_only_r_7_1_r_5_1,
+    transaction_version_moves_with_what_the_status_record_shows_r_10,
     provider_reads_its_configuration_r_5_1_r_6_1,
     create_transaction_keeps_items_and_amount_scales_r_1_4_r_3_2,
     create_transaction_finishes_its_key_in_the_same_commit_r_9_1,
@@ -1254,6 +1255,88 @@ async fn access_epoch_moves_with_credentials_and_settings_only_r_7_1_r_5_1(
         after_revoke,
         "a change of the provider's settings moves the epoch"
     );
+}
+
+/// the version a rendered status record is kept under moves in the commit of every
+/// change the record shows — an update, the payment, a reservation, a settlement with its
+/// receipt — and is read in the same snapshot as the record; renewing a refund's lease shows
+/// nothing and leaves it.
+async fn transaction_version_moves_with_what_the_status_record_shows_r_10(
+    opened: &Opened,
+    db: &Db,
+) {
+    let acme = provider(db, "acme");
+    let version = |id: String| async move {
+        let (owner, version) = opened
+            .store
+            .transaction_version(id.clone())
+            .await
+            .expect("version read")
+            .expect("the transaction exists");
+        assert_eq!(version, record(opened, &id).await.version, "one snapshot");
+        (owner, version)
+    };
+    assert_eq!(
+        opened
+            .store
+            .transaction_version(new_id())
+            .await
+            .expect("version read"),
+        None
+    );
+    let id = create(opened, &acme.provider_id, &["10.00"]).await;
+    let (owner, created) = version(id.clone()).await;
+    assert_eq!(owner, acme.provider_id);
+
+    let change = UpdateTransaction {
+        external_ids: None,
+        title: Some("renamed".to_owned()),
+        note: None,
+        attachments: None,
+    };
+    opened
+        .store
+        .update_transaction(id.clone(), acme.provider_id.clone(), change, at(1))
+        .await
+        .expect("updated");
+    let (_, updated) = version(id.clone()).await;
+    assert!(updated > created, "an update moves it");
+
+    let id = paid(opened, &acme.provider_id, &["10.00"]).await;
+    let (_, paid_at) = version(id.clone()).await;
+    let view = reserve_pending(
+        opened,
+        cancellation(
+            &acme.provider_id,
+            &id,
+            true,
+            vec![line(1, "10.00", "10.00")],
+            at(2),
+            "instance-a",
+            at(10),
+        ),
+    )
+    .await;
+    let (_, reserved) = version(id.clone()).await;
+    assert!(
+        reserved > paid_at,
+        "a reservation (item CANCELLING) moves it"
+    );
+    assert!(
+        opened
+            .cancellations
+            .renew_lease(view.refund_id.clone(), lease("instance-a", at(50)))
+            .await
+            .expect("renew")
+    );
+    assert_eq!(
+        version(id.clone()).await.1,
+        reserved,
+        "a lease renewal shows nothing"
+    );
+    settle(opened, &view.refund_id, succeeded("gw"), at(20)).await;
+    let (_, settled) = version(id.clone()).await;
+    assert!(settled > reserved, "a settlement moves it");
 }
 
 /// a provider is read with its zone and (absent) policies; an unknown one is not.

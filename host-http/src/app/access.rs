@@ -1,13 +1,11 @@
 //! Who may do what: authentication of presented credentials, scopes,
 //! and the ownership of transactions.
 
-use std::collections::HashMap;
-use std::hash::Hash;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use engine::api::ProviderSettings;
 
-use super::{Error, Principal, Resource, Services};
+use super::{Error, Principal, Resource, Services, Versioned};
 use crate::auth::{self, BasicCredentials, Scope, Scopes};
 use crate::store::{CredentialRow, TransactionRecord};
 
@@ -21,10 +19,19 @@ const MAX_CACHED: usize = 10_000;
 /// instance, another one or a `provider` command, changes the epoch in the same commit, so the
 /// first request after it reads the database again. Only what the database holds is kept (the
 /// secret's SHA-256, never the secret), and only credentials that exist.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct AccessCache {
-    credentials: Entries<String, Arc<KnownCredential>>,
-    providers: Entries<String, Arc<ProviderSettings>>,
+    credentials: Versioned<String, Arc<KnownCredential>>,
+    providers: Versioned<String, Arc<ProviderSettings>>,
+}
+
+impl Default for AccessCache {
+    fn default() -> Self {
+        AccessCache {
+            credentials: Versioned::new(MAX_CACHED),
+            providers: Versioned::new(MAX_CACHED),
+        }
+    }
 }
 
 /// A stored credential with its scopes parsed once.
@@ -32,35 +39,6 @@ pub struct AccessCache {
 struct KnownCredential {
     row: CredentialRow,
     scopes: Scopes,
-}
-
-/// One map of entries, each tagged with its epoch.
-#[derive(Debug)]
-struct Entries<K, V>(RwLock<HashMap<K, (u64, V)>>);
-
-impl<K, V> Default for Entries<K, V> {
-    fn default() -> Self {
-        Entries(RwLock::new(HashMap::new()))
-    }
-}
-
-impl<K: Eq + Hash + Clone, V: Clone> Entries<K, V> {
-    /// The entry for `key` read under `epoch`, if any.
-    fn get(&self, key: &K, epoch: u64) -> Option<V> {
-        let map = self.0.read().ok()?;
-        map.get(key)
-            .filter(|(read_under, _)| *read_under == epoch)
-            .map(|(_, value)| value.clone())
-    }
-
-    fn put(&self, key: K, epoch: u64, value: V) {
-        if let Ok(mut map) = self.0.write() {
-            if map.len() >= MAX_CACHED && !map.contains_key(&key) {
-                map.clear();
-            }
-            map.insert(key, (epoch, value));
-        }
-    }
 }
 
 impl Services {

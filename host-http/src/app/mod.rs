@@ -19,7 +19,9 @@ pub mod idempotency;
 pub mod payments;
 pub mod transactions;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::{Arc, RwLock};
 
 use chrono::Duration;
 
@@ -54,6 +56,8 @@ pub struct Services {
     pub in_flight: admission::InFlightLimits,
     /// Credentials and provider settings kept while the store's access epoch holds.
     pub access_cache: access::AccessCache,
+    /// Status records as last rendered, per transaction and version.
+    pub rendered_statuses: transactions::RenderedStatuses,
     /// How long a shared file's link works after its upload or its last renewal.
     pub file_link_ttl: Duration,
 }
@@ -106,4 +110,45 @@ pub struct Principal {
     /// The access epoch the credential was checked under; the provider's settings are read
     /// under the same one.
     pub access_epoch: u64,
+}
+
+/// A bounded map whose entries are each tagged with the version (or epoch) they were read
+/// under, and served only while the caller still sees that version. Past its capacity the map
+/// starts over, so what it holds never grows with the data.
+#[derive(Debug)]
+pub(crate) struct Versioned<K, V> {
+    entries: RwLock<HashMap<K, (u64, V)>>,
+    capacity: usize,
+}
+
+impl<K: Eq + Hash + Clone, V: Clone> Versioned<K, V> {
+    /// An empty map of at most `capacity` entries.
+    pub(crate) fn new(capacity: usize) -> Self {
+        Versioned {
+            entries: RwLock::new(HashMap::new()),
+            capacity,
+        }
+    }
+
+    /// The entry for `key` kept under `version`, if any.
+    pub(crate) fn get<Q>(&self, key: &Q, version: u64) -> Option<V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Eq + Hash + ?Sized,
+    {
+        let map = self.entries.read().ok()?;
+        map.get(key)
+            .filter(|(kept_under, _)| *kept_under == version)
+            .map(|(_, value)| value.clone())
+    }
+
+    /// Keeps `value` for `key` under `version`.
+    pub(crate) fn put(&self, key: K, version: u64, value: V) {
+        if let Ok(mut map) = self.entries.write() {
+            if map.len() >= self.capacity && !map.contains_key(&key) {
+                map.clear();
+            }
+            map.insert(key, (version, value));
+        }
+    }
 }

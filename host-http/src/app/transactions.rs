@@ -1,6 +1,7 @@
 //! Transactions: create, replace descriptive fields, record a sandbox
 //! payment, the status record and the quote of a body.
 
+use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use engine::api::{
     Amounts, CheckoutEmail, CheckoutInfo, CorporateCheckout, Created, EmailStatus, PaymentReq,
@@ -9,11 +10,25 @@ use engine::api::{
 };
 
 use super::idempotency::{StoredResponse, body_hash, key_of};
-use super::{Error, Principal, Resource, Services};
+use super::{Error, Principal, Resource, Services, Versioned};
 use crate::store::{
     IdempotentResponse, NewItem, NewTransaction, Owned, PayOutcome, PaymentDetails, PaymentLink,
     TransactionRecord,
 };
+
+/// Most status records kept rendered; a few thousand records of about 3 KB.
+const MAX_RENDERED: usize = 4096;
+
+/// Status records as last rendered, each with the transaction version it shows
+/// ([`Services::status_json`]).
+#[derive(Debug)]
+pub struct RenderedStatuses(Versioned<String, Bytes>);
+
+impl Default for RenderedStatuses {
+    fn default() -> Self {
+        RenderedStatuses(Versioned::new(MAX_RENDERED))
+    }
+}
 
 /// HTTP status stored with the answer of a creation, replayed for a repeat of its key.
 const CREATED_STATUS: u16 = 201;
@@ -206,6 +221,35 @@ impl Services {
     pub async fn status(&self, principal: &Principal, id: &str) -> Result<StatusRecord, Error> {
         let record = self.owned_transaction(principal, id).await?;
         Ok(self.status_record(&record))
+    }
+
+    /// The status record of an owned transaction serialised as JSON. The record
+    /// is a function of what is stored (the payment page's URL included), so it is kept as
+    /// rendered, per transaction and [version](crate::store::TransactionRecord::version): a
+    /// read then costs one small query (owner and version) while nothing changed, and any
+    /// change — by this instance or another one on the database — moves the version in its
+    /// own commit, so the next read renders the record again.
+    pub async fn status_json(&self, principal: &Principal, id: &str) -> Result<Bytes, Error> {
+        let (owner, version) = self
+            .store
+            .transaction_version(id.to_owned())
+            .await?
+            .ok_or(Error::NotFound(Resource::Contract))?;
+        if owner != principal.provider_id {
+            return Err(Error::OtherProvider(Resource::Contract));
+        }
+        if let Some(text) = self.rendered_statuses.0.get(id, version) {
+            return Ok(text);
+        }
+        let record = self.owned_transaction(principal, id).await?;
+        let text = Bytes::from(
+            serde_json::to_vec(&self.status_record(&record))
+                .map_err(|e| Error::Internal(e.to_string()))?,
+        );
+        self.rendered_statuses
+            .0
+            .put(id.to_owned(), record.version, text.clone());
+        Ok(text)
     }
 
     /// The R-10 status record of a stored transaction, with its payment page while PENDING.

@@ -17,7 +17,12 @@ pub type HttpResponse = Response<Full<Bytes>>;
 
 /// A JSON response from already-serialised text.
 pub fn json_text(status: StatusCode, body: String) -> HttpResponse {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
+    json_bytes(status, Bytes::from(body))
+}
+
+/// A JSON response of JSON text already serialised.
+pub fn json_bytes(status: StatusCode, body: Bytes) -> HttpResponse {
+    let mut response = Response::new(Full::new(body));
     *response.status_mut() = status;
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -12,7 +12,7 @@ use super::request::{
     authenticate, authorize, idempotency_key, query_param, read_json_body, read_json_body_or_empty,
     transaction_id,
 };
-use super::response::{HttpResponse, json, json_text, replayed, set_location};
+use super::response::{HttpResponse, json, json_bytes, json_text, replayed, set_location};
 use crate::app::Services;
 use crate::app::transactions::{CreateRequest, Creation};
 use crate::auth::Scope;
@@ -40,7 +40,10 @@ pub async fn status(
 ) -> Result<HttpResponse, ApiError> {
     let principal = authorize(services, request.headers(), Scope::TransactionsRead).await?;
     let id = transaction_id(id)?;
-    json(StatusCode::OK, &services.status(&principal, &id).await?)
+    Ok(json_bytes(
+        StatusCode::OK,
+        services.status_json(&principal, &id).await?,
+    ))
 }
 
 /// `POST /initialize` and `POST /transactions`.

@@ -436,6 +436,9 @@ pub struct TransactionRecord {
     pub payment_link_expires_at: Option<String>,
     /// Its e-mails (the contract e-mail, receipts), oldest first.
     pub mails: Vec<outbox::MailRecord>,
+    /// Moves with every change of what the status record shows (the row, its items,
+    /// cancellations and e-mails); set by triggers on both stores.
+    pub version: u64,
 }
 
 /// The identity of one idempotent request: keys are scoped per provider.
@@ -577,6 +580,12 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// The provider owning a transaction, for the ownership check of.
     fn transaction_owner(&self, id: String) -> BoxFuture<'_, Result<Option<String>, StoreError>>;
+
+    /// The owner and version of a transaction ([`TransactionRecord::version`]), read alone.
+    fn transaction_version(
+        &self,
+        id: String,
+    ) -> BoxFuture<'_, Result<Option<(String, u64)>, StoreError>>;
 
     /// A transaction with its items and cancellations.
     fn transaction(

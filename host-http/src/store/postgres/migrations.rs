@@ -288,6 +288,48 @@ CREATE INDEX events_provider_txid ON events(provider_id, txid, seq);
 DROP INDEX events_provider;
 "#,
     },
+    Migration {
+        version: 7,
+        description: "transaction versions: bumped by every change of what a status record shows",
+        // The same counter as SQLite's migration 10 (`store::sqlite::VERSION_MIGRATION`). A
+        // change of a shown column of an item, cancellation or e-mail updates its transaction's
+        // row, which every writer of the transaction has locked first anyway. Lease columns are
+        // not shown and bump nothing, so renewing a refund's lease never takes the transaction's
+        // lock after the cancellation's (lock order: transaction first). The dispatcher updates
+        // an e-mail's status without the transaction's lock and takes it last; no writer holds
+        // a transaction's lock and then waits for an existing e-mail row.
+        sql: r#"
+ALTER TABLE transactions ADD COLUMN version bigint NOT NULL DEFAULT 0;
+CREATE FUNCTION transactions_next_version() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.version := OLD.version + 1;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER transactions_version BEFORE UPDATE ON transactions
+    FOR EACH ROW EXECUTE FUNCTION transactions_next_version();
+CREATE FUNCTION transaction_part_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        UPDATE transactions SET version = version + 1 WHERE id = OLD.transaction_id;
+    ELSE
+        UPDATE transactions SET version = version + 1 WHERE id = NEW.transaction_id;
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER items_version AFTER INSERT OR UPDATE OR DELETE ON items
+    FOR EACH ROW EXECUTE FUNCTION transaction_part_changed();
+CREATE TRIGGER cancellations_version
+    AFTER INSERT OR DELETE OR UPDATE OF receipt_number, items, refund, outcome, created_at
+    ON cancellations
+    FOR EACH ROW EXECUTE FUNCTION transaction_part_changed();
+CREATE TRIGGER email_messages_version
+    AFTER INSERT OR DELETE OR UPDATE OF kind, receipt_number, recipients, status, updated_at
+    ON email_messages
+    FOR EACH ROW EXECUTE FUNCTION transaction_part_changed();
+"#,
+    },
 ];
 
 /// Latest schema version this build knows.

@@ -252,7 +252,7 @@ async fn read_transaction(
             "SELECT t.provider_id, t.reference, t.status, t.title, t.currency, t.ref_ids::text, \
              t.note, t.attachments::text, t.email::text, t.payload, t.total, t.paid_amount, \
              t.refunded_amount, t.paid_at, t.payment::text, t.created_at, t.updated_at, \
-             t.time_zone, t.pay_expires_at, \
+             t.time_zone, t.pay_expires_at, t.version, \
              (SELECT json_agg(json_build_array(i.order_no, i.name, i.category, i.total::text, \
                      i.policy, i.period, i.status, i.refunded::text) ORDER BY i.order_no) \
                 FROM items i WHERE i.transaction_id = t.id)::text, \
@@ -287,13 +287,14 @@ async fn read_transaction(
         refunded_amount: row.try_get(12)?,
         paid_at: instant(row.try_get(13)?),
         payment: opt_json::<PaymentDetails>("transactions.payment", row.try_get(14)?)?,
-        items: aggregated_items(row.try_get(19)?)?,
-        cancellations: aggregated_cancellations(row.try_get(20)?)?,
+        items: aggregated_items(row.try_get(20)?)?,
+        cancellations: aggregated_cancellations(row.try_get(21)?)?,
         created_at: format_instant(row.try_get(15)?),
         updated_at: format_instant(row.try_get(16)?),
         time_zone: row.try_get(17)?,
         payment_link_expires_at: instant(row.try_get(18)?),
-        mails: aggregated_mails(row.try_get(21)?)?,
+        mails: aggregated_mails(row.try_get(22)?)?,
+        version: u64::try_from(row.try_get::<_, i64>(19)?).unwrap_or_default(),
     }))
 }
 
@@ -804,6 +805,26 @@ impl Store for PgStore {
         provider_id: String,
     ) -> BoxFuture<'_, Result<Option<ProviderRow>, StoreError>> {
         Box::pin(async move { read_provider(&self.client().await?, &provider_id).await })
+    }
+
+    fn transaction_version(
+        &self,
+        id: String,
+    ) -> BoxFuture<'_, Result<Option<(String, u64)>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let statement = client
+                .prepare_cached("SELECT provider_id, version FROM transactions WHERE id = $1")
+                .await?;
+            let Some(row) = client.query_opt(&statement, &[&id]).await? else {
+                return Ok(None);
+            };
+            let version: i64 = row.try_get(1)?;
+            Ok(Some((
+                row.try_get(0)?,
+                u64::try_from(version).unwrap_or_default(),
+            )))
+        })
     }
 
     fn access_epoch(&self) -> BoxFuture<'_, Result<u64, StoreError>> {

@@ -178,6 +178,11 @@ CREATE TABLE service_keys (
         description: "access epoch: bumped by every change of a credential or provider settings",
         sql: crate::store::sqlite::ACCESS_EPOCH_MIGRATION,
     },
+    Migration {
+        version: 10,
+        description: "transaction versions: bumped by every change of what a status record shows",
+        sql: crate::store::sqlite::VERSION_MIGRATION,
+    },
 ];
 
 /// Why the schema could not be brought up to date.

@@ -133,6 +133,37 @@ CREATE TRIGGER providers_removed AFTER DELETE ON providers
 BEGIN UPDATE access_epoch SET value = value + 1 WHERE id = 1; END;
 "#;
 
+/// Transaction versions (migration 10): a counter on each transaction that triggers bump in
+/// the same transaction as any change of the row or of its items, or of the columns of its
+/// cancellations and e-mails that its status record (R-10) shows (not their leases). A status record rendered at one version is the
+/// record as long as the version stays (`app::transactions`).
+pub const VERSION_MIGRATION: &str = r#"
+ALTER TABLE transactions ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+CREATE TRIGGER transactions_version AFTER UPDATE ON transactions
+WHEN NEW.version = OLD.version
+BEGIN UPDATE transactions SET version = OLD.version + 1 WHERE id = NEW.id; END;
+CREATE TRIGGER items_inserted_version AFTER INSERT ON items
+BEGIN UPDATE transactions SET version = version + 1 WHERE id = NEW.transaction_id; END;
+CREATE TRIGGER items_updated_version AFTER UPDATE ON items
+BEGIN UPDATE transactions SET version = version + 1 WHERE id = NEW.transaction_id; END;
+CREATE TRIGGER items_deleted_version AFTER DELETE ON items
+BEGIN UPDATE transactions SET version = version + 1 WHERE id = OLD.transaction_id; END;
+CREATE TRIGGER cancellations_inserted_version AFTER INSERT ON cancellations
+BEGIN UPDATE transactions SET version = version + 1 WHERE id = NEW.transaction_id; END;
+CREATE TRIGGER cancellations_updated_version
+AFTER UPDATE OF receipt_number, items, refund, outcome, created_at ON cancellations
+BEGIN UPDATE transactions SET version = version + 1 WHERE id = NEW.transaction_id; END;
+CREATE TRIGGER cancellations_deleted_version AFTER DELETE ON cancellations
+BEGIN UPDATE transactions SET version = version + 1 WHERE id = OLD.transaction_id; END;
+CREATE TRIGGER email_messages_inserted_version AFTER INSERT ON email_messages
+BEGIN UPDATE transactions SET version = version + 1 WHERE id = NEW.transaction_id; END;
+CREATE TRIGGER email_messages_updated_version
+AFTER UPDATE OF kind, receipt_number, recipients, status, updated_at ON email_messages
+BEGIN UPDATE transactions SET version = version + 1 WHERE id = NEW.transaction_id; END;
+CREATE TRIGGER email_messages_deleted_version AFTER DELETE ON email_messages
+BEGIN UPDATE transactions SET version = version + 1 WHERE id = OLD.transaction_id; END;
+"#;
+
 pub use admin::SqliteAdmin;
 
 use super::outbox as events;
@@ -518,7 +549,7 @@ pub(super) fn read_transaction(
         .prepare_cached(
             "SELECT provider_id, reference, status, title, currency, ref_ids, note, attachments, \
              email, payload, total, paid_amount, refunded_amount, paid_at, payment, created_at, \
-             updated_at, time_zone, pay_expires_at FROM transactions WHERE id = ?1",
+             updated_at, time_zone, pay_expires_at, version FROM transactions WHERE id = ?1",
         )?
         .query_row([id], |r| {
             Ok((
@@ -544,6 +575,7 @@ pub(super) fn read_transaction(
                     r.get::<_, String>(16)?,
                     r.get::<_, Option<String>>(17)?,
                     r.get::<_, Option<String>>(18)?,
+                    r.get::<_, i64>(19)?,
                 ),
             ))
         })
@@ -561,6 +593,7 @@ pub(super) fn read_transaction(
             updated_at,
             time_zone,
             payment_link_expires_at,
+            version,
         ),
     )) = row
     else {
@@ -595,6 +628,7 @@ pub(super) fn read_transaction(
         updated_at,
         payment_link_expires_at,
         mails,
+        version: u64::try_from(version).unwrap_or_default(),
     }))
 }
 
@@ -975,6 +1009,24 @@ impl Store for SqliteStore {
         provider_id: String,
     ) -> BoxFuture<'_, Result<Option<ProviderRow>, StoreError>> {
         let result = self.read(|conn| read_provider(conn, &provider_id));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn transaction_version(
+        &self,
+        id: String,
+    ) -> BoxFuture<'_, Result<Option<(String, u64)>, StoreError>> {
+        let result = self.read_statement(|conn| {
+            Ok(conn
+                .prepare_cached("SELECT provider_id, version FROM transactions WHERE id = ?1")?
+                .query_row([&id], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        u64::try_from(r.get::<_, i64>(1)?).unwrap_or_default(),
+                    ))
+                })
+                .optional()?)
+        });
         Box::pin(std::future::ready(result))
     }
 
