@@ -80,6 +80,59 @@ async fn instances_starting_together_migrate_once() {
     assert_eq!(http.status(b.addr, &id).await["status"], "PAID");
 }
 
+/// an instance keeps a status record rendered while its transaction's version stays; a
+/// change made through the other instance moves the version in its commit, so the first
+/// instance's next read shows it — after the payment and after a cancellation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_record_read_on_one_instance_shows_changes_made_on_the_other_r_10() {
+    let Some((_pg, http, a, b)) = two_instances("status across instances", None).await else {
+        return;
+    };
+    let (status, created) = http
+        .send(
+            a.addr,
+            Method::POST,
+            "/initialize",
+            Some(json!({"title": "T", "currency": "EUR",
+                        "items": [{"price": 100}, {"price": 50}]})),
+        )
+        .await
+        .expect("created");
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["transactionId"].as_str().expect("id").to_owned();
+    for _ in 0..2 {
+        // Read twice: the second answer comes from what the instance kept.
+        assert_eq!(http.status(a.addr, &id).await["status"], "PENDING");
+    }
+    let (status, body) = http
+        .send(
+            b.addr,
+            Method::POST,
+            &format!("/sandbox/transactions/{id}/pay"),
+            Some(json!({})),
+        )
+        .await
+        .expect("paid");
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let record = http.status(a.addr, &id).await;
+    assert_eq!(record["status"], "PAID", "{record}");
+    assert!(record["paymentUrl"].is_null(), "{record}");
+    let (status, body) = http
+        .send(
+            b.addr,
+            Method::PATCH,
+            &format!("/cancel/{id}"),
+            Some(json!({"itemsOrder": [1]})),
+        )
+        .await
+        .expect("cancelled");
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let record = http.status(a.addr, &id).await;
+    assert_eq!(record["status"], "PARTIALLY_CANCELLED", "{record}");
+    assert_eq!(record["items"][0]["status"], "CANCELLED", "{record}");
+    assert_eq!(record["cancellations"].as_array().map(Vec::len), Some(1));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parallel_cancellations_of_one_item_on_two_instances_refund_once_r_4_5() {
     let Some((_pg, http, a, b)) = two_instances("32 parallel cancellations", None).await else {
