@@ -9,24 +9,56 @@
 //! [`RefundPreview`]; an optional `"cancelled": [3]` marks items as already cancelled.
 //! A line that cannot be answered gives `{"error": <400 body of R-8.1>}`.
 //!
+//! A line is first read straight into typed fields and validated by the fast path of
+//! [`validate`]; one it does not accept is read again as a JSON value and validated by the full
+//! path, which decides and builds the messages, so both give the same answers.
+//!
 //! [`QuoteResult`]: crate::api::QuoteResult
 //! [`RefundPreview`]: crate::api::RefundPreview
 
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use rust_decimal::Decimal;
+use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value, json};
 
-use crate::api::{ErrorBody, ProviderSettings};
+use crate::api::{
+    CancellationPolicy, CancellationReq, Category, CorporateCheckout, ErrorBody, ProviderSettings,
+};
 use crate::preview::{PreviewError, RefundContext};
 use crate::time::{parse_instant, parse_zone};
+use crate::validate::{Shape, scan};
 use crate::{quote, validate};
 
 /// Answers one quote line: the quote, or `{"error": <400 body>}`.
 pub fn quote_line(line: &[u8]) -> Value {
-    answer(quote_value(line))
+    answer(quote_value(line, Path::Fast))
 }
 
 /// Answers one preview line: the refund preview, or `{"error": <400 body>}`.
 pub fn preview_line(line: &[u8]) -> Value {
-    answer(preview_value(line))
+    answer(preview_value(line, Path::Fast))
+}
+
+/// [`quote_line`] by the full path of validation alone.
+#[doc(hidden)]
+pub fn quote_line_full(line: &[u8]) -> Value {
+    answer(quote_value(line, Path::Full))
+}
+
+/// [`preview_line`] by the full path of validation alone.
+#[doc(hidden)]
+pub fn preview_line_full(line: &[u8]) -> Value {
+    answer(preview_value(line, Path::Full))
+}
+
+/// Whether a line first tries the fast path of validation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    Fast,
+    Full,
 }
 
 fn answer(result: Result<Value, Vec<String>>) -> Value {
@@ -59,11 +91,42 @@ fn to_value<T: serde::Serialize>(value: &T) -> Result<Value, Vec<String>> {
     serde_json::to_value(value).map_err(|e| vec![e.to_string()])
 }
 
-fn quote_value(line: &[u8]) -> Result<Value, Vec<String>> {
-    let mut map = fields(line, &["checkout"])?;
-    let checkout = checkout(&mut map, "UTC")?;
+/// A quote line read straight into its wire types.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QuoteLine {
+    checkout: CorporateCheckout,
+}
+
+fn quote_value(line: &[u8], path: Path) -> Result<Value, Vec<String>> {
+    let fast = (path == Path::Fast).then(|| quote_fast(line)).flatten();
+    let checkout = match fast {
+        Some(checkout) => checkout,
+        None => {
+            let mut map = fields(line, &["checkout"])?;
+            checkout(&mut map, "UTC")?
+        }
+    };
     let quote = quote::quote(&checkout).map_err(|e| vec![e.to_string()])?;
-    to_value(&quote)
+    match path {
+        Path::Fast => Ok(render::quote(&quote)),
+        Path::Full => to_value(&quote),
+    }
+}
+
+/// The validated checkout of a quote line by the fast path, or `None` when the full path has
+/// to decide.
+fn quote_fast(line: &[u8]) -> Option<CorporateCheckout> {
+    let QuoteLine { checkout } = validate::typed(line)?;
+    let mut shape = Shape {
+        objects: 1,
+        arrays: 0,
+    };
+    shape.add_checkout(&checkout);
+    if scan(line)? != shape {
+        return None;
+    }
+    validate::checkout_typed(checkout, Tz::UTC)
 }
 
 fn checkout(
@@ -76,7 +139,136 @@ fn checkout(
     validate::checkout_value(value, provider_zone).map_err(|e| e.messages)
 }
 
-fn preview_value(line: &[u8]) -> Result<Value, Vec<String>> {
+/// What a preview line asks, validated.
+struct PreviewInput {
+    checkout: CorporateCheckout,
+    provider: ProviderSettings,
+    paid_at: Option<DateTime<Utc>>,
+    at: DateTime<Utc>,
+    req: CancellationReq,
+    cancelled: Vec<u32>,
+}
+
+fn preview_value(line: &[u8], path: Path) -> Result<Value, Vec<String>> {
+    let fast = (path == Path::Fast).then(|| preview_fast(line)).flatten();
+    let input = match fast {
+        Some(input) => input,
+        None => preview_full(line)?,
+    };
+    let mut ctx = RefundContext::from_checkout(&input.checkout, &input.provider, input.paid_at)
+        .map_err(|e| vec![e.to_string()])?;
+    for item in &mut ctx.items {
+        item.cancelled = input.cancelled.contains(&item.order);
+    }
+    match crate::preview::preview_refund(&ctx, &input.req, input.at) {
+        Ok(preview) if path == Path::Fast => Ok(render::preview(&preview)),
+        Ok(preview) => to_value(&preview),
+        Err(PreviewError::Invalid(errors)) => Err(errors.messages),
+        Err(PreviewError::Engine(error)) => Err(vec![error.to_string()]),
+    }
+}
+
+/// A preview line read straight into typed fields.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PreviewLine {
+    checkout: CorporateCheckout,
+    #[serde(default)]
+    provider: Option<LineProvider>,
+    #[serde(default)]
+    paid_at: Option<String>,
+    #[serde(default)]
+    at: Option<String>,
+    #[serde(default)]
+    items_order: Option<Vec<u32>>,
+    #[serde(default, with = "crate::decimal::option")]
+    amount: Option<Decimal>,
+    #[serde(default)]
+    cancelled: Option<Vec<u32>>,
+}
+
+/// [`ProviderSettings`] as a line gives them, with `categoryPolicies` told apart from its
+/// absence (its object counts in the shape of the line).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct LineProvider {
+    #[serde(default = "utc")]
+    time_zone: String,
+    #[serde(default)]
+    default_policy: Option<CancellationPolicy>,
+    #[serde(default, deserialize_with = "present")]
+    category_policies: Option<BTreeMap<Category, CancellationPolicy>>,
+}
+
+fn utc() -> String {
+    "UTC".to_owned()
+}
+
+/// A field that is given (`null` is refused, as [`ProviderSettings`] refuses it).
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    deserializer: D,
+) -> Result<Option<T>, D::Error> {
+    T::deserialize(deserializer).map(Some)
+}
+
+/// The validated input of a preview line by the fast path, or `None` when the full path has to
+/// decide.
+fn preview_fast(line: &[u8]) -> Option<PreviewInput> {
+    let parsed: PreviewLine = validate::typed(line)?;
+    let mut shape = Shape {
+        objects: 1,
+        arrays: usize::from(parsed.items_order.is_some()) + usize::from(parsed.cancelled.is_some()),
+    };
+    shape.add_checkout(&parsed.checkout);
+    if let Some(provider) = &parsed.provider {
+        shape.objects += 1;
+        shape.add_policies(
+            provider.default_policy.as_ref(),
+            provider.category_policies.as_ref(),
+        );
+    }
+    if scan(line)? != shape {
+        return None;
+    }
+    let provider = match parsed.provider {
+        None => ProviderSettings {
+            time_zone: utc(),
+            ..ProviderSettings::default()
+        },
+        Some(provider) => ProviderSettings {
+            time_zone: provider.time_zone,
+            default_policy: provider.default_policy,
+            category_policies: provider.category_policies.unwrap_or_default(),
+        },
+    };
+    let zone = parse_zone(&provider.time_zone).ok()?;
+    let paid_at = match parsed.paid_at {
+        None => None,
+        Some(text) => Some(parse_instant(&text).ok()?),
+    };
+    let at = parse_instant(parsed.at.as_deref()?).ok()?;
+    let req = CancellationReq {
+        items_order: parsed.items_order?,
+        amount: parsed.amount,
+        invoice_title: None,
+        invoice_number: None,
+    };
+    if !validate::cancellation_typed(&req) {
+        return None;
+    }
+    Some(PreviewInput {
+        checkout: validate::checkout_typed(parsed.checkout, zone)?,
+        provider,
+        paid_at,
+        at,
+        req,
+        cancelled: parsed.cancelled.unwrap_or_default(),
+    })
+}
+
+/// The input of a preview line by the full path: every field read from the line's JSON value,
+/// every message of every field.
+fn preview_full(line: &[u8]) -> Result<PreviewInput, Vec<String>> {
     let mut map = fields(
         line,
         &[
@@ -147,20 +339,141 @@ fn preview_value(line: &[u8]) -> Result<Value, Vec<String>> {
     }
     let req_bytes =
         serde_json::to_vec(&Value::Object(req_fields)).map_err(|e| vec![e.to_string()])?;
-    let req = validate::cancellation_req(&req_bytes).map_err(|e| messages.extend(e.messages));
+    let req = validate::cancellation_req_full(&req_bytes).map_err(|e| messages.extend(e.messages));
     let checkout = checkout(&mut map, &provider.time_zone).map_err(|e| messages.extend(e));
     let (Ok(req), Ok(checkout), Some(at), true) = (req, checkout, at, messages.is_empty()) else {
         return Err(messages);
     };
-    let mut ctx = RefundContext::from_checkout(&checkout, &provider, paid_at)
-        .map_err(|e| vec![e.to_string()])?;
-    for item in &mut ctx.items {
-        item.cancelled = cancelled.contains(&item.order);
+    Ok(PreviewInput {
+        checkout,
+        provider,
+        paid_at,
+        at,
+        req,
+        cancelled,
+    })
+}
+
+/// The answers as JSON values, built field by field: what `serde_json::to_value` makes of them
+/// (the `_full` commands use it, and the tests compare the two texts), without serialising each
+/// amount into a value twice.
+mod render {
+    use rust_decimal::Decimal;
+    use serde_json::{Map, Value};
+
+    use crate::api::{
+        OffsetUnit, Penalty, PenaltyCondition, PenaltyType, PenaltyUnit, PreviewItem, QuoteItem,
+        QuoteResult, RefundPreview,
+    };
+    use crate::decimal::to_json_number;
+
+    fn amount(value: &Decimal) -> Value {
+        Value::Number(to_json_number(value))
     }
-    match crate::preview::preview_refund(&ctx, &req, at) {
-        Ok(preview) => to_value(&preview),
-        Err(PreviewError::Invalid(errors)) => Err(errors.messages),
-        Err(PreviewError::Engine(error)) => Err(vec![error.to_string()]),
+
+    fn object<const N: usize>(fields: [(&str, Value); N]) -> Value {
+        let mut map = Map::with_capacity(N);
+        for (key, value) in fields {
+            map.insert(key.to_owned(), value);
+        }
+        Value::Object(map)
+    }
+
+    fn text(value: &str) -> Value {
+        Value::String(value.to_owned())
+    }
+
+    /// A [`QuoteResult`].
+    pub(super) fn quote(quote: &QuoteResult) -> Value {
+        object([
+            ("currency", text(&quote.currency)),
+            ("items", quote.items.iter().map(quote_item).collect()),
+            ("total", amount(&quote.total)),
+        ])
+    }
+
+    fn quote_item(item: &QuoteItem) -> Value {
+        object([
+            ("order", Value::from(item.order)),
+            ("net", amount(&item.net)),
+            (
+                "taxes",
+                item.taxes
+                    .iter()
+                    .map(|tax| object([("amount", amount(&tax.amount))]))
+                    .collect(),
+            ),
+            ("totalTax", amount(&item.total_tax)),
+            ("total", amount(&item.total)),
+        ])
+    }
+
+    /// A [`RefundPreview`].
+    pub(super) fn preview(preview: &RefundPreview) -> Value {
+        object([
+            ("currency", text(&preview.currency)),
+            ("items", preview.items.iter().map(preview_item).collect()),
+            ("refundable", amount(&preview.refundable)),
+            ("refund", amount(&preview.refund)),
+        ])
+    }
+
+    fn preview_item(item: &PreviewItem) -> Value {
+        object([
+            ("order", Value::from(item.order)),
+            ("total", amount(&item.total)),
+            ("penalty", amount(&item.penalty)),
+            ("refundable", amount(&item.refundable)),
+            (
+                "appliedPenalty",
+                item.applied_penalty.as_ref().map_or(Value::Null, penalty),
+            ),
+            (
+                "nextChangeAt",
+                item.next_change_at.as_deref().map_or(Value::Null, text),
+            ),
+        ])
+    }
+
+    fn penalty(penalty: &Penalty) -> Value {
+        let mut map = Map::with_capacity(5);
+        let kind = match penalty.penalty_type {
+            PenaltyType::DatePenalty => "DATE_PENALTY",
+            PenaltyType::OffsetPenalty => "OFFSET_PENALTY",
+        };
+        map.insert("type".to_owned(), text(kind));
+        let unit = match penalty.value.unit {
+            PenaltyUnit::FixedAmount => "FIXED_AMOUNT",
+            PenaltyUnit::Percentage => "PERCENTAGE",
+        };
+        map.insert(
+            "value".to_owned(),
+            object([
+                ("amount", amount(&penalty.value.amount)),
+                ("unit", text(unit)),
+            ]),
+        );
+        if let Some(until) = &penalty.until {
+            map.insert("until".to_owned(), text(until));
+        }
+        if let Some(offset) = &penalty.offset {
+            let unit = match offset.unit {
+                OffsetUnit::Days => "DAYS",
+                OffsetUnit::Hours => "HOURS",
+                OffsetUnit::Months => "MONTHS",
+            };
+            map.insert(
+                "offset".to_owned(),
+                object([("amount", Value::from(offset.amount)), ("unit", text(unit))]),
+            );
+        }
+        if let Some(condition) = penalty.condition {
+            let condition = match condition {
+                PenaltyCondition::AfterPayment => "AFTER_PAYMENT",
+            };
+            map.insert("condition".to_owned(), text(condition));
+        }
+        Value::Object(map)
     }
 }
 

@@ -14,6 +14,13 @@
 //!
 //! Messages are sorted by the position of their field in the schema, depth first, then
 //! de-duplicated, so the order is stable and independent of the order of keys in the request.
+//!
+//! The creation and cancellation bodies first take a fast path (module `fast`): the bytes read
+//! straight into the wire type by serde, then every rule of the schema and of the code pass
+//! checked on the typed value. It only ever accepts; a body it does not accept goes the full
+//! way above, which decides and builds the messages, so both give the same verdicts and
+//! messages (`checkout_full` and `cancellation_req_full` keep the full path callable for the
+//! tests that compare the two).
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -35,6 +42,10 @@ use crate::api::{
 use crate::decimal::{MAX_SIGNIFICANT_DIGITS, parse_json_number};
 use crate::money::{ACCEPTED_CURRENCIES, fits_scale, is_accepted_currency, minor_units};
 use crate::schema;
+
+mod fast;
+
+pub(crate) use fast::{Shape, scan, typed};
 
 /// Every violation of one body, in a stable order, as the 400 message list.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -67,8 +78,51 @@ pub fn checkout(
     bytes: &[u8],
     provider_time_zone: &str,
 ) -> Result<CorporateCheckout, ValidationErrors> {
+    match checkout_fast(bytes, provider_time_zone) {
+        Some(checkout) => Ok(checkout),
+        None => checkout_full(bytes, provider_time_zone),
+    }
+}
+
+/// [`checkout`] by the full path alone: parse into a `Value`, schema pass, code pass.
+#[doc(hidden)]
+pub fn checkout_full(
+    bytes: &[u8],
+    provider_time_zone: &str,
+) -> Result<CorporateCheckout, ValidationErrors> {
     let value = parse_strict(bytes)?;
     checkout_value(value, provider_time_zone)
+}
+
+/// [`checkout`] by the fast path alone: the checkout when the body holds every rule, `None` when
+/// the full path has to decide (whatever it then decides).
+#[doc(hidden)]
+pub fn checkout_fast(bytes: &[u8], provider_time_zone: &str) -> Option<CorporateCheckout> {
+    fast::CHECKOUT.as_ref()?;
+    let checkout: CorporateCheckout = fast::typed(bytes)?;
+    let mut shape = Shape::default();
+    shape.add_checkout(&checkout);
+    if scan(bytes)? != shape {
+        return None;
+    }
+    let provider_zone = provider_time_zone.parse::<Tz>().unwrap_or(Tz::UTC);
+    checkout_typed(checkout, provider_zone)
+}
+
+/// The fast path's rules on a creation body read straight into its wire type, whose text has
+/// been checked to have the shape of the typed value ([`scan`], [`Shape::add_checkout`]): the
+/// checkout with its recipients merged when it holds every rule, `None` when the full
+/// path has to decide.
+pub(crate) fn checkout_typed(
+    mut checkout: CorporateCheckout,
+    provider_zone: Tz,
+) -> Option<CorporateCheckout> {
+    let checks = fast::CHECKOUT.as_ref()?;
+    if !fast::checkout_holds(checks, &checkout, provider_zone) {
+        return None;
+    }
+    merge_recipients(&mut checkout);
+    Some(checkout)
 }
 
 /// [`checkout`] for a body that is already a parsed JSON value (for example one field of a
@@ -89,6 +143,37 @@ pub fn checkout_value(
 /// existing, active items and whether `amount` fits the currency depend on the transaction and
 /// are checked by the cancellation itself.
 pub fn cancellation_req(bytes: &[u8]) -> Result<CancellationReq, ValidationErrors> {
+    match cancellation_req_fast(bytes) {
+        Some(req) => Ok(req),
+        None => cancellation_req_full(bytes),
+    }
+}
+
+/// [`cancellation_req`] by the fast path alone: the request when the body holds every rule,
+/// `None` when the full path has to decide.
+#[doc(hidden)]
+pub fn cancellation_req_fast(bytes: &[u8]) -> Option<CancellationReq> {
+    if !*fast::CANCELLATION {
+        return None;
+    }
+    let req: CancellationReq = fast::typed(bytes)?;
+    let shape = Shape {
+        objects: 1,
+        arrays: 1,
+    };
+    (scan(bytes)? == shape && cancellation_typed(&req)).then_some(req)
+}
+
+/// Whether a cancellation request read straight into its wire type, whose text has been checked
+/// to have the shape of the typed value, holds every rule; `false` also when the full path has to
+/// decide.
+pub(crate) fn cancellation_typed(req: &CancellationReq) -> bool {
+    *fast::CANCELLATION && fast::cancellation_holds(req)
+}
+
+/// [`cancellation_req`] by the full path alone.
+#[doc(hidden)]
+pub fn cancellation_req_full(bytes: &[u8]) -> Result<CancellationReq, ValidationErrors> {
     run(bytes, &CANCELLATION, |value, report| {
         let root = Path::root();
         if let Some(order) = value.get_mut("itemsOrder").and_then(Value::as_array_mut) {

@@ -89,10 +89,8 @@ pub fn repeat(existing: &IdempotencyRecord, key: &IdempotencyKey) -> Result<Stor
 }
 
 impl Services {
-    /// The replay of a request whose key is already stored and done, or `None` when the key is
-    /// new, still running (the claim decides: on PostgreSQL a running claim whose instance
-    /// stopped is taken over once stale, R-9.1), or absent. A key stored for another route or
-    /// body is refused here (422).
+    /// The replay of a request whose key is already stored, or `None` when the key is new (or
+    /// the request carries none).
     pub async fn replay(
         &self,
         key: Option<&IdempotencyKey>,
@@ -110,13 +108,6 @@ impl Services {
             )
             .await?
         {
-            // Running with the same route and body: the claim decides; a mismatch is a 422.
-            Some(existing) if existing.state == IdempotencyState::Running => {
-                match repeat(&existing, key) {
-                    Err(Error::IdempotencyInProgress) => Ok(None),
-                    other => other.map(Some),
-                }
-            }
             Some(existing) => repeat(&existing, key).map(Some),
             None => Ok(None),
         }
