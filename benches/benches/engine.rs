@@ -1,10 +1,13 @@
 //! Criterion benchmarks of the rules engine: quotes, penalty evaluation, schedules, refund
-//! previews and validation of a creation payload (figures in `docs/PERFORMANCE.md`).
+//! previews, validation of a creation payload (the fast path beside the full path and a bare
+//! typed parse of the same bytes) and one line of each offline command (figures in
+//! `docs/PERFORMANCE.md`).
 
 use std::hint::black_box;
 
 use benches::{at, cancel_all, checkout, context, paid_at, typical_payload};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use engine::api::CorporateCheckout;
 use engine::money::Currency;
 use engine::penalty::{Anchors, ItemSchedule};
 use engine::policy::Policy;
@@ -84,10 +87,21 @@ fn preview(c: &mut Criterion) {
 
 fn validation(c: &mut Criterion) {
     let payload = typical_payload();
+    let zone = "Europe/Berlin";
+    assert!(
+        engine::validate::checkout_fast(&payload, zone).is_some(),
+        "the bench payload must take the fast path"
+    );
     let mut group = c.benchmark_group("validate");
     group.throughput(Throughput::Bytes(payload.len() as u64));
-    group.bench_function("checkout_typical_payload", |b| {
-        b.iter(|| engine::validate::checkout(black_box(&payload), "Europe/Berlin"))
+    group.bench_function("checkout_fast_path", |b| {
+        b.iter(|| engine::validate::checkout(black_box(&payload), zone))
+    });
+    group.bench_function("checkout_full_path", |b| {
+        b.iter(|| engine::validate::checkout_full(black_box(&payload), zone))
+    });
+    group.bench_function("serde_typed_same_bytes", |b| {
+        b.iter(|| serde_json::from_slice::<CorporateCheckout>(black_box(&payload)))
     });
     group.bench_function("serde_json_value_same_bytes", |b| {
         b.iter(|| serde_json::from_slice::<serde_json::Value>(black_box(&payload)))
@@ -95,5 +109,34 @@ fn validation(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(engine_benches, quote, penalty, preview, validation);
+fn lines(c: &mut Criterion) {
+    let quote = benches::quote_line();
+    let preview = benches::preview_line();
+    for (line, answer) in [
+        (&quote, engine::lines::quote_line(&quote)),
+        (&preview, engine::lines::preview_line(&preview)),
+    ] {
+        assert!(
+            answer.get("error").is_none(),
+            "bench line refused: {answer} for {}",
+            String::from_utf8_lossy(line)
+        );
+    }
+    let mut group = c.benchmark_group("lines");
+    group.bench_function("quote_line", |b| {
+        b.iter(|| engine::lines::quote_line(black_box(&quote)))
+    });
+    group.bench_function("quote_line_full_path", |b| {
+        b.iter(|| engine::lines::quote_line_full(black_box(&quote)))
+    });
+    group.bench_function("preview_line", |b| {
+        b.iter(|| engine::lines::preview_line(black_box(&preview)))
+    });
+    group.bench_function("preview_line_full_path", |b| {
+        b.iter(|| engine::lines::preview_line_full(black_box(&preview)))
+    });
+    group.finish();
+}
+
+criterion_group!(engine_benches, quote, penalty, preview, validation, lines);
 criterion_main!(engine_benches);

@@ -89,3 +89,42 @@ pub fn cancel_all(items: u32) -> CancellationReq {
         invoice_number: None,
     }
 }
+
+/// The fixture the offline-command lines are made from: a two-item checkout with every optional
+/// field (attachments, e-mail, location, a period, a date policy and an offset policy of two
+/// steps each).
+pub const LINE_FIXTURE: &str =
+    "fixtures/validation/r-8-1-002-full-valid-checkout-with-every-optional-field.json";
+
+/// The checkout of [`LINE_FIXTURE`] (its `input`).
+pub fn line_checkout() -> Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(LINE_FIXTURE);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let case: Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()));
+    case.get("input")
+        .cloned()
+        .unwrap_or_else(|| panic!("{} has no input", path.display()))
+}
+
+/// One line of `checkout-server quote`: `{"checkout": <the fixture's checkout>}`.
+pub fn quote_line() -> Vec<u8> {
+    serde_json::to_vec(&json!({ "checkout": line_checkout() })).unwrap_or_default()
+}
+
+/// One line of `checkout-server preview`: the fixture's checkout, paid on 2026-09-01, both
+/// items cancelled on 2026-11-10 in a provider zone of Europe/Berlin (the date policy's first
+/// step has passed, the offset policy's have not).
+pub fn preview_line() -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "checkout": line_checkout(),
+        "provider": {"timeZone": "Europe/Berlin"},
+        "paidAt": "2026-09-01T08:00:00Z",
+        "at": "2026-11-10T12:00:00Z",
+        "itemsOrder": [1, 2]
+    }))
+    .unwrap_or_default()
+}
