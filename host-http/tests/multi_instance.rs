@@ -80,6 +80,67 @@ async fn instances_starting_together_migrate_once() {
     assert_eq!(http.status(b.addr, &id).await["status"], "PAID");
 }
 
+/// R-9.1: a creation whose instance was killed after claiming its key and before creating
+/// leaves the key running. A retry with the same key and body is answered 409 while the claim
+/// is young, and once it is stale (2 minutes) the claim is taken over and the retry creates the
+/// transaction, instead of 409 until the key expires (found by `scripts/soak.sh`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_creation_claim_left_by_a_killed_instance_is_taken_over_r_9_1() {
+    let Some((pg, http, a, _b)) = two_instances("stale creation claim", None).await else {
+        return;
+    };
+    let provider_id = providers::list_providers(Db::Postgres(pg.url().to_owned())).expect("list")
+        [0]
+    .provider_id
+    .clone();
+    let body = json!({"title": "T", "currency": "EUR", "items": [{"price": 10}]});
+    let hash = host_http::auth::hash_secret(&body.to_string());
+    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+    let claim = |key: &str, age: &str| {
+        pg.execute(&format!(
+            "INSERT INTO idempotency_keys (provider_id, key, route, body_hash, state, created_at) \
+             VALUES ('{provider_id}', '{key}', '/initialize', decode('{hex}', 'hex'), 'running', \
+             now() - interval '{age}')"
+        ));
+    };
+    claim("young", "5 seconds");
+    claim("stale", "10 minutes");
+    let young = http
+        .request(
+            a.addr,
+            Method::POST,
+            "/initialize",
+            &[("idempotency-key", "young")],
+            Some(body.clone()),
+        )
+        .await
+        .expect("answered");
+    assert_eq!(young.status, StatusCode::CONFLICT, "{}", young.body);
+    let stale = http
+        .request(
+            a.addr,
+            Method::POST,
+            "/initialize",
+            &[("idempotency-key", "stale")],
+            Some(body.clone()),
+        )
+        .await
+        .expect("answered");
+    assert_eq!(stale.status, StatusCode::CREATED, "{}", stale.body);
+    let replay = http
+        .request(
+            a.addr,
+            Method::POST,
+            "/initialize",
+            &[("idempotency-key", "stale")],
+            Some(body),
+        )
+        .await
+        .expect("answered");
+    assert_eq!(replay.status, StatusCode::CREATED, "{}", replay.body);
+    assert_eq!(replay.body["transactionId"], stale.body["transactionId"]);
+}
+
 /// R-10: an instance keeps a status record rendered while its transaction's version stays; a
 /// change made through the other instance moves the version in its commit, so the first
 /// instance's next read shows it — after the payment and after a cancellation.

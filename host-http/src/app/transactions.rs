@@ -76,8 +76,15 @@ impl Services {
             request.route,
             body_hash(request.body),
         );
-        if let Some(replayed) = self.replay(key.as_ref(), now).await? {
-            return Ok(Creation::Replayed(replayed));
+        match self.replay(key.as_ref(), now).await {
+            Ok(Some(replayed)) => return Ok(Creation::Replayed(replayed)),
+            Ok(None) => {}
+            // Running: the claim below decides, after validation (which the same body passes
+            // again). It answers 409 while the first request may still finish, and on
+            // PostgreSQL takes over a stale claim whose instance stopped, so a retry
+            // after a crash is not refused until the key expires.
+            Err(Error::IdempotencyInProgress) => {}
+            Err(error) => return Err(error),
         }
 
         let settings = self.provider_settings(principal).await?;
