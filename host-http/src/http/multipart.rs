@@ -538,7 +538,14 @@ fn amount(values: &[Vec<u8>], messages: &mut Vec<String>) -> Option<Decimal> {
     }
 }
 
-/// An optional text field: one UTF-8 value of at most [`MAX_TEXT_CHARS`] characters.
+/// A control character that request text must not carry: U+0000–U+001F but tab, line feed
+/// and carriage return, and U+007F–U+009F, as `schema::TEXT_PATTERN` says for JSON bodies.
+fn is_refused_control(c: char) -> bool {
+    matches!(c, '\u{0}'..='\u{8}' | '\u{B}' | '\u{C}' | '\u{E}'..='\u{1F}' | '\u{7F}'..='\u{9F}')
+}
+
+/// An optional text field: one UTF-8 value of at most [`MAX_TEXT_CHARS`] characters, without
+/// control characters (R-8.10, as in a JSON body).
 fn text_field(name: &str, values: &[Vec<u8>], messages: &mut Vec<String>) -> Option<String> {
     let text = match values {
         [] => return None,
@@ -553,6 +560,10 @@ fn text_field(name: &str, values: &[Vec<u8>], messages: &mut Vec<String>) -> Opt
         messages.push(format!(
             "{name} must be shorter than or equal to {MAX_TEXT_CHARS} characters"
         ));
+        return None;
+    }
+    if text.chars().any(is_refused_control) {
+        messages.push(format!("{name} must not contain control characters"));
         return None;
     }
     Some(text.to_owned())
@@ -1048,6 +1059,32 @@ mod tests {
         assert_eq!(
             result.unwrap_err().to_string(),
             "form fields must not total more than 10 bytes"
+        );
+    }
+
+    #[tokio::test]
+    async fn control_characters_in_text_parts_are_refused_as_in_json_r_8_10() {
+        let body = form(&[
+            text_part("itemsOrder", "1"),
+            text_part("invoiceTitle", "a\u{1}b"),
+            text_part("invoiceNumber", "N\u{0}7\u{85}"),
+        ]);
+        assert_eq!(
+            messages(parse(body, CancelForm::WithIdInPath).await),
+            [
+                "invoiceTitle must not contain control characters",
+                "invoiceNumber must not contain control characters"
+            ]
+        );
+        // Tab, line feed and carriage return are text.
+        let body = form(&[
+            text_part("itemsOrder", "1"),
+            text_part("invoiceTitle", "Storno\tMärz\r\nzweite Zeile"),
+        ]);
+        let parsed = parse(body, CancelForm::WithIdInPath).await.unwrap();
+        assert_eq!(
+            parsed.request.invoice_title.as_deref(),
+            Some("Storno\tMärz\r\nzweite Zeile")
         );
     }
 
