@@ -1033,7 +1033,9 @@ pub struct EmailStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Event {
-    /// Unique id, the same on every delivery of the event.
+    /// Unique id, the same on every delivery of the event: `evt_` and a UUID v7 as 32 hex
+    /// digits (the `after` cursor of `GET /events`).
+    #[schemars(extend("pattern" = "^evt_[0-9a-f]{32}$"))]
     pub id: String,
     /// `transaction.created`, `transaction.paid`, `cancellation.succeeded`, …
     #[serde(rename = "type")]

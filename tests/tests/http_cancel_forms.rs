@@ -192,6 +192,10 @@ async fn uploaded_files_have_a_capability_link_usable_as_attachment() {
     let uploaded = upload(&server, &acme, "terms.txt", "text/plain", b"terms").await;
     let url = uploaded["url"].as_str().unwrap().to_owned();
     let path = shared_path(&uploaded);
+    // The token that ends the URL is in the body too, for an OpenAPI link to name.
+    let token = uploaded["token"].as_str().expect("token");
+    assert_eq!(token.len(), 64);
+    assert!(url.ends_with(&format!("/files/shared/{token}")), "{url}");
     // Anyone holding the link may read the file, without credentials.
     let public = server.send(Method::GET, &path, None, &[], Vec::new()).await;
     assert_eq!(public.status, 200);

@@ -35,6 +35,9 @@ pub struct Uploaded {
     pub file_id: String,
     /// Capability link, usable as `Attachment.url`.
     pub url: String,
+    /// The token that ends `url` (`GET /files/shared/{token}`), so that an OpenAPI link can
+    /// name it.
+    pub token: String,
     /// When the link stops working unless renewed (RFC 3339, UTC).
     pub expires_at: String,
 }
@@ -52,6 +55,7 @@ impl Uploaded {
                 services.pages.public_url, shared.token
             ),
             file_id: shared.file_id,
+            token: shared.token,
             expires_at: crate::store::format_instant(shared.expires_at),
         }
     }
