@@ -14,8 +14,6 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::store::CredentialRow;
-
 /// A permission a credential may carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Scope {
@@ -197,13 +195,6 @@ pub fn parse_basic(header: Option<&[u8]>) -> Option<BasicCredentials> {
 /// hashing and comparison as a wrong secret. No secret hashes to all zeros in practice.
 const DUMMY_HASH: [u8; 32] = [0u8; 32];
 
-/// Checks a presented secret against the stored credential (or its absence) in constant time.
-/// Returns the credential only when it exists and the secret matches.
-pub fn verify(presented_secret: &str, stored: Option<CredentialRow>) -> Option<CredentialRow> {
-    let matches = secret_matches(presented_secret, stored.as_ref().map(|c| &c.secret_hash));
-    stored.filter(|_| matches)
-}
-
 /// Whether a presented secret hashes to `expected`, compared in constant time; with no
 /// expected hash (an unknown widget id) the secret is hashed and compared all the same, and
 /// the answer is `false`.
@@ -244,15 +235,12 @@ mod tests {
     #[test]
     fn verify_accepts_only_the_right_secret() {
         let credential = new_credential();
-        let row = CredentialRow {
-            widget_id: credential.widget_id.clone(),
-            provider_id: "p".to_owned(),
-            secret_hash: credential.secret_hash,
-            scopes: Scopes::all().to_string(),
-        };
-        assert!(verify(&credential.secret, Some(row.clone())).is_some());
-        assert!(verify("wrong", Some(row)).is_none());
-        assert!(verify(&credential.secret, None).is_none());
+        assert!(secret_matches(
+            &credential.secret,
+            Some(&credential.secret_hash)
+        ));
+        assert!(!secret_matches("wrong", Some(&credential.secret_hash)));
+        assert!(!secret_matches(&credential.secret, None));
     }
 
     #[test]
