@@ -183,6 +183,11 @@ CREATE TABLE service_keys (
         description: "transaction versions: bumped by every change of what a status record shows",
         sql: crate::store::sqlite::VERSION_MIGRATION,
     },
+    Migration {
+        version: 11,
+        description: "transaction versions in a narrow table of their own",
+        sql: crate::store::sqlite::VERSION_TABLE_MIGRATION,
+    },
 ];
 
 /// Why the schema could not be brought up to date.
@@ -280,6 +285,72 @@ mod tests {
             )
             .unwrap();
         assert_eq!(real_columns, 0);
+    }
+
+    /// Migration 11 moves each transaction's version to `transaction_versions` with its owner,
+    /// keeps its value, and the triggers go on moving it there.
+    #[test]
+    fn versions_move_to_their_own_table_with_their_values() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for migration in MIGRATIONS.iter().filter(|m| m.version <= 10) {
+            conn.execute_batch(migration.sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 10).unwrap();
+        conn.execute_batch(
+            "INSERT INTO providers (id, name, created_at) VALUES ('p1', 'Acme', 't');
+             INSERT INTO transactions (id, provider_id, reference, status, title, currency, \
+               payload, total, created_at, updated_at) \
+               VALUES ('tx1', 'p1', 'CHK-1', 'PENDING', 'a', 'EUR', '{}', '1', 't', 't');
+             INSERT INTO items (transaction_id, order_no, total) VALUES ('tx1', 1, '1');
+             UPDATE transactions SET title = 'b' WHERE id = 'tx1';",
+        )
+        .unwrap();
+        let before: i64 = conn
+            .query_row(
+                "SELECT version FROM transactions WHERE id = 'tx1'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(before, 2, "an item insert and an update, each once");
+
+        migrate(&mut conn).unwrap();
+        let version = |conn: &Connection| -> (String, i64) {
+            conn.query_row(
+                "SELECT provider_id, version FROM transaction_versions WHERE id = 'tx1'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap()
+        };
+        assert_eq!(version(&conn), ("p1".to_owned(), before));
+        conn.execute("UPDATE items SET status = 'CANCELLED'", [])
+            .unwrap();
+        assert_eq!(version(&conn).1, before + 1, "an item change moves it");
+        conn.execute("UPDATE transactions SET status = 'CANCELLED'", [])
+            .unwrap();
+        assert_eq!(
+            version(&conn).1,
+            before + 2,
+            "a transaction change moves it"
+        );
+        conn.execute_batch(
+            "INSERT INTO transactions (id, provider_id, reference, status, title, currency, \
+               payload, total, created_at, updated_at) \
+               VALUES ('tx2', 'p1', 'CHK-2', 'PENDING', 'a', 'EUR', '{}', '1', 't', 't');",
+        )
+        .unwrap();
+        let created: i64 = conn
+            .query_row(
+                "SELECT version FROM transaction_versions WHERE id = 'tx2'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(
+            created, 0,
+            "a new transaction has its row from its insert on"
+        );
     }
 
     #[test]

@@ -32,6 +32,7 @@ use tokio::sync::oneshot;
 
 pub mod admin;
 pub mod cancellation;
+mod commits;
 pub mod migrations;
 pub mod outbox;
 
@@ -164,6 +165,59 @@ CREATE TRIGGER email_messages_deleted_version AFTER DELETE ON email_messages
 BEGIN UPDATE transactions SET version = version + 1 WHERE id = OLD.transaction_id; END;
 "#;
 
+/// Transaction versions in a table of their own (migration 11). Migration 10 kept the counter
+/// in `transactions`, whose rows hold the creation body (a few KB): every item inserted at
+/// creation rewrote that row through its trigger, and a status read looked it up in the wide
+/// table. The counter now lives in a narrow row per transaction, with the owner, so that a
+/// status read (`SELECT provider_id, version`) and each bump touch only that row. The triggers
+/// and what moves the version are those of migration 10.
+pub const VERSION_TABLE_MIGRATION: &str = r#"
+CREATE TABLE transaction_versions (
+    id           TEXT PRIMARY KEY,
+    provider_id  TEXT NOT NULL,
+    version      INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+INSERT INTO transaction_versions (id, provider_id, version)
+SELECT id, provider_id, version FROM transactions;
+DROP TRIGGER transactions_version;
+DROP TRIGGER items_inserted_version;
+DROP TRIGGER items_updated_version;
+DROP TRIGGER items_deleted_version;
+DROP TRIGGER cancellations_inserted_version;
+DROP TRIGGER cancellations_updated_version;
+DROP TRIGGER cancellations_deleted_version;
+DROP TRIGGER email_messages_inserted_version;
+DROP TRIGGER email_messages_updated_version;
+DROP TRIGGER email_messages_deleted_version;
+ALTER TABLE transactions DROP COLUMN version;
+CREATE TRIGGER transactions_inserted_version AFTER INSERT ON transactions
+BEGIN INSERT INTO transaction_versions (id, provider_id) VALUES (NEW.id, NEW.provider_id); END;
+CREATE TRIGGER transactions_updated_version AFTER UPDATE ON transactions
+BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = NEW.id; END;
+CREATE TRIGGER transactions_deleted_version AFTER DELETE ON transactions
+BEGIN DELETE FROM transaction_versions WHERE id = OLD.id; END;
+CREATE TRIGGER items_inserted_version AFTER INSERT ON items
+BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = NEW.transaction_id; END;
+CREATE TRIGGER items_updated_version AFTER UPDATE ON items
+BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = NEW.transaction_id; END;
+CREATE TRIGGER items_deleted_version AFTER DELETE ON items
+BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = OLD.transaction_id; END;
+CREATE TRIGGER cancellations_inserted_version AFTER INSERT ON cancellations
+BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = NEW.transaction_id; END;
+CREATE TRIGGER cancellations_updated_version
+AFTER UPDATE OF receipt_number, items, refund, outcome, created_at ON cancellations
+BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = NEW.transaction_id; END;
+CREATE TRIGGER cancellations_deleted_version AFTER DELETE ON cancellations
+BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = OLD.transaction_id; END;
+CREATE TRIGGER email_messages_inserted_version AFTER INSERT ON email_messages
+BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = NEW.transaction_id; END;
+CREATE TRIGGER email_messages_updated_version
+AFTER UPDATE OF kind, receipt_number, recipients, status, updated_at ON email_messages
+BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = NEW.transaction_id; END;
+CREATE TRIGGER email_messages_deleted_version AFTER DELETE ON email_messages
+BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = OLD.transaction_id; END;
+"#;
+
 pub use admin::SqliteAdmin;
 
 use super::outbox as events;
@@ -192,6 +246,10 @@ pub fn configure(conn: &Connection) -> Result<(), rusqlite::Error> {
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", true)?;
+    // Statement journals (one savepoint per job of a write batch) in memory rather than in a
+    // temporary file: each job saves the pages it is about to change, and writing them to a
+    // file cost the writer more than the job itself.
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
     conn.set_prepared_statement_cache_capacity(64);
     Ok(())
 }
@@ -214,15 +272,23 @@ enum Message {
     Shutdown,
 }
 
-/// The single writer: a thread that owns the write connection.
+/// The single writer: a thread that owns the write connection, and a checkpointer beside it.
 #[derive(Debug)]
 pub(super) struct Writer {
     sender: Mutex<Option<mpsc::Sender<Message>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    checkpointer: Checkpointer,
 }
 
 impl Writer {
-    fn spawn(conn: Connection) -> Result<Writer, StoreError> {
+    fn spawn(conn: Connection, path: &Path) -> Result<Writer, StoreError> {
+        // The checkpointer copies the WAL back into the database beside the writer; the
+        // writer checkpoints by itself only when the WAL grows past WRITER_CHECKPOINT_PAGES
+        // (SQLite's own default, 1,000 pages, made every 1,000th page's commit wait for a
+        // checkpoint and its fsync).
+        conn.pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES)?;
+        conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)?;
+        let checkpointer = Checkpointer::spawn(path)?;
         let (sender, receiver) = mpsc::channel::<Message>();
         let thread = std::thread::Builder::new()
             .name("sqlite-writer".to_owned())
@@ -230,6 +296,7 @@ impl Writer {
         Ok(Writer {
             sender: Mutex::new(Some(sender)),
             thread: Mutex::new(Some(thread)),
+            checkpointer,
         })
     }
 
@@ -271,6 +338,7 @@ impl Writer {
 
     /// Lets queued jobs finish, then stops the thread; the connection closes with it.
     fn shutdown(&self) {
+        self.checkpointer.stop();
         let sender = self.sender.lock().ok().and_then(|mut guard| guard.take());
         if let Some(sender) = sender {
             let _ = sender.send(Message::Shutdown);
@@ -284,15 +352,86 @@ impl Writer {
     }
 }
 
+/// Pages the WAL may hold before the writer checkpoints it itself (about 40 MB). The
+/// checkpointer keeps it far below that; this bounds the WAL if the checkpointer falls behind.
+const WRITER_CHECKPOINT_PAGES: i64 = 10_000;
+/// The writer's page cache in KiB (negative `cache_size`): the unique indexes of random keys
+/// (references, payment tokens) are read from all over the file on every create.
+const WRITER_CACHE_KIB: i64 = -32_768;
+/// How often the checkpointer looks at the WAL.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
+
+/// A thread with a connection of its own that runs `PRAGMA wal_checkpoint(PASSIVE)` every
+/// [`CHECKPOINT_EVERY`]: a passive checkpoint never waits for the writer or readers, so commits
+/// no longer stop for a checkpoint and its fsync. The WAL starts over from its beginning when
+/// a commit follows a checkpoint that copied all of it (SQLite does this by itself).
+#[derive(Debug)]
+struct Checkpointer {
+    stop: Arc<(Mutex<bool>, std::sync::Condvar)>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Checkpointer {
+    fn spawn(path: &Path) -> Result<Checkpointer, StoreError> {
+        let conn = Connection::open(path)?;
+        configure(&conn)?;
+        let stop = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+        let signal = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("sqlite-checkpoint".to_owned())
+            .spawn(move || checkpoint_loop(&conn, &signal))?;
+        Ok(Checkpointer {
+            stop,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    fn stop(&self) {
+        let (flag, wake) = &*self.stop;
+        if let Ok(mut stopped) = flag.lock() {
+            *stopped = true;
+        }
+        wake.notify_all();
+        let thread = self.thread.lock().ok().and_then(|mut guard| guard.take());
+        if let Some(thread) = thread
+            && thread.join().is_err()
+        {
+            tracing::error!("the sqlite checkpoint thread panicked");
+        }
+    }
+}
+
+fn checkpoint_loop(conn: &Connection, stop: &(Mutex<bool>, std::sync::Condvar)) {
+    let (flag, wake) = stop;
+    let Ok(mut stopped) = flag.lock() else { return };
+    loop {
+        stopped = match wake.wait_timeout(stopped, CHECKPOINT_EVERY) {
+            Ok((guard, _)) => guard,
+            Err(_) => return,
+        };
+        if *stopped {
+            return;
+        }
+        // (busy, frames in the WAL, frames copied); a busy or partial checkpoint is finished
+        // by the next one.
+        if let Err(error) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            tracing::warn!(%error, "a WAL checkpoint failed; the next one retries");
+        }
+    }
+}
+
 /// Runs one job inside a SAVEPOINT, rolled back on its own error only.
 fn in_savepoint<R>(
     conn: &Connection,
     work: impl FnOnce(&Connection) -> Result<R, StoreError>,
 ) -> Result<R, StoreError> {
-    conn.execute_batch("SAVEPOINT job")?;
+    // Cached: a batch runs one savepoint per job, and parsing them each time shows in profiles.
+    conn.prepare_cached("SAVEPOINT job")?.execute([])?;
     let result = work(conn);
     match &result {
-        Ok(_) => conn.execute_batch("RELEASE job")?,
+        Ok(_) => {
+            conn.prepare_cached("RELEASE job")?.execute([])?;
+        }
         Err(_) => conn.execute_batch("ROLLBACK TO job; RELEASE job")?,
     }
     result
@@ -361,6 +500,10 @@ pub struct SqliteStore {
     path: PathBuf,
     pub(super) writer: Writer,
     readers: Mutex<Vec<Connection>>,
+    /// Tells whether anything was committed since a value of `fresh` was read.
+    commits: commits::CommitWatch,
+    /// The access epoch and transactions' versions, trusted while nothing is committed.
+    fresh: commits::Fresh,
 }
 
 impl SqliteStore {
@@ -376,11 +519,13 @@ impl SqliteStore {
                 [route],
             )?;
         }
-        let writer = Writer::spawn(conn)?;
+        let writer = Writer::spawn(conn, path)?;
         Ok(Arc::new(SqliteStore {
             path: path.to_owned(),
             writer,
             readers: Mutex::new(Vec::new()),
+            commits: commits::CommitWatch::open(path),
+            fresh: commits::Fresh::default(),
         }))
     }
 
@@ -549,7 +694,9 @@ pub(super) fn read_transaction(
         .prepare_cached(
             "SELECT provider_id, reference, status, title, currency, ref_ids, note, attachments, \
              email, payload, total, paid_amount, refunded_amount, paid_at, payment, created_at, \
-             updated_at, time_zone, pay_expires_at, version FROM transactions WHERE id = ?1",
+             updated_at, time_zone, pay_expires_at, \
+             COALESCE((SELECT version FROM transaction_versions WHERE id = transactions.id), 0) \
+             FROM transactions WHERE id = ?1",
         )?
         .query_row([id], |r| {
             Ok((
@@ -1016,9 +1163,16 @@ impl Store for SqliteStore {
         &self,
         id: String,
     ) -> BoxFuture<'_, Result<Option<(String, u64)>, StoreError>> {
+        // Taken before the read: a commit after it moves the header (`commits`).
+        let mark = self.commits.mark();
+        if let Some(kept) = mark.as_ref().and_then(|mark| self.fresh.version(mark, &id)) {
+            return Box::pin(std::future::ready(Ok(Some(kept))));
+        }
         let result = self.read_statement(|conn| {
             Ok(conn
-                .prepare_cached("SELECT provider_id, version FROM transactions WHERE id = ?1")?
+                .prepare_cached(
+                    "SELECT provider_id, version FROM transaction_versions WHERE id = ?1",
+                )?
                 .query_row([&id], |r| {
                     Ok((
                         r.get::<_, String>(0)?,
@@ -1027,10 +1181,18 @@ impl Store for SqliteStore {
                 })
                 .optional()?)
         });
+        if let (Some(mark), Ok(Some(found))) = (mark, &result) {
+            self.fresh.keep_version(mark, &id, found.clone());
+        }
         Box::pin(std::future::ready(result))
     }
 
     fn access_epoch(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
+        // Taken before the read: a commit after it moves the header (`commits`).
+        let mark = self.commits.mark();
+        if let Some(kept) = mark.as_ref().and_then(|mark| self.fresh.access_epoch(mark)) {
+            return Box::pin(std::future::ready(Ok(kept)));
+        }
         // One statement in autocommit: its own snapshot, no BEGIN/COMMIT around it.
         let result = self.read_statement(|conn| {
             let value: i64 = conn
@@ -1038,6 +1200,9 @@ impl Store for SqliteStore {
                 .query_row([], |r| r.get(0))?;
             Ok(u64::try_from(value).unwrap_or_default())
         });
+        if let (Some(mark), Ok(epoch)) = (mark, &result) {
+            self.fresh.keep_access_epoch(mark, *epoch);
+        }
         Box::pin(std::future::ready(result))
     }
 
