@@ -3,6 +3,9 @@
 //! unwinding, no flushing, no graceful shutdown — as a SIGKILL would). Without the feature every
 //! point compiles to nothing, so a release build cannot be made to abort.
 
+/// Right after a cancellation claimed its `Idempotency-Key`, before its refund is recorded
+/// the claim is left running with nothing carrying it.
+pub const AFTER_CLAIM: &str = "after_claim";
 /// Right before the refund is sent to the gateway (the refund is recorded PENDING).
 pub const BEFORE_GATEWAY: &str = "before_gateway";
 /// Right after the gateway answered, before the answer is committed.

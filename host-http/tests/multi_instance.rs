@@ -141,6 +141,149 @@ async fn a_stale_creation_claim_left_by_a_killed_instance_is_taken_over_r_9_1() 
     assert_eq!(replay.body["transactionId"], stale.body["transactionId"]);
 }
 
+/// R-9.1, R-4.8: a cancellation whose instance was killed after claiming its key and before
+/// recording its refund leaves the key running with nothing carrying it. A retry with the same
+/// key and body was answered 409 on every instance until a server started 2 minutes or more
+/// after the kill (or the key expired a day later). Now the retry is answered 409 while the
+/// claim is young, and once it is stale (2 minutes; here its age is written into the database,
+/// as the creation test does) the claim is taken over at request time: of retries sent in
+/// parallel to both instances exactly one cancels, the others are 409 or the replay of its
+/// answer, and the gateway refunds once. A stale claim that a pending refund carries is left to
+/// the refund task: 409 until the refund settles, then the replay of that one refund.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_cancellation_claim_left_by_a_killed_instance_is_taken_over_r_9_1() {
+    let gateway = FakeGateway::start().await.expect("fake gateway");
+    let url = gateway.url();
+    let Some((pg, http, a, b)) = two_instances("stale cancellation claim", Some(&url)).await else {
+        return;
+    };
+    let id = http.paid_transaction(a.addr, &["100", "50", "25"]).await;
+    let path = format!("/cancel/{id}");
+    let cancel = |addr, key: &'static str, order: u32| {
+        let http = &http;
+        let path = path.clone();
+        async move {
+            http.request(
+                addr,
+                Method::PATCH,
+                &path,
+                &[("idempotency-key", key)],
+                Some(json!({"itemsOrder": [order]})),
+            )
+            .await
+        }
+    };
+    let age = |key: &str| {
+        pg.execute(&format!(
+            "UPDATE idempotency_keys SET created_at = created_at - interval '10 minutes' \
+             WHERE key = '{key}'"
+        ));
+    };
+    let launch = |fault| Launch {
+        db: pg.url(),
+        gateway_url: Some(&url),
+        fault: Some(fault),
+        ..Launch::default()
+    };
+
+    // Killed right after claiming "orphan": the claim stays running, nothing was recorded.
+    let mut doomed = spawn(&launch(host_http::fault::AFTER_CLAIM));
+    http.wait_ready(doomed.addr).await;
+    let answer = cancel(doomed.addr, "orphan", 1).await;
+    assert!(answer.is_err(), "the killed process answered {answer:?}");
+    assert!(!doomed.child.wait().expect("wait").success());
+    let claims = pg.query("SELECT state FROM idempotency_keys WHERE key = 'orphan'");
+    assert_eq!(claims, vec![vec![Some("running".to_owned())]]);
+    assert!(pg.query("SELECT id FROM cancellations").is_empty());
+
+    // Young: the request holding it might still finish. The key with another body is 422;
+    // another key cancels, as the orphan reserved nothing.
+    for addr in [a.addr, b.addr] {
+        let young = cancel(addr, "orphan", 1).await.expect("answered");
+        assert_eq!(young.status, StatusCode::CONFLICT, "{}", young.body);
+    }
+    let other_body = cancel(a.addr, "orphan", 3).await.expect("answered");
+    assert_eq!(
+        other_body.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        other_body.body
+    );
+    let other_key = cancel(b.addr, "other", 3).await.expect("answered");
+    assert_eq!(other_key.status, StatusCode::OK, "{}", other_key.body);
+    // Stale: taken over by exactly one of the parallel retries.
+    age("orphan");
+    let answers = join_all((0..8).map(|i| cancel([a.addr, b.addr][i % 2], "orphan", 1))).await;
+    let mut executed = Vec::new();
+    let mut replayed = Vec::new();
+    for answer in answers {
+        let answer = answer.expect("answered");
+        match answer.status {
+            StatusCode::OK if answer.headers.contains_key("idempotent-replayed") => {
+                replayed.push(answer.body);
+            }
+            StatusCode::OK => executed.push(answer.body),
+            StatusCode::CONFLICT => {}
+            other => panic!("{other}: {}", answer.body),
+        }
+    }
+    assert_eq!(executed.len(), 1, "exactly one retry cancels: {executed:?}");
+    assert_eq!(executed[0]["status"], "SUCCESS", "{}", executed[0]);
+    assert!(
+        replayed.iter().all(|body| *body == executed[0]),
+        "{replayed:?}"
+    );
+    let replay = cancel(b.addr, "orphan", 1).await.expect("answered");
+    assert_eq!(replay.status, StatusCode::OK, "{}", replay.body);
+    assert_eq!(
+        replay
+            .headers
+            .get("idempotent-replayed")
+            .map(|v| v.as_bytes()),
+        Some(&b"true"[..])
+    );
+    assert_eq!(replay.body, executed[0]);
+
+    // Killed with its refund recorded PENDING: the lease, not the claim, decides. The gateway
+    // fails for now, so the refund stays pending; the stale claim is not taken over.
+    gateway.set_behavior(FakeBehavior::Fail { status: 503 });
+    let mut doomed = spawn(&launch(host_http::fault::BEFORE_GATEWAY));
+    http.wait_ready(doomed.addr).await;
+    let answer = cancel(doomed.addr, "carried", 2).await;
+    assert!(answer.is_err(), "the killed process answered {answer:?}");
+    assert!(!doomed.child.wait().expect("wait").success());
+    age("carried");
+    for addr in [a.addr, b.addr] {
+        let carried = cancel(addr, "carried", 2).await.expect("answered");
+        assert_eq!(carried.status, StatusCode::CONFLICT, "{}", carried.body);
+    }
+    gateway.set_behavior(FakeBehavior::Accept);
+    http.wait_for(a.addr, &id, |r| r["items"][1]["status"] == "CANCELLED")
+        .await;
+    let replay = cancel(a.addr, "carried", 2).await.expect("answered");
+    assert_eq!(replay.status, StatusCode::OK, "{}", replay.body);
+    assert_eq!(replay.body["status"], "SUCCESS", "{}", replay.body);
+    assert!(replay.headers.contains_key("idempotent-replayed"));
+
+    // One refund per item, each sent to the gateway under one refund id and refunded once.
+    let record = http.status(a.addr, &id).await;
+    assert_eq!(record["status"], "CANCELLED", "{record}");
+    assert_eq!(record["amounts"]["refunded"].to_string(), "175.00");
+    let cancellations = record["cancellations"].as_array().expect("cancellations");
+    assert_eq!(cancellations.len(), 3, "{record}");
+    assert!(cancellations.iter().all(|c| c["outcome"] == "SUCCESS"));
+    let refund_ids: BTreeSet<String> = gateway
+        .requests()
+        .into_iter()
+        .filter(|r| r.body.contains(&id))
+        .filter_map(|r| r.idempotency_key)
+        .collect();
+    assert_eq!(refund_ids.len(), 3, "{refund_ids:?}");
+    for refund_id in &refund_ids {
+        assert_eq!(gateway.new_refunds_for(refund_id), 1, "refunded once");
+    }
+}
+
 /// R-10: an instance keeps a status record rendered while its transaction's version stays; a
 /// change made through the other instance moves the version in its commit, so the first
 /// instance's next read shows it — after the payment and after a cancellation.

@@ -343,6 +343,47 @@ async fn a_retried_cancellation_replays_and_never_refunds_twice_r_9_1() {
     assert_eq!(record["amounts"]["refunded"].to_string(), "100.00");
 }
 
+/// a retry while the first request's refund is pending at the gateway is 409:
+/// the key of a retry that finds it running is claimed before the refund is computed, so the
+/// items that refund holds CANCELLING do not turn the retry into a 400, and a stale claim is
+/// never taken over while a pending refund carries it. Once the recovery task has settled the
+/// refund, the retry replays its answer; the gateway refunded once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_while_its_refund_is_pending_is_409_then_the_replay_r_9_1() {
+    let server = CancelServer::start().await;
+    let acme = server.provider("acme");
+    let id = server.paid_transaction(&acme, &["100", "50"]).await;
+    let path = format!("/cancel/{id}");
+    let send = || {
+        server.send(
+            Method::PATCH,
+            &path,
+            Some(&acme),
+            &[
+                ("content-type", "application/json"),
+                ("idempotency-key", "k-pending"),
+            ],
+            json!({"itemsOrder": [1]}).to_string().into_bytes(),
+        )
+    };
+    server
+        .gateway
+        .set_behavior(FakeBehavior::Fail { status: 503 });
+    let first = send().await.expect_error(500);
+    let refund_id = first["refundId"].as_str().unwrap().to_owned();
+    send().await.expect_error(409);
+    server.gateway.set_behavior(FakeBehavior::Accept);
+    server
+        .wait_for(&acme, &id, |r| r["items"][0]["status"] == "CANCELLED")
+        .await;
+    let replay = send().await;
+    assert_eq!(replay.status, 200);
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert_eq!(replay.json()["status"], "SUCCESS");
+    assert!(refund_ids(&server).iter().all(|k| *k == refund_id));
+    assert_eq!(server.gateway.new_refunds_for(&refund_id), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_two_parallel_cancellations_of_one_item_refund_once_r_4_5() {
     let server = CancelServer::start().await;

@@ -40,6 +40,9 @@ pub struct Cancellation {
     pub file: Option<UploadedFile>,
     /// The request's idempotency key.
     pub key: Option<IdempotencyKey>,
+    /// Whether the key was found held by a running request with the same route and body when
+    /// this one arrived ([`super::idempotency::Prior::Running`]).
+    pub key_running: bool,
 }
 
 /// The outcome of a cancellation.
@@ -60,23 +63,44 @@ impl Services {
         c: Cancellation,
         now: DateTime<Utc>,
     ) -> Result<Cancelled, Error> {
-        // (1) status.
-        let record = self.owned_transaction(principal, &c.transaction_id).await?;
-        check_cancellable(&record)?;
-        // (2) the refund, by the engine, at the arrival instant.
-        let settings = self.provider_settings(principal).await?;
-        let context = refund_context(&record, contract_zone(&record, &settings))?;
-        let preview = engine::preview::preview_refund(&context, &c.request, now)
-            .map_err(Error::from_preview)?;
+        // A key found running is claimed first, before anything is computed: what its first
+        // request reserved would refuse this one's computation (its items CANCELLING, a 400),
+        // where wants 409. The claim decides: 409 while the first request may
+        // still finish, or while a pending refund carries the key (the refund task finishes
+        // it and the key's answer, R-4.8); the replay if it finished meanwhile; and on
+        // PostgreSQL a take-over of a stale claim nothing carries, left by an instance that
+        // stopped before recording anything. SQLite clears such claims at start-up.
+        let held = match &c.key {
+            Some(key) if c.key_running => {
+                if let Some(replayed) = self.claim(key, now).await? {
+                    return Ok(Cancelled::Replayed(replayed));
+                }
+                crate::fault::point(crate::fault::AFTER_CLAIM);
+                true
+            }
+            _ => false,
+        };
+        // (1) status and (2) the refund; a refusal with the key held gives it back (a request
+        // refused by validation is not kept, R-9.1).
+        let (record, preview) = match self.compute_refund(principal, &c, now).await {
+            Ok(computed) => computed,
+            Err(error) => {
+                if held {
+                    self.release(c.key.as_ref()).await;
+                }
+                return Err(error);
+            }
+        };
         let paid = record.paid_amount.is_some();
         let scale = engine::money::minor_units(&record.currency).unwrap_or(2);
         let items = allocate(&preview, paid, scale);
 
         // (3) claim the key, then record the refund PENDING and reserve its items.
-        if let Some(key) = &c.key
-            && let Some(replayed) = self.claim(key, now).await?
-        {
-            return Ok(Cancelled::Replayed(replayed));
+        if !held && let Some(key) = &c.key {
+            if let Some(replayed) = self.claim(key, now).await? {
+                return Ok(Cancelled::Replayed(replayed));
+            }
+            crate::fault::point(crate::fault::AFTER_CLAIM);
         }
         let invoice_file = c.file.map(|file| NewFile {
             id: uuid::Uuid::now_v7().hyphenated().to_string(),
@@ -133,6 +157,23 @@ impl Services {
                 refund_id: view.refund_id,
             }),
         }
+    }
+
+    /// Steps (1) and (2) of: the transaction, its status, and the refund
+    /// by the engine at the arrival instant.
+    async fn compute_refund(
+        &self,
+        principal: &Principal,
+        c: &Cancellation,
+        now: DateTime<Utc>,
+    ) -> Result<(TransactionRecord, RefundPreview), Error> {
+        let record = self.owned_transaction(principal, &c.transaction_id).await?;
+        check_cancellable(&record)?;
+        let settings = self.provider_settings(principal).await?;
+        let context = refund_context(&record, contract_zone(&record, &settings))?;
+        let preview = engine::preview::preview_refund(&context, &c.request, now)
+            .map_err(Error::from_preview)?;
+        Ok((record, preview))
     }
 
     /// The preview of a cancellation at `at`, changing nothing.

@@ -88,7 +88,35 @@ pub fn repeat(existing: &IdempotencyRecord, key: &IdempotencyKey) -> Result<Stor
     }
 }
 
+/// What the stored key of a request says before the request runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Prior {
+    /// No key, or a key not stored (or expired): the request runs and claims it.
+    New,
+    /// The key's first request finished: its answer, replayed.
+    Finished(StoredResponse),
+    /// The key is held as running by a request with the same route and body. Whether that
+    /// request still runs is the claim's to decide ([`crate::store::Store::claim_idempotency`]):
+    /// 409 while it may, a take-over once its claim is stale on PostgreSQL.
+    Running,
+}
+
 impl Services {
+    /// What a request's key says before the request runs: [`Prior::Running`] where
+    /// [`Services::replay`] answers [`Error::IdempotencyInProgress`].
+    pub async fn prior(
+        &self,
+        key: Option<&IdempotencyKey>,
+        now: DateTime<Utc>,
+    ) -> Result<Prior, Error> {
+        match self.replay(key, now).await {
+            Ok(Some(stored)) => Ok(Prior::Finished(stored)),
+            Ok(None) => Ok(Prior::New),
+            Err(Error::IdempotencyInProgress) => Ok(Prior::Running),
+            Err(error) => Err(error),
+        }
+    }
+
     /// The replay of a request whose key is already stored, or `None` when the key is new (or
     /// the request carries none).
     pub async fn replay(
@@ -130,7 +158,8 @@ impl Services {
     }
 
     /// Releases a claim whose request recorded nothing, so that the key may be used again. Best
-    /// effort: a claim left running is also cleared at the next start.
+    /// effort: a claim left running is also cleared at the next start, and on PostgreSQL taken
+    /// over by a request with the same key once it is stale.
     pub(crate) async fn release(&self, key: Option<&IdempotencyKey>) {
         if let Some(key) = key {
             let _ = self

@@ -17,7 +17,7 @@ use super::request::{
 use super::response::{HttpResponse, json, replayed};
 use crate::app::Services;
 use crate::app::cancellations::{CANCEL_ROUTES, Cancellation, Cancelled};
-use crate::app::idempotency::{form_cancellation_hash, json_cancellation_hash, key_of};
+use crate::app::idempotency::{Prior, form_cancellation_hash, json_cancellation_hash, key_of};
 use crate::auth::Scope;
 
 /// A multipart failure as an error (statuses of `MultipartError::status`).
@@ -51,9 +51,11 @@ pub async fn cancel_json(
         CANCEL_ROUTES[0],
         json_cancellation_hash(&id, &body),
     );
-    if let Some(stored) = services.replay(key.as_ref(), now).await? {
-        return replayed(stored);
-    }
+    let key_running = match services.prior(key.as_ref(), now).await? {
+        Prior::Finished(stored) => return replayed(stored),
+        Prior::New => false,
+        Prior::Running => true,
+    };
     let request =
         engine::validate::cancellation_req(&body).map_err(|e| ApiError::Validation(e.messages))?;
     let cancellation = Cancellation {
@@ -61,6 +63,7 @@ pub async fn cancel_json(
         request,
         file: None,
         key,
+        key_running,
     };
     render(services.cancel(&principal, cancellation, now).await?)
 }
@@ -115,14 +118,17 @@ pub async fn cancel_multipart(
     };
     let hash = form_cancellation_hash(&id, &form.request, form.file.as_ref());
     let key = key_of(&principal, key, route, hash);
-    if let Some(stored) = services.replay(key.as_ref(), now).await? {
-        return replayed(stored);
-    }
+    let key_running = match services.prior(key.as_ref(), now).await? {
+        Prior::Finished(stored) => return replayed(stored),
+        Prior::New => false,
+        Prior::Running => true,
+    };
     let cancellation = Cancellation {
         transaction_id: id,
         request: form.request,
         file: form.file,
         key,
+        key_running,
     };
     render(services.cancel(&principal, cancellation, now).await?)
 }
