@@ -28,6 +28,9 @@ pub const MAX_ATTACHMENTS: usize = 50;
 pub const MAX_RECIPIENTS: usize = 100;
 /// Most `refIDs` / `externalIds` entries (R-8.10).
 pub const MAX_REF_IDS: usize = 100;
+/// Longest `after` cursor of `GET /events`, counted in characters as R-8.9's "shorter than or
+/// equal to N characters" and JSON Schema's `maxLength` count them (an event id has 36).
+pub const MAX_EVENT_CURSOR_CHARS: usize = 100;
 /// Largest `price`, and `value` of an AMOUNT tax: 10^12. With [`MAX_QUANTITY`] and 50 tax
 /// lines an item totals at most 5.1 × 10^17, a checkout of 500 items 2.55 × 10^20, which at
 /// the largest minor unit (3 decimals) has 24 significant digits: every derived amount (line ×

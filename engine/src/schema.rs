@@ -13,8 +13,8 @@ use serde_json::{Map, Value, json};
 
 use crate::api::{
     CancellationPolicy, CancellationReq, CancellationResult, CorporateCheckout, Created, ErrorBody,
-    EventPage, HealthStatus, PaymentReq, ProviderSettings, QuoteResult, RefundPreview,
-    StatusRecord, UpdateResult, UpdateTransaction,
+    EventPage, HealthStatus, MAX_EVENT_CURSOR_CHARS, PaymentReq, ProviderSettings, QuoteResult,
+    RefundPreview, StatusRecord, UpdateResult, UpdateTransaction,
 };
 
 /// One calendar day `YYYY-MM-DD` of the years 1000–8999, as a regex fragment: 31, 30 or 28
@@ -1352,8 +1352,8 @@ pub fn openapi() -> Value {
                     "name": "after",
                     "in": "query",
                     "required": false,
-                    "description": "Id of the last event already seen (`evt_` and 32 hex digits); the page starts after it. Absent or empty: from the first event. An id that is not one of the caller's events is a 400.",
-                    "schema": { "type": "string", "pattern": "^(?:evt_[0-9a-f]{32})?$" }
+                    "description": "Id of the last event already seen (`evt_` and 32 hex digits); the page starts after it. Absent or empty: from the first event. An id that is not one of the caller's events is a 400, as is a cursor over 100 characters (counted in characters, not bytes).",
+                    "schema": { "type": "string", "maxLength": MAX_EVENT_CURSOR_CHARS, "pattern": "^(?:evt_[0-9a-f]{32})?$" }
                 },
                 "limit": {
                     "name": "limit",

@@ -355,6 +355,38 @@ async fn without_smtp_mails_stay_queued_and_events_can_be_polled() {
     server.get("/events", &reader).await.expect_error(403);
 }
 
+/// the `after` cursor of `GET /events` is at most 100 characters, counted as
+/// characters (as its message and the document's `maxLength` say), not bytes: 100 non-ASCII
+/// characters (200 bytes) are a cursor of allowed length that names no event, 101 are too long.
+#[tokio::test]
+async fn the_event_cursor_limit_counts_characters_not_bytes() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let cursor = |chars: usize| "%C3%A9".repeat(chars); // "é", two bytes in UTF-8
+    let at_limit = server
+        .get(&format!("/events?after={}", cursor(100)), &acme)
+        .await
+        .expect_error(400);
+    assert_eq!(
+        at_limit["message"],
+        serde_json::json!(["after must be the id of one of your events"])
+    );
+    let over = server
+        .get(&format!("/events?after={}", cursor(101)), &acme)
+        .await
+        .expect_error(400);
+    assert_eq!(
+        over["message"],
+        serde_json::json!(["after must be shorter than or equal to 100 characters"])
+    );
+    let document = server.get("/openapi.json", &acme).await.json();
+    assert_eq!(
+        document["components"]["parameters"]["after"]["schema"]["maxLength"],
+        engine::api::MAX_EVENT_CURSOR_CHARS
+    );
+    assert_eq!(engine::api::MAX_EVENT_CURSOR_CHARS, 100);
+}
+
 #[tokio::test]
 async fn a_declined_card_on_the_payment_page_is_an_event() {
     let server = TestServer::start().await;

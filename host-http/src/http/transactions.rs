@@ -112,10 +112,12 @@ pub async fn events(
     let principal = authorize(services, request.headers(), Scope::TransactionsRead).await?;
     let query = request.uri().query();
     let after = query_param(query, "after").filter(|a| !a.is_empty());
-    if after.as_ref().is_some_and(|a| a.len() > 100) {
-        return Err(ApiError::Validation(vec![
-            "after must be shorter than or equal to 100 characters".to_owned(),
-        ]));
+    // Characters, not bytes, as the message and the document's `maxLength` say.
+    let max = engine::api::MAX_EVENT_CURSOR_CHARS;
+    if after.as_ref().is_some_and(|a| a.chars().count() > max) {
+        return Err(ApiError::Validation(vec![format!(
+            "after must be shorter than or equal to {max} characters"
+        )]));
     }
     let limit = match query_param(query, "limit") {
         None => crate::app::events::MAX_PAGE,
