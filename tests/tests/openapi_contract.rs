@@ -172,6 +172,10 @@ fn the_multipart_items_order_schema_accepts_the_three_forms_of_r_4_7_and_nothing
         json!("01"),
         json!("0"),
         json!("1.5"),
+        json!("1.0"),
+        json!("1e0"),
+        json!("[1.0,3]"),
+        json!("1,3e0"),
         json!("501"),
         json!("[1,501]"),
         json!("[1,3"),
@@ -185,6 +189,52 @@ fn the_multipart_items_order_schema_accepts_the_three_forms_of_r_4_7_and_nothing
     );
     assert_eq!(form["properties"]["transactionId"]["format"], "uuid");
     assert_eq!(form["additionalProperties"], false);
+}
+
+/// the server reads an `itemsOrder` entry as the published form writes it. One field
+/// through the real form parser and through the published schema gets the same verdict for
+/// each spelling of a number, in each one-field form (a single entry, comma-separated, a JSON
+/// array): `1.0` and `1e0` are refused by both, although their value is an integer. (Distinct
+/// entries and range against the transaction are the cancellation's to check, R-4.1.)
+#[tokio::test]
+async fn the_form_parser_reads_items_order_spellings_as_the_published_pattern_does_r_4_7() {
+    use host_http::http::multipart::{CancelForm, FormLimits, parse_cancellation_form};
+    use tests::cancel_support::Multipart;
+
+    let doc = document();
+    let validator =
+        jsonschema::validator_for(&cancel_form(&doc)["properties"]["itemsOrder"]).expect("schema");
+    let accepted = ["1", " 2 ", "1,3", "1, 3", "[1,3]", "[ 1 , 3 ]", "500"];
+    let refused = [
+        "1.0", "1e0", "1E0", "1e+0", "2.00", "10e-1", "[1.0]", "[1e0]", "[1,3.0]", "[2E0, 3]",
+        "1.0,3", "1,3e0", "+1", "01", "1.", ".5", "0x1", "1_0",
+    ];
+    for (value, expected) in accepted
+        .iter()
+        .map(|v| (v, true))
+        .chain(refused.iter().map(|v| (v, false)))
+    {
+        assert_eq!(
+            validator.is_valid(&json!(value)),
+            expected,
+            "published schema on {value:?}"
+        );
+        let form = Multipart::new().text("itemsOrder", value);
+        let body =
+            futures_util::stream::iter([Ok::<_, std::io::Error>(bytes::Bytes::from(form.body()))]);
+        let parsed = parse_cancellation_form(
+            Some(&form.content_type()),
+            body,
+            CancelForm::WithIdInPath,
+            &FormLimits::default(),
+        )
+        .await;
+        assert_eq!(
+            parsed.is_ok(),
+            expected,
+            "form parser on {value:?}: {parsed:?}"
+        );
+    }
 }
 
 #[test]

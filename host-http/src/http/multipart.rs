@@ -427,12 +427,23 @@ fn is_json_number(text: &str) -> bool {
     integer_ok && fraction_ok && exponent_ok
 }
 
-/// One `itemsOrder` entry from its text, or the message naming it.
+/// Whether `text` is written as an integer: an optional `-` and decimal digits without a
+/// leading zero, no fraction and no exponent.
+fn is_integer_literal(text: &str) -> bool {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'))
+}
+
+/// One `itemsOrder` entry from its text, or the message naming it. An order number of a form
+/// is written as an integer, in every form of, as the published form's pattern writes
+/// it: `1.0` and `1e0` are refused as not integers (a JSON body's `itemsOrder`, validated by
+/// JSON Schema, which reads them as integers, still accepts them).
 fn order_number(text: &str, path: &str) -> Result<u32, String> {
     let number = Some(text.trim())
-        .filter(|t| is_json_number(t))
+        .filter(|t| is_integer_literal(t))
         .and_then(|t| parse_json_number(t).ok())
-        .filter(|n| n.fract().is_zero())
         .ok_or_else(|| format!("{path} must be an integer"))?;
     if number < Decimal::ONE {
         return Err(format!("{path} must not be less than 1"));
@@ -765,6 +776,31 @@ mod tests {
         assert_eq!(parsed.request.items_order, vec![2]);
     }
 
+    /// an entry written with a fraction or an exponent (`1.0`, `1e0`) is refused in each
+    /// form, as the published form's pattern refuses it, although its value is an integer.
+    #[tokio::test]
+    async fn items_order_entries_are_written_as_integers_in_every_form_r_4_7() {
+        let cases: [(&[&str], &[&str]); 10] = [
+            (&["1.0"], &["itemsOrder.0 must be an integer"]),
+            (&["1e0"], &["itemsOrder.0 must be an integer"]),
+            (&["[1.0]"], &["itemsOrder.0 must be an integer"]),
+            (&["[1e0]"], &["itemsOrder.0 must be an integer"]),
+            (&["[1, 3.0]"], &["itemsOrder.1 must be an integer"]),
+            (&["[1E0, 3]"], &["itemsOrder.0 must be an integer"]),
+            (&["1.0,3"], &["itemsOrder.0 must be an integer"]),
+            (&["1, 3e0"], &["itemsOrder.1 must be an integer"]),
+            (&["1", "3.0"], &["itemsOrder.1 must be an integer"]),
+            (&["1e0", "3"], &["itemsOrder.0 must be an integer"]),
+        ];
+        for (values, expected) in cases {
+            for name in ["itemsOrder", "itemsOrder[]"] {
+                let parts: Vec<Vec<u8>> = values.iter().map(|v| text_part(name, v)).collect();
+                let result = parse(form(&parts), CancelForm::WithIdInPath).await;
+                assert_eq!(messages(result), expected, "{name} {values:?}");
+            }
+        }
+    }
+
     #[tokio::test]
     async fn items_order_problems_name_the_entry_r_8_9() {
         let cases: [(&[&str], &[&str]); 9] = [
@@ -794,7 +830,7 @@ mod tests {
                     "itemsOrder.1 must not be less than 1",
                 ],
             ),
-            (&["[1.0, 2e0]"], &[]),
+            (&["[1, 2]"], &[]),
         ];
         for (values, expected) in cases {
             let parts: Vec<Vec<u8>> = values.iter().map(|v| text_part("itemsOrder", v)).collect();
