@@ -330,6 +330,54 @@ CREATE TRIGGER email_messages_version
     FOR EACH ROW EXECUTE FUNCTION transaction_part_changed();
 "#,
     },
+    Migration {
+        version: 8,
+        description: "transaction versions in a narrow table of their own",
+        // As SQLite's migration 11 (`store::sqlite::VERSION_TABLE_MIGRATION`): migration 7's
+        // counter lived in `transactions`, whose rows hold the creation body, so each item
+        // inserted at creation wrote a new version of that wide row (and, its page being full,
+        // of every index on it). The counter now lives in a narrow row per transaction, with
+        // the owner a status read needs. Lock order is unchanged: every writer of a
+        // transaction locks its `transactions` row first and reaches the version row only
+        // through these triggers; the dispatcher, which updates an e-mail's status without the
+        // transaction's lock, takes the version row last, as it took the transaction's row.
+        sql: r#"
+CREATE TABLE transaction_versions (
+    id           text PRIMARY KEY,
+    provider_id  text NOT NULL,
+    version      bigint NOT NULL DEFAULT 0
+);
+INSERT INTO transaction_versions (id, provider_id, version)
+SELECT id, provider_id, version FROM transactions;
+DROP TRIGGER transactions_version ON transactions;
+DROP FUNCTION transactions_next_version();
+ALTER TABLE transactions DROP COLUMN version;
+CREATE OR REPLACE FUNCTION transaction_part_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        UPDATE transaction_versions SET version = version + 1 WHERE id = OLD.transaction_id;
+    ELSE
+        UPDATE transaction_versions SET version = version + 1 WHERE id = NEW.transaction_id;
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE FUNCTION transaction_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO transaction_versions (id, provider_id) VALUES (NEW.id, NEW.provider_id);
+    ELSIF TG_OP = 'UPDATE' THEN
+        UPDATE transaction_versions SET version = version + 1 WHERE id = NEW.id;
+    ELSE
+        DELETE FROM transaction_versions WHERE id = OLD.id;
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER transactions_version AFTER INSERT OR UPDATE OR DELETE ON transactions
+    FOR EACH ROW EXECUTE FUNCTION transaction_changed();
+"#,
+    },
 ];
 
 /// Latest schema version this build knows.

@@ -252,7 +252,8 @@ async fn read_transaction(
             "SELECT t.provider_id, t.reference, t.status, t.title, t.currency, t.ref_ids::text, \
              t.note, t.attachments::text, t.email::text, t.payload, t.total, t.paid_amount, \
              t.refunded_amount, t.paid_at, t.payment::text, t.created_at, t.updated_at, \
-             t.time_zone, t.pay_expires_at, t.version, \
+             t.time_zone, t.pay_expires_at, \
+             COALESCE((SELECT v.version FROM transaction_versions v WHERE v.id = t.id), 0), \
              (SELECT json_agg(json_build_array(i.order_no, i.name, i.category, i.total::text, \
                      i.policy, i.period, i.status, i.refunded::text) ORDER BY i.order_no) \
                 FROM items i WHERE i.transaction_id = t.id)::text, \
@@ -592,31 +593,101 @@ impl PgStore {
         ))
     }
 
+    /// Stores a new transaction, its items, the idempotent answer of its key and its
+    /// `transaction.created` event (with its deliveries and e-mail) in one statement: the
+    /// data-modifying parts of one `WITH` run in one implicit transaction and one round trip,
+    /// where a `BEGIN`, one statement per row and a `COMMIT` took seven. Every part reads the
+    /// inserted transaction, so a reference taken by another transaction (R-3.2: the unique
+    /// index settles it) inserts nothing at all and is tried again with another.
     async fn insert_transaction(
         &self,
         transaction: &NewTransaction,
         response: Option<&IdempotentResponse>,
     ) -> Result<String, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let insert = tx
+        let client = self.client().await?;
+        let insert = client
             .prepare_cached(
-                "INSERT INTO transactions (id, provider_id, reference, status, title, currency, \
-                 ref_ids, note, attachments, email, payload, total, refunded_amount, created_at, \
-                 updated_at, time_zone, pay_token_hash, pay_expires_at) VALUES ($1, $2, $3, \
-                 'PENDING', $4, $5, $6::text::json, $7, $8::text::jsonb, $9::text::jsonb, $10, \
-                 $11, 0, $12, $12, $13, $14, $15) \
-                 ON CONFLICT (reference) DO NOTHING",
+                "WITH t AS ( \
+                   INSERT INTO transactions (id, provider_id, reference, status, title, \
+                   currency, ref_ids, note, attachments, email, payload, total, \
+                   refunded_amount, created_at, updated_at, time_zone, pay_token_hash, \
+                   pay_expires_at) VALUES ($1, $2, $3, 'PENDING', $4, $5, $6::text::json, $7, \
+                   $8::text::jsonb, $9::text::jsonb, $10, $11, 0, $12, $12, $13, $14, $15) \
+                   ON CONFLICT (reference) DO NOTHING RETURNING id), \
+                 i AS ( \
+                   INSERT INTO items (transaction_id, order_no, name, category, total, policy, \
+                   period, status, refunded) \
+                   SELECT t.id, x.order_no, x.name, x.category, x.total::numeric, \
+                   x.policy::jsonb, x.period::jsonb, 'ACTIVE', 0 \
+                   FROM t, unnest($16::int4[], $17::text[], $18::text[], $19::text[], \
+                   $20::text[], $21::text[]) AS x(order_no, name, category, total, policy, \
+                   period)), \
+                 k AS ( \
+                   UPDATE idempotency_keys SET state = 'done', status_code = $22, \
+                   response_body = $23 \
+                   WHERE provider_id = $2 AND key = $24 AND EXISTS (SELECT 1 FROM t)), \
+                 e AS ( \
+                   INSERT INTO events (id, provider_id, transaction_id, type, payload, \
+                   created_at) SELECT $25::text, $2, t.id, $26::text, $27::text, $28::timestamptz \
+                   FROM t RETURNING seq), \
+                 d AS ( \
+                   INSERT INTO webhook_deliveries (event_seq, endpoint_id, transaction_id, \
+                   status, attempts, next_attempt_at, created_at) \
+                   SELECT e.seq, w.id, $1::text, 'QUEUED', 0, $28, $28 FROM e, webhook_endpoints w \
+                   WHERE w.provider_id = $2 AND w.removed_at IS NULL \
+                   AND (w.event_types IS NULL \
+                        OR ',' || w.event_types || ',' LIKE '%,' || $26 || ',%')), \
+                 m AS ( \
+                   INSERT INTO email_messages (id, event_seq, provider_id, transaction_id, \
+                   kind, receipt_number, recipients, message_id, status, attempts, \
+                   next_attempt_at, created_at, updated_at) \
+                   SELECT $29::text, e.seq, $2, $1, $30::text, $31::text, $32::text::jsonb, \
+                   $33::text, 'QUEUED', 0, \
+                   $28, $28, $28 FROM e WHERE $30::text IS NOT NULL) \
+                 SELECT count(*) FROM t",
             )
             .await?;
         let ref_ids = to_json(&transaction.ref_ids)?;
         let attachments = to_json(&transaction.attachments)?;
         let email = transaction.email.as_ref().map(to_json).transpose()?;
-        let reference = loop {
+        let mut order_nos = Vec::with_capacity(transaction.items.len());
+        let mut names = Vec::with_capacity(transaction.items.len());
+        let mut categories = Vec::with_capacity(transaction.items.len());
+        let mut totals = Vec::with_capacity(transaction.items.len());
+        let mut policies = Vec::with_capacity(transaction.items.len());
+        let mut periods = Vec::with_capacity(transaction.items.len());
+        for (index, item) in transaction.items.iter().enumerate() {
+            order_nos.push(i32::try_from(index + 1).unwrap_or(i32::MAX));
+            names.push(item.name.clone());
+            categories.push(item.category.map(Category::as_str));
+            // As text, so that numeric keeps the amount's scale (R-1.4).
+            totals.push(item.total.to_string());
+            policies.push(item.policy.as_ref().map(to_json).transpose()?);
+            periods.push(item.period.as_ref().map(to_json).transpose()?);
+        }
+        let (status_code, response_body, key) = match response {
+            Some(response) => (
+                Some(i32::from(response.status_code)),
+                Some(response.body.as_str()),
+                Some(response.key.key.as_str()),
+            ),
+            None => (None, None, None),
+        };
+        loop {
             // 40 random bits (R-3.2): a collision is rare, and the unique index settles it.
             let reference = super::sqlite::random_reference();
-            let inserted = tx
-                .execute(
+            let summary = events::new_summary(transaction, &reference);
+            let event = events::created(&summary, transaction.created_at)?;
+            let (mail_kind, receipt_number) = match &event.mail {
+                Some((kind, receipt_number)) => (Some(*kind), receipt_number.as_deref()),
+                None => (None, None),
+            };
+            let recipients = serde_json::to_string(&event.recipients)
+                .map_err(|e| corrupt("email_messages.recipients", e.to_string()))?;
+            let mail_id = mail_kind.map(|_| format!("mail_{}", uuid::Uuid::now_v7().simple()));
+            let message_id = mail_kind.map(|kind| events::message_id(&event.id, kind));
+            let inserted: i64 = client
+                .query_one(
                     &insert,
                     &[
                         &transaction.id,
@@ -634,45 +705,32 @@ impl PgStore {
                         &transaction.time_zone,
                         &transaction.payment_link.token_hash.as_slice(),
                         &transaction.payment_link.expires_at,
+                        &order_nos,
+                        &names,
+                        &categories,
+                        &totals,
+                        &policies,
+                        &periods,
+                        &status_code,
+                        &response_body,
+                        &key,
+                        &event.id,
+                        &event.event_type,
+                        &event.payload,
+                        &event.at,
+                        &mail_id,
+                        &mail_kind,
+                        &receipt_number,
+                        &recipients,
+                        &message_id,
                     ],
                 )
-                .await?;
+                .await?
+                .try_get(0)?;
             if inserted == 1 {
-                break reference;
+                return Ok(reference);
             }
-        };
-        let insert_item = tx
-            .prepare_cached(
-                "INSERT INTO items (transaction_id, order_no, name, category, total, policy, \
-                 period, status, refunded) VALUES ($1, $2, $3, $4, $5, $6::text::jsonb, \
-                 $7::text::jsonb, 'ACTIVE', 0)",
-            )
-            .await?;
-        for (index, item) in transaction.items.iter().enumerate() {
-            let order_no = i32::try_from(index + 1).unwrap_or(i32::MAX);
-            let policy = item.policy.as_ref().map(to_json).transpose()?;
-            let period = item.period.as_ref().map(to_json).transpose()?;
-            tx.execute(
-                &insert_item,
-                &[
-                    &transaction.id,
-                    &order_no,
-                    &item.name,
-                    &item.category.map(Category::as_str),
-                    &Numeric(item.total),
-                    &policy,
-                    &period,
-                ],
-            )
-            .await?;
         }
-        if let Some(response) = response {
-            finish_idempotency(&tx, response).await?;
-        }
-        let summary = events::new_summary(transaction, &reference);
-        outbox::write_event(&tx, &events::created(&summary, transaction.created_at)?).await?;
-        tx.commit().await?;
-        Ok(reference)
     }
 
     async fn update(
@@ -814,7 +872,9 @@ impl Store for PgStore {
         Box::pin(async move {
             let client = self.client().await?;
             let statement = client
-                .prepare_cached("SELECT provider_id, version FROM transactions WHERE id = $1")
+                .prepare_cached(
+                    "SELECT provider_id, version FROM transaction_versions WHERE id = $1",
+                )
                 .await?;
             let Some(row) = client.query_opt(&statement, &[&id]).await? else {
                 return Ok(None);
@@ -824,6 +884,30 @@ impl Store for PgStore {
                 row.try_get(0)?,
                 u64::try_from(version).unwrap_or_default(),
             )))
+        })
+    }
+
+    fn access_epoch_and_version(
+        &self,
+        id: String,
+    ) -> BoxFuture<'_, Result<(u64, Option<(String, u64)>), StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            // One statement, one snapshot: both values as the two reads would give them.
+            let statement = client
+                .prepare_cached(
+                    "SELECT e.value, v.provider_id, v.version FROM access_epoch e \
+                     LEFT JOIN transaction_versions v ON v.id = $1 WHERE e.id = 1",
+                )
+                .await?;
+            let row = client.query_one(&statement, &[&id]).await?;
+            let epoch = u64::try_from(row.try_get::<_, i64>(0)?).unwrap_or_default();
+            let owner: Option<String> = row.try_get(1)?;
+            let version: Option<i64> = row.try_get(2)?;
+            Ok((
+                epoch,
+                owner.zip(version.map(|v| u64::try_from(v).unwrap_or_default())),
+            ))
         })
     }
 
