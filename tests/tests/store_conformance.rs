@@ -1274,6 +1274,21 @@ async fn transaction_version_moves_with_what_the_status_record_shows_r_10(
             .expect("version read")
             .expect("the transaction exists");
         assert_eq!(version, record(opened, &id).await.version, "one snapshot");
+        let (epoch, together) = opened
+            .store
+            .access_epoch_and_version(id.clone())
+            .await
+            .expect("epoch and version read");
+        assert_eq!(
+            together,
+            Some((owner.clone(), version)),
+            "read together as apart"
+        );
+        assert_eq!(
+            epoch,
+            opened.store.access_epoch().await.expect("epoch read"),
+            "the same epoch as read alone"
+        );
         (owner, version)
     };
     assert_eq!(
@@ -1283,6 +1298,16 @@ async fn transaction_version_moves_with_what_the_status_record_shows_r_10(
             .await
             .expect("version read"),
         None
+    );
+    assert_eq!(
+        opened
+            .store
+            .access_epoch_and_version(new_id())
+            .await
+            .expect("epoch and version read")
+            .1,
+        None,
+        "an unknown transaction has no owner and version"
     );
     let id = create(opened, &acme.provider_id, &["10.00"]).await;
     let (owner, created) = version(id.clone()).await;

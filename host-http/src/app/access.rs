@@ -54,6 +54,33 @@ impl Services {
         // The epoch is read before the credential: a change committed in between moves the
         // epoch, so what is read now is never kept beyond that change.
         let epoch = self.store.access_epoch().await?;
+        self.authenticate_under(presented, epoch).await
+    }
+
+    /// [`Services::authenticate`] of a status read: the access epoch and the transaction's
+    /// owner and version come from one read ([`crate::store::Store::access_epoch_and_version`];
+    /// one round trip on PostgreSQL). `id` is the transaction asked for, if it is well formed;
+    /// the owner and version go to [`Services::status_json_at`].
+    pub async fn authenticate_for_status(
+        &self,
+        presented: Option<BasicCredentials>,
+        id: Option<&str>,
+    ) -> Result<(Principal, Option<(String, u64)>), Error> {
+        let presented = presented.ok_or(Error::Unauthenticated)?;
+        let (epoch, version) = match id {
+            Some(id) => self.store.access_epoch_and_version(id.to_owned()).await?,
+            None => (self.store.access_epoch().await?, None),
+        };
+        Ok((self.authenticate_under(presented, epoch).await?, version))
+    }
+
+    /// Checks presented credentials against the credential kept under `epoch`, read from the
+    /// store (and kept) if there is none.
+    async fn authenticate_under(
+        &self,
+        presented: BasicCredentials,
+        epoch: u64,
+    ) -> Result<Principal, Error> {
         let cached = self
             .access_cache
             .credentials

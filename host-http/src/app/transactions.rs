@@ -237,11 +237,19 @@ impl Services {
     /// change — by this instance or another one on the database — moves the version in its
     /// own commit, so the next read renders the record again.
     pub async fn status_json(&self, principal: &Principal, id: &str) -> Result<Bytes, Error> {
-        let (owner, version) = self
-            .store
-            .transaction_version(id.to_owned())
-            .await?
-            .ok_or(Error::NotFound(Resource::Contract))?;
+        let version = self.store.transaction_version(id.to_owned()).await?;
+        self.status_json_at(principal, id, version).await
+    }
+
+    /// [`Services::status_json`] with the transaction's owner and version already read
+    /// (`None`: no such transaction), as [`Services::authenticate_for_status`] reads them.
+    pub async fn status_json_at(
+        &self,
+        principal: &Principal,
+        id: &str,
+        owner_and_version: Option<(String, u64)>,
+    ) -> Result<Bytes, Error> {
+        let (owner, version) = owner_and_version.ok_or(Error::NotFound(Resource::Contract))?;
         if owner != principal.provider_id {
             return Err(Error::OtherProvider(Resource::Contract));
         }

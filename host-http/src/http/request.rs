@@ -15,10 +15,16 @@ use crate::auth::{self, Scope};
 /// Largest JSON body.
 pub const MAX_JSON_BODY_BYTES: usize = 1024 * 1024;
 
+/// The Basic credentials the request presents, if its `Authorization` header holds any.
+pub fn presented_credentials(headers: &HeaderMap) -> Option<auth::BasicCredentials> {
+    auth::parse_basic(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()))
+}
+
 /// Authenticates the request's Basic credentials.
 pub async fn authenticate(services: &Services, headers: &HeaderMap) -> Result<Principal, ApiError> {
-    let presented = auth::parse_basic(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()));
-    Ok(services.authenticate(presented).await?)
+    Ok(services
+        .authenticate(presented_credentials(headers))
+        .await?)
 }
 
 /// Authenticates and checks one scope (R-7.3: missing scope → 403).

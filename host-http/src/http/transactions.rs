@@ -9,8 +9,8 @@ use hyper::{Request, StatusCode};
 
 use super::error::ApiError;
 use super::request::{
-    authenticate, authorize, idempotency_key, query_param, read_json_body, read_json_body_or_empty,
-    transaction_id,
+    authenticate, authorize, idempotency_key, presented_credentials, query_param, read_json_body,
+    read_json_body_or_empty, transaction_id,
 };
 use super::response::{HttpResponse, json, json_bytes, json_text, replayed, set_location};
 use crate::app::Services;
@@ -38,11 +38,20 @@ pub async fn status(
     request: Request<Incoming>,
     id: &str,
 ) -> Result<HttpResponse, ApiError> {
-    let principal = authorize(services, request.headers(), Scope::TransactionsRead).await?;
+    // Authentication, then the scope, then the id's form, as on every route; the epoch and
+    // the transaction's version are read together (one round trip on PostgreSQL).
+    let well_formed = transaction_id(id).ok();
+    let (principal, version) = services
+        .authenticate_for_status(
+            presented_credentials(request.headers()),
+            well_formed.as_deref(),
+        )
+        .await?;
+    principal.require(Scope::TransactionsRead)?;
     let id = transaction_id(id)?;
     Ok(json_bytes(
         StatusCode::OK,
-        services.status_json(&principal, &id).await?,
+        services.status_json_at(&principal, &id, version).await?,
     ))
 }
 

@@ -519,6 +519,10 @@ pub enum PayOutcome {
     NotPayable(String),
 }
 
+/// The provider owning a transaction and the transaction's
+/// [version](TransactionRecord::version).
+pub type OwnerAndVersion = (String, u64);
+
 /// Storage of providers, credentials, transactions and idempotency keys.
 ///
 /// Methods take owned arguments and return boxed futures so that the trait stays object-safe
@@ -586,6 +590,20 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         &self,
         id: String,
     ) -> BoxFuture<'_, Result<Option<(String, u64)>, StoreError>>;
+
+    /// The access epoch and the owner and version of a transaction, as
+    /// [`Store::access_epoch`] and [`Store::transaction_version`] give them: what a status read
+    /// needs besides the presented secret. A store that can read both at once (one round trip
+    /// on PostgreSQL) says so here.
+    fn access_epoch_and_version(
+        &self,
+        id: String,
+    ) -> BoxFuture<'_, Result<(u64, Option<OwnerAndVersion>), StoreError>> {
+        Box::pin(async move {
+            let epoch = self.access_epoch().await?;
+            Ok((epoch, self.transaction_version(id).await?))
+        })
+    }
 
     /// A transaction with its items and cancellations.
     fn transaction(

@@ -890,7 +890,7 @@ impl Store for PgStore {
     fn access_epoch_and_version(
         &self,
         id: String,
-    ) -> BoxFuture<'_, Result<(u64, Option<(String, u64)>), StoreError>> {
+    ) -> BoxFuture<'_, Result<(u64, Option<super::OwnerAndVersion>), StoreError>> {
         Box::pin(async move {
             let client = self.client().await?;
             // One statement, one snapshot: both values as the two reads would give them.
