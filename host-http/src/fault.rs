@@ -14,6 +14,11 @@ pub const AFTER_GATEWAY: &str = "after_gateway";
 pub const AFTER_COMMIT: &str = "after_commit";
 /// Environment variable naming the point to abort at.
 pub const FAULT_ENV: &str = "CHECKOUT_FAULT";
+/// Right after a creation claimed its `Idempotency-Key`, before the transaction is stored: a
+/// point to pause at ([`PAUSE_ENV`]), so that a test's client can go away in between.
+pub const AFTER_CREATION_CLAIM: &str = "after_creation_claim";
+/// Environment variable naming a point to pause at and for how long: `<point>:<milliseconds>`.
+pub const PAUSE_ENV: &str = "CHECKOUT_FAULT_PAUSE";
 
 /// Aborts the process when `CHECKOUT_FAULT` names `point`.
 #[cfg(feature = "fault-injection")]
@@ -28,3 +33,20 @@ pub fn point(point: &str) {
 #[cfg(not(feature = "fault-injection"))]
 #[inline(always)]
 pub fn point(_point: &str) {}
+
+/// Waits at `point` for as long as `CHECKOUT_FAULT_PAUSE=<point>:<milliseconds>` says.
+#[cfg(feature = "fault-injection")]
+pub async fn pause(point: &str) {
+    let wanted = std::env::var(PAUSE_ENV).unwrap_or_default();
+    if let Some((name, millis)) = wanted.split_once(':')
+        && name == point
+        && let Ok(millis) = millis.parse()
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(millis)).await;
+    }
+}
+
+/// Without the `fault-injection` feature a pause does nothing.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub async fn pause(_point: &str) {}

@@ -141,6 +141,7 @@ impl Services {
                 if let Some(replayed) = self.claim(key, now).await? {
                     return Ok(Creation::Replayed(replayed));
                 }
+                crate::fault::pause(crate::fault::AFTER_CREATION_CLAIM).await;
                 Some(IdempotentResponse {
                     key: key.clone(),
                     status_code: CREATED_STATUS,

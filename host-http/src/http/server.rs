@@ -102,6 +102,9 @@ pub(crate) async fn serve(
     tracing::info!(addr = %listener.local_addr()?, sandbox = state.sandbox, "listening");
     tracing::debug!(max_connections = cap, fd_limit = ?fd_limit, "connection cap");
 
+    // Every request task holds a clone of `running`; `finished` yields `None` once the last
+    // one is dropped, which is how shutdown waits for requests whose clients went away.
+    let (running, mut finished) = tokio::sync::mpsc::channel::<()>(1);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -139,11 +142,26 @@ pub(crate) async fn serve(
             },
         );
         let ids = Arc::clone(&ids);
+        let running = running.clone();
         let service = service_fn(move |request| {
             requests.started();
             let state = Arc::clone(&state);
             let id = ids.next();
-            async move { Ok::<_, Infallible>(handle(state, request, id, timeouts).await) }
+            // A request runs to its end in a task of its own, even when its client goes away
+            // mid-way: a creation or cancellation cut between its idempotency claim and its
+            // effect would leave the claim running, and every retry with the key would be
+            // refused with 409 until the claim went stale.
+            let running = running.clone();
+            let task = tokio::spawn(async move {
+                let _running = running;
+                handle(state, request, id, timeouts).await
+            });
+            async move {
+                Ok::<_, Infallible>(task.await.unwrap_or_else(|error| {
+                    tracing::error!(%error, "a request's task ended without an answer");
+                    error_response(&ApiError::Internal(error.to_string()))
+                }))
+            }
         });
         let connection = graceful.watch(builder.serve_connection(TokioIo::new(io), service));
         tokio::spawn(async move {
@@ -159,11 +177,19 @@ pub(crate) async fn serve(
         connections = graceful.count(),
         "shutting down: draining in-flight requests"
     );
-    if tokio::time::timeout(config.shutdown_grace, graceful.shutdown())
+    let grace_ends = tokio::time::Instant::now() + config.shutdown_grace;
+    if tokio::time::timeout_at(grace_ends, graceful.shutdown())
         .await
         .is_err()
     {
         tracing::warn!("shutdown grace period over; closing remaining connections");
+    }
+    drop(running);
+    if tokio::time::timeout_at(grace_ends, finished.recv())
+        .await
+        .is_err()
+    {
+        tracing::warn!("shutdown grace period over; requests of closed connections cut off");
     }
     pruner.abort();
     state.store.close().await;

@@ -46,6 +46,8 @@ pub struct Launch<'a> {
     pub gateway_url: Option<&'a str>,
     /// A fault-injection point that aborts the process.
     pub fault: Option<&'a str>,
+    /// A fault-injection pause, `<point>:<milliseconds>`.
+    pub pause: Option<&'a str>,
     /// Read timeout of the http gateway (default 300 ms).
     pub gateway_read_timeout_ms: Option<u64>,
     /// More arguments of `serve`.
@@ -83,6 +85,10 @@ pub fn spawn(launch: &Launch<'_>) -> Server {
     }
     if let Some(point) = launch.fault {
         command.env(host_http::fault::FAULT_ENV, point);
+    }
+    command.env_remove(host_http::fault::PAUSE_ENV);
+    if let Some(pause) = launch.pause {
+        command.env(host_http::fault::PAUSE_ENV, pause);
     }
     command.args(launch.args);
     Server {
