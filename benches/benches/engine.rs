@@ -1,7 +1,7 @@
 //! Criterion benchmarks of the rules engine: quotes, penalty evaluation, schedules, refund
 //! previews, validation of a creation payload (the fast path beside the full path and a bare
-//! typed parse of the same bytes) and one line of each offline command (figures in
-//! `docs/PERFORMANCE.md`).
+//! typed parse of the same bytes) and one line of each offline command, written as the binary
+//! writes it and as a JSON value (figures in `docs/PERFORMANCE.md`).
 
 use std::hint::black_box;
 
@@ -112,17 +112,48 @@ fn validation(c: &mut Criterion) {
 fn lines(c: &mut Criterion) {
     let quote = benches::quote_line();
     let preview = benches::preview_line();
-    for (line, answer) in [
-        (&quote, engine::lines::quote_line(&quote)),
-        (&preview, engine::lines::preview_line(&preview)),
+    for (line, answer, write) in [
+        (
+            &quote,
+            engine::lines::quote_line(&quote),
+            engine::lines::write_quote_line as fn(&[u8], &mut Vec<u8>),
+        ),
+        (
+            &preview,
+            engine::lines::preview_line(&preview),
+            engine::lines::write_preview_line,
+        ),
     ] {
         assert!(
             answer.get("error").is_none(),
             "bench line refused: {answer} for {}",
             String::from_utf8_lossy(line)
         );
+        let mut written = Vec::new();
+        write(line, &mut written);
+        assert_eq!(
+            written,
+            serde_json::to_vec(&answer).unwrap_or_default(),
+            "the written answer is the value's text"
+        );
     }
     let mut group = c.benchmark_group("lines");
+    // What `checkout-server quote|preview` does per line: the answer written straight into a
+    // buffer that is reused.
+    let mut written = Vec::new();
+    group.bench_function("quote_line_written", |b| {
+        b.iter(|| {
+            written.clear();
+            engine::lines::write_quote_line(black_box(&quote), &mut written);
+        })
+    });
+    group.bench_function("preview_line_written", |b| {
+        b.iter(|| {
+            written.clear();
+            engine::lines::write_preview_line(black_box(&preview), &mut written);
+        })
+    });
+    // The answer as a JSON value (tests and fixtures use it), by the fast path and the full path.
     group.bench_function("quote_line", |b| {
         b.iter(|| engine::lines::quote_line(black_box(&quote)))
     });

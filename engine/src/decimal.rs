@@ -86,6 +86,50 @@ pub fn serialize<S: Serializer>(value: &Decimal, serializer: S) -> Result<S::Ok,
     to_json_number(value).serialize(serializer)
 }
 
+/// Writes a decimal's text — exactly what its `Display` writes (`to_string`), the text
+/// [`to_json_number`] and [`serialize`] give it — to `out`, without formatting machinery or a
+/// string of its own.
+///
+/// ```
+/// use rust_decimal::Decimal;
+/// let mut out = Vec::new();
+/// engine::decimal::write_text(&Decimal::new(-5, 3), &mut out);
+/// assert_eq!(out, b"-0.005");
+/// ```
+pub fn write_text(value: &Decimal, out: &mut Vec<u8>) {
+    // The mantissa's digits, least significant first, padded with zeros to the scale as
+    // `Display` pads them (a mantissa has at most 29 digits, a scale at most 28).
+    let mut digits = [b'0'; 40];
+    let mut len = 0;
+    let mut mantissa = value.mantissa().unsigned_abs();
+    while mantissa > u128::from(u64::MAX) {
+        digits[len] = b'0' + (mantissa % 10) as u8;
+        mantissa /= 10;
+        len += 1;
+    }
+    let mut small = mantissa as u64;
+    while small != 0 {
+        digits[len] = b'0' + (small % 10) as u8;
+        small /= 10;
+        len += 1;
+    }
+    let scale = value.scale() as usize;
+    let len = len.max(scale);
+    // `Display` writes the sign of a negative zero too.
+    if value.is_sign_negative() {
+        out.push(b'-');
+    }
+    let whole = len - scale;
+    if whole == 0 {
+        out.push(b'0');
+    }
+    out.extend(digits[scale..len].iter().rev());
+    if scale > 0 {
+        out.push(b'.');
+        out.extend(digits[..scale].iter().rev());
+    }
+}
+
 /// Deserialises a JSON number into a decimal exactly as written.
 pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Decimal, D::Error> {
     let number = serde_json::Number::deserialize(deserializer)?;
@@ -158,6 +202,65 @@ mod tests {
             serde_json::from_str(r#"{"amount":0.30000000000000004441}"#).unwrap();
         let holder: Holder = serde_json::from_value(value).unwrap();
         assert_eq!(holder.amount.to_string(), "0.30000000000000004441");
+    }
+
+    #[test]
+    fn written_text_is_display() {
+        let mut seen = 0;
+        let mut check = |value: Decimal| {
+            let mut out = Vec::new();
+            write_text(&value, &mut out);
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                value.to_string(),
+                "{value:?}"
+            );
+            seen += 1;
+        };
+        let mantissas = [
+            0_i128,
+            1,
+            5,
+            9,
+            10,
+            99,
+            100,
+            123_456,
+            1_000_000_007,
+            i128::from(u64::MAX) - 1,
+            i128::from(u64::MAX),
+            i128::from(u64::MAX) + 1,
+            10_i128.pow(20),
+            10_i128.pow(28) - 1,
+            79_228_162_514_264_337_593_543_950_335, // Decimal::MAX's mantissa
+        ];
+        for mantissa in mantissas {
+            for scale in 0..=28 {
+                for sign in [1, -1] {
+                    check(Decimal::from_i128_with_scale(sign * mantissa, scale));
+                }
+            }
+        }
+        let mut negative_zero = Decimal::new(0, 2);
+        negative_zero.set_sign_negative(true);
+        check(negative_zero);
+        check(Decimal::MIN);
+        check(Decimal::MAX);
+        // A pseudo-random sweep of mantissas and scales.
+        let mut x: u128 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..20_000 {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let mantissa = ((x >> 32) % 79_228_162_514_264_337_593_543_950_336) >> (x % 96);
+            let scale = (x % 29) as u32;
+            let sign = if x & 1 == 0 { 1 } else { -1 };
+            check(Decimal::from_i128_with_scale(
+                sign * mantissa as i128,
+                scale,
+            ));
+        }
+        assert!(seen > 20_000);
     }
 
     #[test]

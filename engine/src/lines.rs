@@ -26,6 +26,7 @@ use serde_json::{Map, Value, json};
 
 use crate::api::{
     CancellationPolicy, CancellationReq, Category, CorporateCheckout, ErrorBody, ProviderSettings,
+    QuoteResult, RefundPreview,
 };
 use crate::preview::{PreviewError, RefundContext};
 use crate::time::{parse_instant, parse_zone};
@@ -40,6 +41,24 @@ pub fn quote_line(line: &[u8]) -> Value {
 /// Answers one preview line: the refund preview, or `{"error": <400 body>}`.
 pub fn preview_line(line: &[u8]) -> Value {
     answer(preview_value(line, Path::Fast))
+}
+
+/// Writes the answer to one quote line to the end of `out`: the JSON text serde_json writes of
+/// [`quote_line`]'s value (no line break), written straight from the typed answer.
+pub fn write_quote_line(line: &[u8], out: &mut Vec<u8>) {
+    match quote_result(line, Path::Fast) {
+        Ok(quote) => write::quote(&quote, out),
+        Err(messages) => write::error(&messages, out),
+    }
+}
+
+/// Writes the answer to one preview line to the end of `out`: the JSON text serde_json writes of
+/// [`preview_line`]'s value (no line break), written straight from the typed answer.
+pub fn write_preview_line(line: &[u8], out: &mut Vec<u8>) {
+    match preview_result(line, Path::Fast) {
+        Ok(preview) => write::preview(&preview, out),
+        Err(messages) => write::error(&messages, out),
+    }
 }
 
 /// [`quote_line`] by the full path of validation alone.
@@ -98,7 +117,7 @@ struct QuoteLine {
     checkout: CorporateCheckout,
 }
 
-fn quote_value(line: &[u8], path: Path) -> Result<Value, Vec<String>> {
+fn quote_result(line: &[u8], path: Path) -> Result<QuoteResult, Vec<String>> {
     let fast = (path == Path::Fast).then(|| quote_fast(line)).flatten();
     let checkout = match fast {
         Some(checkout) => checkout,
@@ -107,7 +126,11 @@ fn quote_value(line: &[u8], path: Path) -> Result<Value, Vec<String>> {
             checkout(&mut map, "UTC")?
         }
     };
-    let quote = quote::quote(&checkout).map_err(|e| vec![e.to_string()])?;
+    quote::quote(&checkout).map_err(|e| vec![e.to_string()])
+}
+
+fn quote_value(line: &[u8], path: Path) -> Result<Value, Vec<String>> {
+    let quote = quote_result(line, path)?;
     match path {
         Path::Fast => Ok(render::quote(&quote)),
         Path::Full => to_value(&quote),
@@ -149,7 +172,7 @@ struct PreviewInput {
     cancelled: Vec<u32>,
 }
 
-fn preview_value(line: &[u8], path: Path) -> Result<Value, Vec<String>> {
+fn preview_result(line: &[u8], path: Path) -> Result<RefundPreview, Vec<String>> {
     let fast = (path == Path::Fast).then(|| preview_fast(line)).flatten();
     let input = match fast {
         Some(input) => input,
@@ -161,10 +184,17 @@ fn preview_value(line: &[u8], path: Path) -> Result<Value, Vec<String>> {
         item.cancelled = input.cancelled.contains(&item.order);
     }
     match crate::preview::preview_refund(&ctx, &input.req, input.at) {
-        Ok(preview) if path == Path::Fast => Ok(render::preview(&preview)),
-        Ok(preview) => to_value(&preview),
+        Ok(preview) => Ok(preview),
         Err(PreviewError::Invalid(errors)) => Err(errors.messages),
         Err(PreviewError::Engine(error)) => Err(vec![error.to_string()]),
+    }
+}
+
+fn preview_value(line: &[u8], path: Path) -> Result<Value, Vec<String>> {
+    let preview = preview_result(line, path)?;
+    match path {
+        Path::Fast => Ok(render::preview(&preview)),
+        Path::Full => to_value(&preview),
     }
 }
 
@@ -477,6 +507,193 @@ mod render {
     }
 }
 
+/// The answers written as JSON text straight from the typed values: the bytes serde_json writes
+/// of the values [`render`] builds (and of the error value), keys in the same order, amounts with
+/// their scale, strings escaped as serde_json escapes them.
+mod write {
+    use rust_decimal::Decimal;
+
+    use crate::api::{
+        OffsetUnit, Penalty, PenaltyCondition, PenaltyType, PenaltyUnit, PreviewItem, QuoteItem,
+        QuoteResult, RefundPreview,
+    };
+    use crate::decimal::write_text;
+
+    fn amount(value: &Decimal, out: &mut Vec<u8>) {
+        write_text(value, out);
+    }
+
+    fn integer(value: u32, out: &mut Vec<u8>) {
+        let mut digits = [0_u8; 10];
+        let mut len = 0;
+        let mut rest = value;
+        loop {
+            digits[len] = b'0' + (rest % 10) as u8;
+            len += 1;
+            rest /= 10;
+            if rest == 0 {
+                break;
+            }
+        }
+        out.extend(digits[..len].iter().rev());
+    }
+
+    /// A JSON string as serde_json writes it: `"` and `\\` escaped, control characters as
+    /// `\b \t \n \f \r` or `\u00xx`, everything else (U+007F and beyond too) as it is.
+    pub(super) fn string(text: &str, out: &mut Vec<u8>) {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        out.push(b'"');
+        let bytes = text.as_bytes();
+        let mut start = 0;
+        for (i, &byte) in bytes.iter().enumerate() {
+            let escape: &[u8] = match byte {
+                b'"' => b"\\\"",
+                b'\\' => b"\\\\",
+                0x08 => b"\\b",
+                b'\t' => b"\\t",
+                b'\n' => b"\\n",
+                0x0C => b"\\f",
+                b'\r' => b"\\r",
+                0x00..=0x1F => {
+                    out.extend_from_slice(&bytes[start..i]);
+                    out.extend_from_slice(b"\\u00");
+                    out.push(HEX[usize::from(byte >> 4)]);
+                    out.push(HEX[usize::from(byte & 0xF)]);
+                    start = i + 1;
+                    continue;
+                }
+                _ => continue,
+            };
+            out.extend_from_slice(&bytes[start..i]);
+            out.extend_from_slice(escape);
+            start = i + 1;
+        }
+        out.extend_from_slice(&bytes[start..]);
+        out.push(b'"');
+    }
+
+    /// `{"error": <400 body>}` with these messages.
+    pub(super) fn error(messages: &[String], out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"error\":{\"message\":[");
+        for (i, message) in messages.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            string(message, out);
+        }
+        out.extend_from_slice(b"],\"error\":\"Bad Request\",\"statusCode\":400}}");
+    }
+
+    /// A [`QuoteResult`].
+    pub(super) fn quote(quote: &QuoteResult, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"currency\":");
+        string(&quote.currency, out);
+        out.extend_from_slice(b",\"items\":[");
+        for (i, item) in quote.items.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            quote_item(item, out);
+        }
+        out.extend_from_slice(b"],\"total\":");
+        amount(&quote.total, out);
+        out.push(b'}');
+    }
+
+    fn quote_item(item: &QuoteItem, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"order\":");
+        integer(item.order, out);
+        out.extend_from_slice(b",\"net\":");
+        amount(&item.net, out);
+        out.extend_from_slice(b",\"taxes\":[");
+        for (i, tax) in item.taxes.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"amount\":");
+            amount(&tax.amount, out);
+            out.push(b'}');
+        }
+        out.extend_from_slice(b"],\"totalTax\":");
+        amount(&item.total_tax, out);
+        out.extend_from_slice(b",\"total\":");
+        amount(&item.total, out);
+        out.push(b'}');
+    }
+
+    /// A [`RefundPreview`].
+    pub(super) fn preview(preview: &RefundPreview, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"currency\":");
+        string(&preview.currency, out);
+        out.extend_from_slice(b",\"items\":[");
+        for (i, item) in preview.items.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            preview_item(item, out);
+        }
+        out.extend_from_slice(b"],\"refundable\":");
+        amount(&preview.refundable, out);
+        out.extend_from_slice(b",\"refund\":");
+        amount(&preview.refund, out);
+        out.push(b'}');
+    }
+
+    fn preview_item(item: &PreviewItem, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"order\":");
+        integer(item.order, out);
+        out.extend_from_slice(b",\"total\":");
+        amount(&item.total, out);
+        out.extend_from_slice(b",\"penalty\":");
+        amount(&item.penalty, out);
+        out.extend_from_slice(b",\"refundable\":");
+        amount(&item.refundable, out);
+        out.extend_from_slice(b",\"appliedPenalty\":");
+        match &item.applied_penalty {
+            Some(applied) => penalty(applied, out),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"nextChangeAt\":");
+        match &item.next_change_at {
+            Some(at) => string(at, out),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.push(b'}');
+    }
+
+    fn penalty(penalty: &Penalty, out: &mut Vec<u8>) {
+        out.extend_from_slice(match penalty.penalty_type {
+            PenaltyType::DatePenalty => b"{\"type\":\"DATE_PENALTY\"",
+            PenaltyType::OffsetPenalty => b"{\"type\":\"OFFSET_PENALTY\"",
+        });
+        out.extend_from_slice(b",\"value\":{\"amount\":");
+        amount(&penalty.value.amount, out);
+        out.extend_from_slice(match penalty.value.unit {
+            PenaltyUnit::FixedAmount => b",\"unit\":\"FIXED_AMOUNT\"}",
+            PenaltyUnit::Percentage => b",\"unit\":\"PERCENTAGE\"}",
+        });
+        if let Some(until) = &penalty.until {
+            out.extend_from_slice(b",\"until\":");
+            string(until, out);
+        }
+        if let Some(offset) = &penalty.offset {
+            out.extend_from_slice(b",\"offset\":{\"amount\":");
+            integer(offset.amount, out);
+            out.extend_from_slice(match offset.unit {
+                OffsetUnit::Days => b",\"unit\":\"DAYS\"}",
+                OffsetUnit::Hours => b",\"unit\":\"HOURS\"}",
+                OffsetUnit::Months => b",\"unit\":\"MONTHS\"}",
+            });
+        }
+        if let Some(condition) = penalty.condition {
+            out.extend_from_slice(match condition {
+                PenaltyCondition::AfterPayment => b",\"condition\":\"AFTER_PAYMENT\"",
+            });
+        }
+        out.push(b'}');
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -490,6 +707,51 @@ mod tests {
             out.to_string(),
             r#"{"currency":"JPY","items":[{"order":1,"net":1000,"taxes":[{"amount":100}],"totalTax":100,"total":1100}],"total":1100}"#
         );
+    }
+
+    #[test]
+    fn strings_are_written_as_serde_json_writes_them() {
+        let mut texts: Vec<String> = (0_u32..0x800)
+            .filter_map(char::from_u32)
+            .map(|c| format!("a{c}b{c}"))
+            .collect();
+        texts.extend(["", "\"", "\\", "\u{1F600}", "\u{7F}\u{9F}\u{2028}"].map(String::from));
+        for text in texts {
+            let mut out = Vec::new();
+            write::string(&text, &mut out);
+            assert_eq!(out, serde_json::to_vec(&text).unwrap(), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn written_answers_are_the_values_text() {
+        let lines: [&[u8]; 5] = [
+            br#"{"checkout":{"title":"t","currency":"JPY","items":[{"price":1000,"taxes":[{"value":10}]}]}}"#,
+            br#"{"checkout":{"title":"t","currency":"KWD","items":[{"price":1.5,"total":-0}]}}"#,
+            br#"{"checkout":{},"at":"yesterday","bogus\u0001":1}"#,
+            b"not json",
+            br#"{"checkout":{"title":"t","currency":"EUR","items":[{"price":10,"cancellationPolicy":{"reference":"PAYMENT_DATE","penalties":[{"type":"OFFSET_PENALTY","value":{"amount":5,"unit":"FIXED_AMOUNT"},"offset":{"amount":2,"unit":"HOURS"},"condition":"AFTER_PAYMENT"}]}}]},"paidAt":"2026-01-01T00:00:00Z","at":"2026-01-01T03:00:00Z","itemsOrder":[1]}"#,
+        ];
+        for line in lines {
+            for (value, write) in [
+                (
+                    quote_line as fn(&[u8]) -> Value,
+                    write_quote_line as fn(&[u8], &mut Vec<u8>),
+                ),
+                (preview_line, write_preview_line),
+            ] {
+                let mut out = b"kept".to_vec();
+                write(line, &mut out);
+                let expected =
+                    [b"kept".to_vec(), serde_json::to_vec(&value(line)).unwrap()].concat();
+                assert_eq!(
+                    String::from_utf8_lossy(&out),
+                    String::from_utf8_lossy(&expected),
+                    "{}",
+                    String::from_utf8_lossy(line)
+                );
+            }
+        }
     }
 
     #[test]

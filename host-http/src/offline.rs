@@ -4,10 +4,16 @@
 use std::io::{self, BufRead, BufWriter, Write};
 use std::process::ExitCode;
 
+/// Writes the answer to one input line to the end of a buffer.
+pub type Answer = fn(&[u8], &mut Vec<u8>);
+
 /// Reads JSON Lines from stdin and writes one answer line per input line; an input line that
 /// cannot be answered gives `{"error": <400 body>}` and the run goes on. Blank lines are
 /// skipped. Exits with failure only when stdin cannot be read or stdout cannot be written.
-pub fn run(answer: fn(&[u8]) -> serde_json::Value) -> ExitCode {
+///
+/// `answer` writes the JSON text of one line's answer to the end of a buffer
+/// (`engine::lines::write_quote_line`, `engine::lines::write_preview_line`).
+pub fn run(answer: Answer) -> ExitCode {
     let stdin = io::stdin();
     let stdout = io::stdout();
     match pump(stdin.lock(), BufWriter::new(stdout.lock()), answer) {
@@ -19,12 +25,9 @@ pub fn run(answer: fn(&[u8]) -> serde_json::Value) -> ExitCode {
     }
 }
 
-fn pump(
-    mut input: impl BufRead,
-    mut output: impl Write,
-    answer: fn(&[u8]) -> serde_json::Value,
-) -> io::Result<()> {
+fn pump(mut input: impl BufRead, mut output: impl Write, answer: Answer) -> io::Result<()> {
     let mut line = Vec::new();
+    let mut written = Vec::new();
     loop {
         line.clear();
         if input.read_until(b'\n', &mut line)? == 0 {
@@ -33,8 +36,10 @@ fn pump(
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        serde_json::to_writer(&mut output, &answer(&line))?;
-        output.write_all(b"\n")?;
+        written.clear();
+        answer(&line, &mut written);
+        written.push(b'\n');
+        output.write_all(&written)?;
     }
     output.flush()
 }
@@ -47,7 +52,7 @@ mod tests {
     fn one_answer_per_line_in_order() {
         let input = b"{\"checkout\":{\"title\":\"a\",\"currency\":\"EUR\",\"items\":[{\"price\":1}]}}\nnot json\n\n{\"checkout\":{\"title\":\"b\",\"currency\":\"KWD\",\"items\":[{\"price\":1}]}}\n";
         let mut out = Vec::new();
-        pump(&input[..], &mut out, engine::lines::quote_line).unwrap();
+        pump(&input[..], &mut out, engine::lines::write_quote_line).unwrap();
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);

@@ -3,7 +3,9 @@
 //! same messages, on generated valid bodies, on generated bodies broken in every way the typed
 //! parse is more lenient than the schema (types, missing and unknown fields, bounds, currencies,
 //! zones, dates, repeated and escaped keys, control characters, enumerations and structs in other
-//! JSON shapes), on the JSON-Lines commands, and on every fixture under `fixtures/`.
+//! JSON shapes), on the JSON-Lines commands, and on every fixture under `fixtures/`. On every
+//! line, the bytes the offline commands write (the typed answer written straight out) are also
+//! held to the text serde_json writes of the answer's JSON value.
 //!
 //! Each property runs 1,000 cases unless `PROPTEST_CASES` says otherwise; failing seeds are kept
 //! in `proptest-regressions/validation_fast_path.txt` at the workspace root.
@@ -93,6 +95,32 @@ fn same_lines(line: &[u8]) -> Result<(), String> {
             return Err(format!(
                 "{name} line differs on {}\n  full: {full}\n  fast: {fast}",
                 String::from_utf8_lossy(line)
+            ));
+        }
+    }
+    same_written(line)
+}
+
+/// What the offline commands write for a line (the typed answer written straight to bytes)
+/// against the text serde_json writes of the line's answer value: the same bytes.
+fn same_written(line: &[u8]) -> Result<(), String> {
+    for (name, value, write) in [
+        (
+            "quote",
+            lines::quote_line as fn(&[u8]) -> Value,
+            lines::write_quote_line as fn(&[u8], &mut Vec<u8>),
+        ),
+        ("preview", lines::preview_line, lines::write_preview_line),
+    ] {
+        let expected = serde_json::to_vec(&value(line)).map_err(|e| e.to_string())?;
+        let mut written = Vec::new();
+        write(line, &mut written);
+        if written != expected {
+            return Err(format!(
+                "{name} line written differently on {}\n  value: {}\n  written: {}",
+                String::from_utf8_lossy(line),
+                String::from_utf8_lossy(&expected),
+                String::from_utf8_lossy(&written)
             ));
         }
     }
