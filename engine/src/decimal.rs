@@ -6,11 +6,13 @@
 //! Serialisation writes the decimal's own text as a JSON number, so its scale is kept
 //! (`120.00` stays `120.00`).
 
+use std::fmt;
 use std::str::FromStr;
 
 use rust_decimal::Decimal;
 use schemars::{Schema, SchemaGenerator, json_schema};
-use serde::{Deserialize, Deserializer, Serialize, Serializer, de::Error as _};
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Most significant digits an amount may carry (R-1.1).
 pub const MAX_SIGNIFICANT_DIGITS: usize = 28;
@@ -130,10 +132,152 @@ pub fn write_text(value: &Decimal, out: &mut Vec<u8>) {
     }
 }
 
+/// The text of serde_json's private form of a number (`{"$serde_json::private::Number": "…"}`),
+/// in which `arbitrary_precision` hands a number's text to a visitor (a unit test holds it to
+/// serde_json's).
+const NUMBER_TOKEN: &str = "$serde_json::private::Number";
+
+/// Reads an amount as [`serde_json::Number`] would read it, but parses the number's text where
+/// serde_json hands it over instead of building a `Number` (which parses the text again) and
+/// writing it out to a second string.
+struct AmountVisitor;
+
+impl<'de> Visitor<'de> for AmountVisitor {
+    type Value = Decimal;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("a JSON number")
+    }
+
+    // Integers that fit 64 bits come as integers; `Decimal::from` is what parsing their text
+    // gives (scale 0, at most 20 digits).
+    fn visit_i64<E: de::Error>(self, value: i64) -> Result<Decimal, E> {
+        Ok(Decimal::from(value))
+    }
+
+    fn visit_u64<E: de::Error>(self, value: u64) -> Result<Decimal, E> {
+        Ok(Decimal::from(value))
+    }
+
+    // The rest, which serde_json's own deserializers never produce from a JSON text, as before:
+    // through the number's text.
+    fn visit_i128<E: de::Error>(self, value: i128) -> Result<Decimal, E> {
+        let number = serde_json::Number::from_i128(value)
+            .ok_or_else(|| E::custom("JSON number out of range"))?;
+        parse_json_number(number.as_str()).map_err(E::custom)
+    }
+
+    fn visit_u128<E: de::Error>(self, value: u128) -> Result<Decimal, E> {
+        let number = serde_json::Number::from_u128(value)
+            .ok_or_else(|| E::custom("JSON number out of range"))?;
+        parse_json_number(number.as_str()).map_err(E::custom)
+    }
+
+    fn visit_f64<E: de::Error>(self, value: f64) -> Result<Decimal, E> {
+        let number =
+            serde_json::Number::from_f64(value).ok_or_else(|| E::custom("not a JSON number"))?;
+        parse_json_number(number.as_str()).map_err(E::custom)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Decimal, A::Error> {
+        if map.next_key::<NumberKey>()?.is_none() {
+            return Err(de::Error::invalid_type(de::Unexpected::Map, &self));
+        }
+        map.next_value::<NumberText>()
+            .map(|NumberText(value)| value)
+    }
+}
+
+/// The key of serde_json's private form of a number.
+struct NumberKey;
+
+impl<'de> Deserialize<'de> for NumberKey {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<NumberKey, D::Error> {
+        struct KeyVisitor;
+
+        impl Visitor<'_> for KeyVisitor {
+            type Value = NumberKey;
+
+            fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+                formatter.write_str("a valid number field")
+            }
+
+            fn visit_str<E: de::Error>(self, key: &str) -> Result<NumberKey, E> {
+                if key == NUMBER_TOKEN {
+                    Ok(NumberKey)
+                } else {
+                    Err(E::custom("expected field with custom name"))
+                }
+            }
+        }
+
+        deserializer.deserialize_identifier(KeyVisitor)
+    }
+}
+
+/// The value of serde_json's private form of a number: its text, read as an amount. The text
+/// must be a JSON number, as `serde_json::Number`'s parse of it requires.
+struct NumberText(Decimal);
+
+impl<'de> Deserialize<'de> for NumberText {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<NumberText, D::Error> {
+        struct TextVisitor;
+
+        impl Visitor<'_> for TextVisitor {
+            type Value = NumberText;
+
+            fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+                formatter.write_str("string containing a number")
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<NumberText, E> {
+                if !is_json_number(text) {
+                    return Err(E::custom("invalid number"));
+                }
+                parse_json_number(text).map(NumberText).map_err(E::custom)
+            }
+        }
+
+        deserializer.deserialize_str(TextVisitor)
+    }
+}
+
+/// Whether `text` is a JSON number: `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`.
+fn is_json_number(text: &str) -> bool {
+    fn digits(bytes: &[u8]) -> usize {
+        bytes.iter().take_while(|b| b.is_ascii_digit()).count()
+    }
+    let bytes = text.as_bytes();
+    let mut i = usize::from(bytes.first() == Some(&b'-'));
+    match bytes.get(i) {
+        Some(b'0') => i += 1,
+        Some(b'1'..=b'9') => i += digits(&bytes[i..]),
+        _ => return false,
+    }
+    if bytes.get(i) == Some(&b'.') {
+        let n = digits(&bytes[i + 1..]);
+        if n == 0 {
+            return false;
+        }
+        i += 1 + n;
+    }
+    if matches!(bytes.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(bytes.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        let n = digits(&bytes[i..]);
+        if n == 0 {
+            return false;
+        }
+        i += n;
+    }
+    i == bytes.len()
+}
+
 /// Deserialises a JSON number into a decimal exactly as written.
 pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Decimal, D::Error> {
-    let number = serde_json::Number::deserialize(deserializer)?;
-    parse_json_number(&number.to_string()).map_err(D::Error::custom)
+    deserializer.deserialize_any(AmountVisitor)
 }
 
 /// JSON Schema of an amount: a JSON number.
@@ -162,9 +306,32 @@ pub mod option {
     pub fn deserialize<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Option<Decimal>, D::Error> {
-        Option::<serde_json::Number>::deserialize(deserializer)?
-            .map(|n| parse_json_number(&n.to_string()).map_err(D::Error::custom))
-            .transpose()
+        struct OptionVisitor;
+
+        impl<'de> Visitor<'de> for OptionVisitor {
+            type Value = Option<Decimal>;
+
+            fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+                formatter.write_str("option")
+            }
+
+            fn visit_none<E: de::Error>(self) -> Result<Option<Decimal>, E> {
+                Ok(None)
+            }
+
+            fn visit_unit<E: de::Error>(self) -> Result<Option<Decimal>, E> {
+                Ok(None)
+            }
+
+            fn visit_some<D: Deserializer<'de>>(
+                self,
+                deserializer: D,
+            ) -> Result<Option<Decimal>, D::Error> {
+                super::deserialize(deserializer).map(Some)
+            }
+        }
+
+        deserializer.deserialize_option(OptionVisitor)
     }
 }
 
@@ -202,6 +369,129 @@ mod tests {
             serde_json::from_str(r#"{"amount":0.30000000000000004441}"#).unwrap();
         let holder: Holder = serde_json::from_value(value).unwrap();
         assert_eq!(holder.amount.to_string(), "0.30000000000000004441");
+    }
+
+    /// The old reading of an amount: a `serde_json::Number`, its text written out, parsed.
+    fn through_number(json: &str) -> Result<Decimal, String> {
+        let number: serde_json::Number = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        parse_json_number(&number.to_string()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn amounts_read_as_through_a_json_number() {
+        let texts = [
+            "0",
+            "-0",
+            "0.0",
+            "-0.00",
+            "1",
+            "-1",
+            "80",
+            "100.00",
+            "0.1",
+            "1e2",
+            "1E-2",
+            "1.5e+1",
+            "-2.50E1",
+            "120.00",
+            "16.8",
+            "0.30000000000000004441",
+            "18446744073709551615",
+            "18446744073709551616",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "1234567890123456789012345678",
+            "12345678901234567890123456789",
+            "0.00000000000000000000000000001",
+            "1e40",
+            "1e-40",
+            "0e40",
+            "99999999999999999999e8",
+            "1.2345678901234567890123456789",
+        ];
+        for text in texts {
+            let holder = serde_json::from_str::<Holder>(&format!(r#"{{"amount":{text}}}"#))
+                .map(|h| h.amount)
+                .map_err(|e| e.to_string());
+            let expected = through_number(text);
+            assert_eq!(
+                holder.is_ok(),
+                expected.is_ok(),
+                "{text}: {holder:?} {expected:?}"
+            );
+            if let (Ok(read), Ok(expected)) = (&holder, &expected) {
+                assert_eq!(read, expected, "{text}");
+                assert_eq!(read.to_string(), expected.to_string(), "{text}");
+                assert_eq!(
+                    read.is_sign_negative(),
+                    expected.is_sign_negative(),
+                    "{text}"
+                );
+            }
+            // Through a JSON value (the full path of validation) too.
+            if let Ok(value) =
+                serde_json::from_str::<serde_json::Value>(&format!(r#"{{"amount":{text}}}"#))
+            {
+                let read = serde_json::from_value::<Holder>(value.clone()).map(|h| h.amount);
+                let number = value["amount"].as_number().map(|n| n.to_string());
+                let expected = number.map(|n| parse_json_number(&n));
+                assert_eq!(
+                    read.ok(),
+                    expected.and_then(Result::ok),
+                    "{text} through a value"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_private_number_form_is_serde_jsons() {
+        // serde_json reads its private form of a number as that number: the token is its.
+        let value: serde_json::Value =
+            serde_json::from_str(&format!(r#"{{"{NUMBER_TOKEN}":"1.50"}}"#)).unwrap();
+        assert_eq!(value.as_number().map(|n| n.as_str()), Some("1.50"));
+        let holder: Holder =
+            serde_json::from_str(&format!(r#"{{"amount":{{"{NUMBER_TOKEN}":"1.50"}}}}"#)).unwrap();
+        assert_eq!(holder.amount.to_string(), "1.50");
+        for bad in [
+            r#"{"x":"1"}"#,
+            &format!(r#"{{"{NUMBER_TOKEN}":"1x"}}"#),
+            r#"{}"#,
+            r#""1""#,
+        ] {
+            let json = format!(r#"{{"amount":{bad}}}"#);
+            assert!(serde_json::from_str::<Holder>(&json).is_err(), "{json}");
+        }
+    }
+
+    #[test]
+    fn optional_amounts_read_null_as_none() {
+        #[derive(Deserialize)]
+        struct Optional {
+            #[serde(default, with = "super::option")]
+            amount: Option<Decimal>,
+        }
+        let read = |json: &str| serde_json::from_str::<Optional>(json).map(|o| o.amount);
+        assert_eq!(read(r#"{"amount":null}"#).unwrap(), None);
+        assert_eq!(read(r#"{}"#).unwrap(), None);
+        assert_eq!(
+            read(r#"{"amount":2.50}"#).unwrap().map(|d| d.to_string()),
+            Some("2.50".to_owned())
+        );
+        assert!(read(r#"{"amount":"2"}"#).is_err());
+        assert!(read(r#"{"amount":1e40}"#).is_err());
+    }
+
+    #[test]
+    fn json_number_grammar() {
+        for good in ["0", "-0", "1", "10", "1.0", "-1.25e+3", "1E5", "0.5e-2"] {
+            assert!(is_json_number(good), "{good}");
+        }
+        for bad in [
+            "", "-", "01", "1.", ".5", "1e", "1e+", "+1", "1x", " 1", "0x10", "1.5.2",
+        ] {
+            assert!(!is_json_number(bad), "{bad}");
+        }
     }
 
     #[test]
