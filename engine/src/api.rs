@@ -7,10 +7,13 @@
 //! [`crate::decimal`]).
 
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
+use std::fmt;
 
 use rust_decimal::Decimal;
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// Longest ordinary string of a request (R-8.10).
 pub const MAX_STRING_CHARS: usize = 2_000;
@@ -52,6 +55,56 @@ pub const MAX_OFFSET_MONTHS: u32 = 120;
 /// A map of external identifiers (`refIDs`, `externalIds`, `billing.externalIds`).
 pub type RefIds = BTreeMap<String, String>;
 
+/// Reads optional [`RefIds`] as serde reads them, but refuses a key given twice instead of
+/// keeping the last value: the fast path of validation reads `refIDs` straight into the wire type
+/// and relies on this (the full path refuses a repeated key of any object before reading it).
+fn ref_ids_once<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<RefIds>, D::Error> {
+    struct Once;
+
+    impl<'de> Visitor<'de> for Once {
+        type Value = Option<RefIds>;
+
+        fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+            formatter.write_str("a map")
+        }
+
+        fn visit_none<E: de::Error>(self) -> Result<Option<RefIds>, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Option<RefIds>, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: Deserializer<'de>>(
+            self,
+            deserializer: D,
+        ) -> Result<Option<RefIds>, D::Error> {
+            deserializer.deserialize_map(self)
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<RefIds>, A::Error> {
+            let mut ids = RefIds::new();
+            while let Some((key, value)) = map.next_entry::<String, String>()? {
+                match ids.entry(key) {
+                    Entry::Vacant(entry) => {
+                        entry.insert(value);
+                    }
+                    Entry::Occupied(entry) => {
+                        return Err(de::Error::custom(format_args!(
+                            "refIDs names {} more than once",
+                            entry.key()
+                        )));
+                    }
+                }
+            }
+            Ok(Some(ids))
+        }
+    }
+
+    deserializer.deserialize_option(Once)
+}
+
 /// Body of `POST /initialize` and `POST /transactions` (R-8.5).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -59,7 +112,14 @@ pub type RefIds = BTreeMap<String, String>;
 #[schemars(transform = crate::schema::rules::corporate_checkout)]
 pub struct CorporateCheckout {
     /// External identifiers of the checkout.
-    #[serde(rename = "refIDs", default, skip_serializing_if = "Option::is_none")]
+    // A key given twice is refused by the typed parse itself (a map would keep one of the two
+    // values silently), as validation refuses it.
+    #[serde(
+        rename = "refIDs",
+        default,
+        deserialize_with = "ref_ids_once",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(length(max = 2000), extend("maxProperties" = 100))]
     pub ref_ids: Option<RefIds>,
     /// Title; required (R-2.4).
@@ -1222,4 +1282,47 @@ pub struct RefundPreview {
     #[serde(with = "crate::decimal")]
     #[schemars(schema_with = "crate::decimal::schema")]
     pub refund: Decimal,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ref_ids(json: &str) -> Result<Option<RefIds>, String> {
+        let body = format!(r#"{{"title":"T","currency":"EUR","items":[{{"price":1}}]{json}}}"#);
+        serde_json::from_str::<CorporateCheckout>(&body)
+            .map(|checkout| checkout.ref_ids)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn ref_ids_are_read_as_a_map_is_but_a_repeated_key_is_refused() {
+        assert_eq!(ref_ids(""), Ok(None));
+        assert_eq!(ref_ids(r#","refIDs":null"#), Ok(None));
+        assert_eq!(ref_ids(r#","refIDs":{}"#), Ok(Some(RefIds::new())));
+        assert_eq!(
+            ref_ids(r#","refIDs":{"b":"2","a":"1"}"#),
+            Ok(Some(RefIds::from([
+                ("a".to_owned(), "1".to_owned()),
+                ("b".to_owned(), "2".to_owned())
+            ])))
+        );
+        let repeated = ref_ids(r#","refIDs":{"a":"1","b":"2","\u0061":"3"}"#).unwrap_err();
+        assert!(
+            repeated.contains("refIDs names a more than once"),
+            "{repeated}"
+        );
+        for wrong in [
+            r#","refIDs":[]"#,
+            r#","refIDs":{"a":1}"#,
+            r#","refIDs":"a""#,
+        ] {
+            assert!(ref_ids(wrong).is_err(), "{wrong}");
+        }
+        // Through a JSON value, as the full path of validation reads it.
+        let value = serde_json::json!({"title": "T", "currency": "EUR", "items": [{"price": 1}],
+            "refIDs": {"a": "1"}});
+        let checkout: CorporateCheckout = serde_json::from_value(value).unwrap();
+        assert_eq!(checkout.ref_ids.map(|ids| ids.len()), Some(1));
+    }
 }

@@ -45,7 +45,7 @@ use crate::schema;
 
 mod fast;
 
-pub(crate) use fast::{Shape, scan, typed};
+pub(crate) use fast::{Shape, has_shape, typed};
 
 /// Every violation of one body, in a stable order, as the 400 message list (R-8.1).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -102,7 +102,7 @@ pub fn checkout_fast(bytes: &[u8], provider_time_zone: &str) -> Option<Corporate
     let checkout: CorporateCheckout = fast::typed(bytes)?;
     let mut shape = Shape::default();
     shape.add_checkout(&checkout);
-    if scan(bytes)? != shape {
+    if !has_shape(bytes, shape) {
         return None;
     }
     let provider_zone = provider_time_zone.parse::<Tz>().unwrap_or(Tz::UTC);
@@ -110,7 +110,7 @@ pub fn checkout_fast(bytes: &[u8], provider_time_zone: &str) -> Option<Corporate
 }
 
 /// The fast path's rules on a creation body read straight into its wire type, whose text has
-/// been checked to have the shape of the typed value ([`scan`], [`Shape::add_checkout`]): the
+/// been checked to have the shape of the typed value ([`has_shape`], [`Shape::add_checkout`]): the
 /// checkout with its recipients merged (R-8.4) when it holds every rule, `None` when the full
 /// path has to decide.
 pub(crate) fn checkout_typed(
@@ -161,7 +161,7 @@ pub fn cancellation_req_fast(bytes: &[u8]) -> Option<CancellationReq> {
         objects: 1,
         arrays: 1,
     };
-    (scan(bytes)? == shape && cancellation_typed(&req)).then_some(req)
+    (has_shape(bytes, shape) && cancellation_typed(&req)).then_some(req)
 }
 
 /// Whether a cancellation request read straight into its wire type, whose text has been checked
@@ -1247,6 +1247,17 @@ mod tests {
                 "property currency must not appear more than once",
                 "property items.0.name must not appear more than once"
             ]
+        );
+    }
+
+    #[test]
+    fn a_repeated_ref_id_is_refused_by_both_paths() {
+        let body =
+            br#"{"title":"T","currency":"EUR","items":[{"price":1}],"refIDs":{"a":"1","a":"2"}}"#;
+        assert_eq!(checkout_fast(body, "UTC"), None);
+        assert_eq!(
+            checkout(body, "UTC").unwrap_err().messages,
+            ["property refIDs.a must not appear more than once"]
         );
     }
 

@@ -153,7 +153,7 @@ fn text(max: usize) -> impl Strategy<Value = String> {
     proptest::collection::vec(
         select(
             &[
-                'a', 'Z', '7', ' ', '\t', '\n', '\r', 'é', 'ß', '€', '😀', '"', '\\', '/',
+                'a', 'Z', '7', ' ', '\t', '\n', '\r', 'é', 'ß', '€', '😀', '"', '\\', '/', '{', '[',
             ][..],
         ),
         1..=max,
@@ -533,6 +533,10 @@ const STRINGS: &[&str] = &[
     "tab\tok",
     "line\nok",
     "\u{feff}",
+    "{",
+    "[x]",
+    "}{[",
+    "{\"FLIGHT\":null}",
 ];
 
 const NUMBERS: &[&str] = &[

@@ -14,11 +14,14 @@
 //! - serde_json also reads a struct from an array (`[2, "PER_NIGHT"]`), a unit enum value from a
 //!   one-key object (`{"FLIGHT": null}`) and a number from its private one-key object form; each
 //!   of them puts one more array or object in the text than the typed value holds, so the text's
-//!   [`Shape`] (objects and arrays outside strings, counted by [`scan`]) must equal the typed
-//!   value's;
-//! - a key repeated in a map (`refIDs`, the only map of the creation body) is lost by the typed
-//!   parse, so [`scan`] refuses a `refIDs` object that repeats a key (keys written with escapes
-//!   are decoded); a repeated field of a struct is an error of the typed parse;
+//!   [`Shape`] (objects and arrays outside strings) must equal the typed value's ([`has_shape`]:
+//!   first by counting every `{` and `[` of the text, strings included, then, when strings hold
+//!   some, by [`scan`], which counts outside strings);
+//! - a key repeated in a map (`refIDs`, the only map of the creation body whose values are not
+//!   objects) would be lost by a plain map; the typed parse refuses it
+//!   (`CorporateCheckout::ref_ids` is read by a visitor that does), and [`scan`] refuses it too
+//!   (keys written with escapes are decoded); a repeated field of a struct is an error of the
+//!   typed parse;
 //! - `null` reads as absent, which the schema allows for every optional field; where it does not
 //!   (the `then` branches of penalties, the two shapes of a location) the rule is checked here;
 //! - bounds, lengths, control characters, patterns, currencies, and every code rule of
@@ -146,6 +149,38 @@ impl Shape {
             policies.values().for_each(|policy| self.add_policy(policy));
         }
     }
+}
+
+/// Whether a JSON text that serde_json has read into a typed value has that value's `shape`: no
+/// struct read from an array, no enumeration value from an object, no number from serde_json's
+/// private object form, no object or array the typed value lost.
+///
+/// Each of those adds an object or an array to the text that the typed value does not count,
+/// except the struct read from an array, which trades an object for an array; braces and
+/// brackets inside strings only add to a count of all of them. So when the text holds exactly
+/// `shape.objects` `{` and `shape.arrays` `[` bytes in all, none of them occurs (an array too
+/// many would need an object too few, which only a struct read from an array gives, and that adds
+/// an array). Only a text whose counts differ — strings holding braces or brackets, or an
+/// alternative form — is scanned token by token ([`scan`]).
+pub(crate) fn has_shape(text: &[u8], shape: Shape) -> bool {
+    let (objects, arrays) = openings(text);
+    (objects == shape.objects && arrays == shape.arrays) || scan(text) == Some(shape)
+}
+
+/// Every `{` and every `[` of a text, strings included: byte counters of at most 255 bytes each,
+/// so that the loop is one of vector compares and adds.
+fn openings(text: &[u8]) -> (usize, usize) {
+    let (mut objects, mut arrays) = (0, 0);
+    for chunk in text.chunks(255) {
+        let (mut braces, mut brackets) = (0_u8, 0_u8);
+        for &byte in chunk {
+            braces += u8::from(byte == b'{');
+            brackets += u8::from(byte == b'[');
+        }
+        objects += usize::from(braces);
+        arrays += usize::from(brackets);
+    }
+    (objects, arrays)
 }
 
 /// Reads a typed value straight from a body: one UTF-8 check of the whole text, then serde_json
@@ -846,6 +881,26 @@ mod tests {
         assert!(scan(br#"[{"a":1},{"a":1}]"#).is_some());
         // Repeated fields of structs are errors of the typed parse.
         assert!(scan(br#"{"a":1,"a":2}"#).is_some());
+    }
+
+    #[test]
+    fn a_text_has_a_shape_by_its_counts_or_by_its_scan() {
+        let shape = |objects, arrays| Shape { objects, arrays };
+        let text = br#"{"a":[1,{"b":"c"}],"d":{}}"#;
+        assert!(has_shape(text, shape(3, 1)));
+        assert!(!has_shape(text, shape(2, 2)));
+        assert!(!has_shape(text, shape(3, 0)));
+        // Braces in strings: the counts differ, the scan decides.
+        let text = br#"{"a":[1,{"b":"{[\"]"}],"c":{}}"#;
+        assert_eq!(openings(text), (4, 2));
+        assert!(has_shape(text, shape(3, 1)));
+        assert!(!has_shape(text, shape(3, 2)));
+        // A struct read from an array trades an object for an array: the counts differ.
+        assert!(!has_shape(br#"{"q":[2,"PER_NIGHT"]}"#, shape(2, 0)));
+        // More than 255 of them.
+        let many = format!("[{}]", vec!["{}"; 600].join(","));
+        assert_eq!(openings(many.as_bytes()), (600, 1));
+        assert!(has_shape(many.as_bytes(), shape(600, 1)));
     }
 
     /// The fast path is written for the schemas it checks: when this fails, a body schema
