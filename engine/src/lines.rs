@@ -178,12 +178,25 @@ fn preview_result(line: &[u8], path: Path) -> Result<RefundPreview, Vec<String>>
         Some(input) => input,
         None => preview_full(line)?,
     };
-    let mut ctx = RefundContext::from_checkout(&input.checkout, &input.provider, input.paid_at)
+    let PreviewInput {
+        checkout,
+        provider,
+        paid_at,
+        at,
+        req,
+        cancelled,
+    } = input;
+    // `RefundContext::from_checkout` and `preview_refund`, moving what they would copy.
+    let mut ctx = RefundContext::from_owned_checkout(checkout, &provider, paid_at)
         .map_err(|e| vec![e.to_string()])?;
     for item in &mut ctx.items {
-        item.cancelled = input.cancelled.contains(&item.order);
+        item.cancelled = cancelled.contains(&item.order);
     }
-    match crate::preview::preview_refund(&ctx, &input.req, input.at) {
+    let preview = ctx
+        .into_prepared()
+        .map_err(PreviewError::from)
+        .and_then(|prepared| prepared.preview(&req, at));
+    match preview {
         Ok(preview) => Ok(preview),
         Err(PreviewError::Invalid(errors)) => Err(errors.messages),
         Err(PreviewError::Engine(error)) => Err(vec![error.to_string()]),

@@ -100,9 +100,18 @@ impl Currency {
     /// Takes an amount that must already be exact in minor units (a provided total, a fixed
     /// penalty, a requested refund) and writes it at the currency's scale.
     pub fn exact(&self, value: Decimal, field: &str) -> Result<Money, EngineError> {
+        self.exact_named(value, || field.to_owned())
+    }
+
+    /// [`Currency::exact`] with the field's name written only for the error.
+    pub fn exact_named(
+        &self,
+        value: Decimal,
+        field: impl FnOnce() -> String,
+    ) -> Result<Money, EngineError> {
         if !fits_scale(value, self.scale) {
             return Err(EngineError::TooManyDecimals {
-                field: field.to_owned(),
+                field: field(),
                 scale: self.scale,
             });
         }

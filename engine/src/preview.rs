@@ -119,6 +119,43 @@ impl RefundContext {
         })
     }
 
+    /// [`RefundContext::from_checkout`] of a checkout no longer needed: its periods and its
+    /// items' own policies are moved into the context instead of copied.
+    pub fn from_owned_checkout(
+        checkout: CorporateCheckout,
+        provider: &ProviderSettings,
+        paid_at: Option<DateTime<Utc>>,
+    ) -> Result<RefundContext, EngineError> {
+        let currency = Currency::parse(&checkout.currency)?;
+        let items = checkout
+            .items
+            .into_iter()
+            .enumerate()
+            .map(|(index, mut item)| {
+                let order = order_of(index)?;
+                let total = quote_item(index, &item, currency)?.total.amount();
+                // The item's own policy is its effective one (R-5.1).
+                let policy = match item.cancellation_policy.take() {
+                    Some(own) => Some(own),
+                    None => effective_policy(&item, provider),
+                };
+                Ok(ItemState {
+                    order,
+                    total,
+                    period: item.period.take(),
+                    policy,
+                    cancelled: false,
+                })
+            })
+            .collect::<Result<_, EngineError>>()?;
+        Ok(RefundContext {
+            currency: currency.code().to_owned(),
+            provider_time_zone: parse_zone(&provider.time_zone)?,
+            paid_at,
+            items,
+        })
+    }
+
     /// Parses every zone, period start and policy once (parse, don't validate); the result
     /// previews any request at any instant without re-parsing.
     pub fn prepare(&self) -> Result<PreparedRefund, EngineError> {
@@ -126,8 +163,29 @@ impl RefundContext {
         let items = self
             .items
             .iter()
-            .map(|item| PreparedItem::new(item, currency, self))
+            .map(|item| PreparedItem::new(item, item.policy.clone(), currency, self))
             .collect::<Result<_, EngineError>>()?;
+        Ok(PreparedRefund {
+            currency,
+            paid: self.paid_at.is_some(),
+            items,
+        })
+    }
+
+    /// [`RefundContext::prepare`] of a context no longer needed: the policies to echo are moved
+    /// into the prepared items instead of copied.
+    pub fn into_prepared(mut self) -> Result<PreparedRefund, EngineError> {
+        let currency = Currency::parse(&self.currency)?;
+        let mut items = Vec::with_capacity(self.items.len());
+        for index in 0..self.items.len() {
+            let policy = self.items[index].policy.take();
+            items.push(PreparedItem::new(
+                &self.items[index],
+                policy,
+                currency,
+                &self,
+            )?);
+        }
         Ok(PreparedRefund {
             currency,
             paid: self.paid_at.is_some(),
@@ -147,8 +205,10 @@ pub struct PreparedItem {
 }
 
 impl PreparedItem {
+    /// The item with `policy`, its effective policy (`item.policy`, or taken from it).
     fn new(
         item: &ItemState,
+        policy: Option<CancellationPolicy>,
         currency: Currency,
         ctx: &RefundContext,
     ) -> Result<PreparedItem, EngineError> {
@@ -171,9 +231,8 @@ impl PreparedItem {
             start,
             paid_at: ctx.paid_at,
         };
-        let total = currency.exact(item.total, &format!("items.{}.total", item.order))?;
-        let policy = item
-            .policy
+        let total = currency.exact_named(item.total, || format!("items.{}.total", item.order))?;
+        let parsed = policy
             .as_ref()
             .map(|policy| Policy::parse(policy, currency))
             .transpose()?;
@@ -181,8 +240,8 @@ impl PreparedItem {
             order: item.order,
             cancelled: item.cancelled,
             zone: item_zone,
-            schedule: ItemSchedule::build(total, policy.as_ref(), &anchors)?,
-            policy: item.policy.clone(),
+            schedule: ItemSchedule::build(total, parsed.as_ref(), &anchors)?,
+            policy,
         })
     }
 
@@ -384,6 +443,52 @@ mod tests {
         let mut ctx = RefundContext::from_checkout(&checkout, &provider, paid_at).unwrap();
         ctx.items[2].cancelled = true;
         ctx
+    }
+
+    #[test]
+    fn an_owned_checkout_gives_the_same_context_and_preparation() {
+        let checkout: CorporateCheckout = serde_json::from_str(
+            r#"{"title":"t","currency":"EUR","items":[
+            {"price":100,"period":{"start":"2026-06-10T12:00:00","startTimeZone":"Asia/Tokyo"},
+             "cancellationPolicy":{"reference":"START_PERIOD","penalties":[
+               {"type":"OFFSET_PENALTY","value":{"amount":50,"unit":"PERCENTAGE"},
+                "offset":{"amount":2,"unit":"DAYS"}}]}},
+            {"price":40.5,"category":"FLIGHT"},
+            {"price":10,"category":"RAIL"},
+            {"price":7,"category":"FLIGHT","period":{"start":"2026-07-01T08:00:00"}}]}"#,
+        )
+        .unwrap();
+        let policy = |reference: &str, until: &str| -> CancellationPolicy {
+            serde_json::from_value(serde_json::json!({"reference": reference, "penalties": [
+                {"type": "DATE_PENALTY", "value": {"amount": 10, "unit": "PERCENTAGE"},
+                 "until": until}]}))
+            .unwrap()
+        };
+        let provider = ProviderSettings {
+            time_zone: "Europe/Berlin".to_owned(),
+            default_policy: Some(policy("PAYMENT_DATE", "2026-06-05")),
+            category_policies: [(
+                crate::api::Category::Flight,
+                policy("START_PERIOD", "2026-06-20"),
+            )]
+            .into(),
+        };
+        let paid_at = Some(Utc.with_ymd_and_hms(2026, 6, 1, 9, 0, 0).unwrap());
+        let borrowed = RefundContext::from_checkout(&checkout, &provider, paid_at).unwrap();
+        let owned = RefundContext::from_owned_checkout(checkout, &provider, paid_at).unwrap();
+        assert_eq!(owned, borrowed);
+        assert_eq!(
+            owned.clone().into_prepared().unwrap(),
+            borrowed.prepare().unwrap()
+        );
+        let at = Utc.with_ymd_and_hms(2026, 6, 9, 0, 0, 0).unwrap();
+        assert_eq!(
+            owned
+                .into_prepared()
+                .unwrap()
+                .preview(&req(&[1, 2, 3, 4], None), at),
+            preview_refund(&borrowed, &req(&[1, 2, 3, 4], None), at)
+        );
     }
 
     fn req(items: &[u32], amount: Option<Decimal>) -> CancellationReq {

@@ -88,6 +88,11 @@ pub fn wall_clock(zone: Tz, instant: DateTime<Utc>) -> NaiveDateTime {
 /// assert_eq!(folded.to_rfc3339(), "2026-11-01T05:30:00+00:00");
 /// ```
 pub fn parse_date_time(text: &str, zone: Tz) -> Result<DateTime<Utc>, EngineError> {
+    // Without an offset the RFC 3339 parse below fails; chrono's format parse then reads
+    // exactly what this does.
+    if let Some(local) = plain_date_time(text) {
+        return resolve_local(zone, local);
+    }
     if let Ok(instant) = DateTime::parse_from_rfc3339(text) {
         return Ok(instant.with_timezone(&Utc));
     }
@@ -109,8 +114,51 @@ pub fn parse_instant(text: &str) -> Result<DateTime<Utc>, EngineError> {
 
 /// Parses a `YYYY-MM-DD` date (`until`).
 pub fn parse_date(text: &str) -> Result<NaiveDate, EngineError> {
+    if let Some(date) = plain_date(text.as_bytes()) {
+        return Ok(date);
+    }
     NaiveDate::parse_from_str(text, "%Y-%m-%d")
         .map_err(|_| EngineError::InvalidDate(text.to_owned()))
+}
+
+/// Two ASCII digits as a number.
+fn two_digits(bytes: &[u8]) -> Option<u32> {
+    match *bytes {
+        [tens @ b'0'..=b'9', ones @ b'0'..=b'9'] => {
+            Some(u32::from(tens - b'0') * 10 + u32::from(ones - b'0'))
+        }
+        _ => None,
+    }
+}
+
+/// A date written as exactly `dddd-dd-dd` (ASCII digits), read without chrono's format parser:
+/// what `NaiveDate::parse_from_str(text, "%Y-%m-%d")` reads from such a text (its `%Y` takes up
+/// to four digits without a sign, `%m` and `%d` up to two). `None` for any other text and for a
+/// day the calendar lacks; callers then ask chrono, which decides.
+pub(crate) fn plain_date(bytes: &[u8]) -> Option<NaiveDate> {
+    let [y0, y1, y2, y3, b'-', m0, m1, b'-', d0, d1] = *bytes else {
+        return None;
+    };
+    let year = i32::try_from(two_digits(&[y0, y1])? * 100 + two_digits(&[y2, y3])?).ok()?;
+    NaiveDate::from_ymd_opt(year, two_digits(&[m0, m1])?, two_digits(&[d0, d1])?)
+}
+
+/// A local date-time written as exactly `dddd-dd-ddTdd:dd:dd` (ASCII digits), read without
+/// chrono's format parser: what both `text.parse::<NaiveDateTime>()` and
+/// `NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f")` read from such a text. `None`
+/// for any other text, for an hour, minute or day out of range and for a 60th second (which
+/// chrono reads as a leap second); callers then ask chrono, which decides.
+pub(crate) fn plain_date_time(text: &str) -> Option<NaiveDateTime> {
+    let bytes = text.as_bytes();
+    let [date @ .., b'T', h0, h1, b':', i0, i1, b':', s0, s1] = bytes else {
+        return None;
+    };
+    let time = NaiveTime::from_hms_opt(
+        two_digits(&[*h0, *h1])?,
+        two_digits(&[*i0, *i1])?,
+        two_digits(&[*s0, *s1])?,
+    )?;
+    Some(plain_date(date)?.and_time(time))
 }
 
 /// A whole number of calendar days or months on a wall-clock date-time (R-5.5).
@@ -175,6 +223,90 @@ mod tests {
         assert_eq!(back, local(2026, 2, 28, 10, 0));
         let leap = step_local(local(2028, 3, 31, 10, 0), CalendarStep::Months(1), false).unwrap();
         assert_eq!(leap, local(2028, 2, 29, 10, 0));
+    }
+
+    /// Texts one edit away from plain dates and date-times, read here and by chrono.
+    fn near(seeds: &[&str]) -> Vec<String> {
+        let alphabet = [
+            '0', '1', '2', '3', '5', '6', '9', '-', ':', 'T', 't', ' ', '+', '.', 'Z',
+        ];
+        let mut out: Vec<String> = seeds.iter().map(|s| (*s).to_owned()).collect();
+        for seed in seeds {
+            for i in 0..=seed.len() {
+                for c in alphabet {
+                    out.push(format!("{}{c}{}", &seed[..i], &seed[i..]));
+                    if i < seed.len() {
+                        out.push(format!("{}{c}{}", &seed[..i], &seed[i + 1..]));
+                    }
+                }
+                if i < seed.len() {
+                    out.push(format!("{}{}", &seed[..i], &seed[i + 1..]));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn plain_dates_are_read_as_chrono_reads_them() {
+        let seeds = [
+            "2026-11-01",
+            "2024-02-29",
+            "2026-02-29",
+            "0000-01-01",
+            "9999-12-31",
+            "2026-13-01",
+            "2026-00-10",
+            "2026-04-31",
+            "2026-04-00",
+            "1900-02-29",
+            "2000-02-29",
+        ];
+        let mut read = 0;
+        for text in near(&seeds) {
+            let chrono = NaiveDate::parse_from_str(&text, "%Y-%m-%d").ok();
+            if let Some(date) = plain_date(text.as_bytes()) {
+                assert_eq!(Some(date), chrono, "{text:?}");
+                read += 1;
+            }
+            assert_eq!(parse_date(&text).ok(), chrono, "{text:?}");
+        }
+        assert!(read > 100, "{read}");
+    }
+
+    #[test]
+    fn plain_date_times_are_read_as_chrono_reads_them() {
+        let seeds = [
+            "2026-12-01T15:00:00",
+            "2024-02-29T23:59:59",
+            "2026-02-29T10:00:00",
+            "2026-03-29T02:30:00",
+            "2026-12-01T24:00:00",
+            "2026-12-01T23:60:00",
+            "2026-12-01T23:59:60",
+            "2026-12-01T15:00:00.5",
+            "2026-12-01T15:00",
+        ];
+        let mut read = 0;
+        for text in near(&seeds) {
+            let from_str = text.parse::<NaiveDateTime>().ok();
+            let format = NaiveDateTime::parse_from_str(&text, "%Y-%m-%dT%H:%M:%S%.f").ok();
+            if let Some(local) = plain_date_time(&text) {
+                assert_eq!(Some(local), from_str, "{text:?}");
+                assert_eq!(Some(local), format, "{text:?}");
+                read += 1;
+            }
+            for zone in [Tz::UTC, chrono_tz::Europe::Berlin] {
+                let slow = DateTime::parse_from_rfc3339(&text)
+                    .map(|instant| instant.with_timezone(&Utc))
+                    .ok()
+                    .or_else(|| format.and_then(|local| resolve_local(zone, local).ok()));
+                if plain_date_time(&text).is_some() {
+                    assert_eq!(parse_date_time(&text, zone).ok(), slow, "{text:?}");
+                }
+            }
+        }
+        assert!(read > 100, "{read}");
     }
 
     #[test]

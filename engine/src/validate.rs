@@ -1023,7 +1023,9 @@ fn parse_bound(text: &str) -> Option<Bound> {
     if has_offset {
         DateTime::parse_from_rfc3339(text).ok().map(Bound::Fixed)
     } else {
-        text.parse::<NaiveDateTime>().ok().map(Bound::Local)
+        crate::time::plain_date_time(text)
+            .or_else(|| text.parse::<NaiveDateTime>().ok())
+            .map(Bound::Local)
     }
 }
 

@@ -38,7 +38,6 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::LazyLock;
 
-use chrono::NaiveDate;
 use chrono_tz::Tz;
 use jsonschema::Validator;
 use rust_decimal::Decimal;
@@ -711,7 +710,7 @@ fn penalty_holds(penalty: &Penalty, before: &[Penalty], scale: Option<u32>) -> b
     };
     let until_holds = penalty.until.as_deref().is_none_or(|until| {
         date_pattern(until)
-            && NaiveDate::parse_from_str(until, "%Y-%m-%d").is_ok()
+            && crate::time::parse_date(until).is_ok()
             && !before.iter().any(|p| p.until.as_deref() == Some(until))
     });
     let offset_holds = penalty.offset.as_ref().is_none_or(|offset| {
@@ -747,6 +746,8 @@ pub(super) fn cancellation_holds(req: &CancellationReq) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use chrono::NaiveDate;
+
     use super::*;
     use crate::schema;
 
