@@ -11,8 +11,7 @@ mod support;
 
 use std::time::Duration;
 
-use host_http::auth::Scopes;
-use host_http::providers::{self, IssuedCredential, NewProvider};
+use host_http::providers::IssuedCredential;
 use host_http::store::Db;
 use host_http::store::postgres::testing::TestDatabase;
 use hyper::{Method, StatusCode};
@@ -21,18 +20,7 @@ use support::{Http, Launch, spawn};
 use tokio::io::AsyncWriteExt;
 
 async fn a_creation_finishes_after_its_client_went_away(db: Db) {
-    let issued: IssuedCredential = providers::create_provider(
-        &db,
-        &NewProvider {
-            name: "acme".to_owned(),
-            time_zone: "UTC".to_owned(),
-            default_policy: None,
-            category_policies: Default::default(),
-            scopes: Scopes::all(),
-        },
-        chrono::Utc::now(),
-    )
-    .expect("provider");
+    let issued: IssuedCredential = support::acme_provider(&db);
     let http = Http::new(&issued.widget_id, &issued.backend_secret);
     let db = match &db {
         Db::Sqlite(path) => path.display().to_string(),

@@ -12,9 +12,8 @@ mod support;
 
 use std::time::Duration;
 
-use host_http::auth::Scopes;
 use host_http::gateway::testing::FakeGateway;
-use host_http::providers::{self, IssuedCredential, NewProvider};
+use host_http::providers::IssuedCredential;
 use host_http::store::Db;
 use host_http::store::postgres::testing::TestDatabase;
 use hyper::{Method, StatusCode};
@@ -110,18 +109,7 @@ async fn crash_at(db: &str, gateway: &FakeGateway, http: &Http, point: Option<&s
 
 /// Every fault point, then a SIGKILL, each followed by a restart on the same database.
 async fn crash_everywhere(db: Db) {
-    let issued: IssuedCredential = providers::create_provider(
-        &db,
-        &NewProvider {
-            name: "acme".to_owned(),
-            time_zone: "UTC".to_owned(),
-            default_policy: None,
-            category_policies: Default::default(),
-            scopes: Scopes::all(),
-        },
-        chrono::Utc::now(),
-    )
-    .expect("provider");
+    let issued: IssuedCredential = support::acme_provider(&db);
     let http = Http::new(&issued.widget_id, &issued.backend_secret);
     let gateway = FakeGateway::start().await.expect("fake gateway");
     let db = match &db {

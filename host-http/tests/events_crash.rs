@@ -7,9 +7,8 @@ mod support;
 
 use std::time::Duration;
 
-use host_http::auth::Scopes;
 use host_http::events::testing::{SmtpSink, WebhookReceiver};
-use host_http::providers::{self, NewProvider};
+use host_http::providers;
 use host_http::store::Db;
 use host_http::store::postgres::testing::TestDatabase;
 use hyper::Method;
@@ -18,18 +17,7 @@ use support::{Http, Launch, spawn};
 
 async fn cut_off_by_sigkill(db: &str) {
     let store = Db::parse(db).expect("db");
-    let issued = providers::create_provider(
-        &store,
-        &NewProvider {
-            name: "acme".to_owned(),
-            time_zone: "UTC".to_owned(),
-            default_policy: None,
-            category_policies: Default::default(),
-            scopes: Scopes::all(),
-        },
-        chrono::Utc::now(),
-    )
-    .expect("provider");
+    let issued = support::acme_provider(&store);
     // The endpoint holds the first delivery open far longer than the doomed instance lives.
     let receiver = WebhookReceiver::start_with(0, Some(Duration::from_secs(30))).await;
     let sink = SmtpSink::start(0).await;

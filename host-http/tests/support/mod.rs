@@ -37,6 +37,23 @@ fn free_port() -> SocketAddr {
     listener.local_addr().expect("addr")
 }
 
+/// Creates the provider "acme" (UTC, no policies, every scope) on `db` and returns its
+/// credential.
+pub fn acme_provider(db: &host_http::store::Db) -> host_http::providers::IssuedCredential {
+    host_http::providers::create_provider(
+        db,
+        &host_http::providers::NewProvider {
+            name: "acme".to_owned(),
+            time_zone: "UTC".to_owned(),
+            default_policy: None,
+            category_policies: Default::default(),
+            scopes: host_http::auth::Scopes::all(),
+        },
+        chrono::Utc::now(),
+    )
+    .expect("provider")
+}
+
 /// How a test server is started.
 #[derive(Debug, Clone, Default)]
 pub struct Launch<'a> {
