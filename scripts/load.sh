@@ -183,7 +183,7 @@ measure_routes() { # the four HTTP measurements on the running server
 
 one_commit_ceiling() { # server db file: inserts copies of a stored transaction one commit each
     python3 - "$1" "$WORK/ceiling.db" "$DURATION" <<'PY'
-import sqlite3, sys, time, uuid
+import os, sqlite3, sys, time, uuid
 source, target, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
 src = sqlite3.connect(source)
 schema = [row[0] for row in src.execute(
@@ -206,9 +206,18 @@ for sql in schema:
 statements = {t: f"INSERT INTO {t} ({','.join(n for n in names if n != 'seq')}) VALUES "
                  f"({','.join('?' for n in names if n != 'seq')})"
               for t, (names, _) in tables.items()}
+ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+def uuid7():  # as the service makes ids: time-ordered (UUID v7)
+    ms = int(time.time() * 1000)
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (ms << 80) | (0x7 << 76) | ((rand >> 64) & 0xFFF) << 64 | (0b10 << 62) | (rand & ((1 << 62) - 1))
+    return str(uuid.UUID(int=value))
+def reference():  # as the service makes them (R-3.2): 15 bits of the second, 25 random
+    bits = ((int(time.time()) % (1 << 15)) << 25) | (int.from_bytes(os.urandom(4), "big") >> 7)
+    return "CHK-" + "".join(ALPHABET[(bits >> (5 * shift)) & 31] for shift in range(7, -1, -1))
 count, started = 0, time.monotonic()
 while time.monotonic() - started < seconds:
-    new_id = str(uuid.uuid4())
+    new_id = uuid7()
     dst.execute("BEGIN IMMEDIATE")
     for table, (names, values) in tables.items():
         for row in values:
@@ -218,10 +227,10 @@ while time.monotonic() - started < seconds:
                 if key in record and record[key] == tx_id:
                     record[key] = new_id
             if table == "transactions":
-                record["reference"] = "CHK-" + new_id[:8].upper()
+                record["reference"] = reference()
                 record["pay_token_hash"] = None
             if table == "events":
-                record["id"] = "evt_" + uuid.uuid4().hex
+                record["id"] = "evt_" + uuid.UUID(uuid7()).hex
             dst.execute(statements[table], list(record.values()))
     dst.execute("COMMIT")
     count += 1

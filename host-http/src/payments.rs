@@ -20,6 +20,7 @@ use hmac::{Hmac, Mac};
 use rust_decimal::Decimal;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+use uuid::Uuid;
 
 /// The name under which the link key is kept in the database (one per database, shared by every
 /// instance).
@@ -60,10 +61,44 @@ impl LinkKey {
         mac.finalize().into_bytes().into()
     }
 
-    /// The capability token of a transaction's payment page: 256 bits, HMAC-SHA256 of the
-    /// transaction id under the link key, base64url. Only its SHA-256 is stored
-    /// ([`token_hash`]); the token is derived again when the page's URL is shown.
-    pub fn page_token(&self, transaction_id: &str) -> String {
+    /// The capability token of a transaction's payment page: 32 bytes written base64url (43
+    /// characters) — the transaction id's 16 bytes, then the first 16 bytes (128 bits) of
+    /// HMAC-SHA256 of the id under the link key. Nothing of it is stored: the page finds its
+    /// transaction by the id the token carries, and [`LinkKey::page_transaction`] checks the
+    /// MAC; the token is derived again when the page's URL is shown.
+    pub fn page_token(&self, transaction_id: Uuid) -> String {
+        let mut token = [0u8; PAGE_TOKEN_BYTES];
+        token[..16].copy_from_slice(transaction_id.as_bytes());
+        token[16..].copy_from_slice(&self.page_mac(transaction_id));
+        URL_SAFE_NO_PAD.encode(token)
+    }
+
+    /// The transaction a page token of [`LinkKey::page_token`] names, if its MAC is this key's
+    /// (compared in constant time); `None` for anything else, tokens of the first form
+    /// ([`LinkKey::legacy_page_token`]) included.
+    pub fn page_transaction(&self, token: &str) -> Option<Uuid> {
+        let mut bytes = [0u8; PAGE_TOKEN_BYTES];
+        match URL_SAFE_NO_PAD.decode_slice(token, &mut bytes) {
+            Ok(PAGE_TOKEN_BYTES) => {}
+            _ => return None,
+        }
+        let (id, mac) = bytes.split_at(16);
+        let id = Uuid::from_slice(id).ok()?;
+        bool::from(self.page_mac(id).ct_eq(mac)).then_some(id)
+    }
+
+    fn page_mac(&self, transaction_id: Uuid) -> [u8; 16] {
+        let id = transaction_id.hyphenated().to_string();
+        let mac = self.mac(&[b"payment-page-v2", id.as_bytes()]);
+        let mut truncated = [0u8; 16];
+        truncated.copy_from_slice(&mac[..16]);
+        truncated
+    }
+
+    /// The token of the first form, made for transactions created before tokens carried their
+    /// id: 256 bits, HMAC-SHA256 of the transaction id. Those transactions have its SHA-256
+    /// stored ([`token_hash`]), and the links already sent keep working through it.
+    pub fn legacy_page_token(&self, transaction_id: &str) -> String {
         URL_SAFE_NO_PAD.encode(self.mac(&[b"payment-page", transaction_id.as_bytes()]))
     }
 
@@ -96,7 +131,10 @@ impl LinkKey {
     }
 }
 
-/// SHA-256 of a page token, as stored and looked up.
+/// Bytes of a page token: a transaction id (16) and a truncated MAC (16).
+const PAGE_TOKEN_BYTES: usize = 32;
+
+/// SHA-256 of a page token of the first form, as stored and looked up.
 pub fn token_hash(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
@@ -345,13 +383,45 @@ mod tests {
     }
 
     #[test]
+    fn a_page_token_altered_anywhere_names_nothing() {
+        let key = LinkKey::new([7; 32]);
+        let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+        let token = key.page_token(a);
+        for at in 0..token.len() {
+            for replacement in ['A', 'g', '0', '-', '_'] {
+                let mut altered = token.clone();
+                altered.replace_range(at..=at, &replacement.to_string());
+                if altered != token {
+                    assert_eq!(key.page_transaction(&altered), None, "{altered}");
+                }
+            }
+        }
+        // Another transaction's id in front of this one's MAC.
+        let (own, other) = (key.page_token(a), key.page_token(b));
+        let mut spliced = URL_SAFE_NO_PAD.decode(&own).unwrap();
+        spliced[..16].copy_from_slice(&URL_SAFE_NO_PAD.decode(&other).unwrap()[..16]);
+        assert_eq!(key.page_transaction(&URL_SAFE_NO_PAD.encode(spliced)), None);
+        for bad in ["", "short", &format!("{token}A"), &token[..42]] {
+            assert_eq!(key.page_transaction(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
     fn tokens_are_per_transaction_and_forms_expire() {
         let key = LinkKey::new([7; 32]);
         let other = LinkKey::new([8; 32]);
-        assert_ne!(key.page_token("a"), key.page_token("b"));
-        assert_ne!(key.page_token("a"), other.page_token("a"));
-        // 256 bits in base64url.
-        assert_eq!(key.page_token("a").len(), 43);
+        let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+        assert_ne!(key.page_token(a), key.page_token(b));
+        assert_ne!(key.page_token(a), other.page_token(a));
+        // 256 bits in base64url: the id and 128 bits of MAC.
+        assert_eq!(key.page_token(a).len(), 43);
+        assert_eq!(key.page_transaction(&key.page_token(a)), Some(a));
+        assert_eq!(key.page_transaction(&key.page_token(b)), Some(b));
+        // Another key's token, or a first-form token, names nothing.
+        assert_eq!(key.page_transaction(&other.page_token(a)), None);
+        let legacy = key.legacy_page_token(&a.hyphenated().to_string());
+        assert_eq!(legacy.len(), 43);
+        assert_eq!(key.page_transaction(&legacy), None);
         let form = key.form_token("a", 1000);
         assert!(key.check_form_token("a", &form, 1000 + FORM_TOKEN_TTL_SECS));
         assert!(!key.check_form_token("a", &form, 1001 + FORM_TOKEN_TTL_SECS));

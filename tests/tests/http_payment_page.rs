@@ -109,12 +109,18 @@ async fn creation_answers_a_payment_url_the_status_shows_while_pending() {
     let acme = server.provider("acme");
     let (id, path) = trip(&server, &acme).await;
     assert!(path.starts_with("/pay/"), "{path}");
-    // 256 bits in base64url.
+    // 256 bits in base64url: the transaction's id and 128 bits of MAC.
     assert_eq!(path.len(), "/pay/".len() + 43);
     let record = status(&server, &acme, &id).await;
     assert_eq!(record["paymentUrl"], format!("{PUBLIC_URL}{path}"));
     assert!(record["paymentUrlExpiresAt"].is_string());
-    // Only the token's hash is stored.
+    // Nothing of the token is stored: neither it nor its hash.
+    let hashed = server
+        .scalar(&format!(
+            "SELECT count(*) FROM transactions WHERE id = '{id}' AND pay_token_hash IS NULL"
+        ))
+        .unwrap();
+    assert_eq!(hashed, "1");
     let token = path.trim_start_matches("/pay/");
     let stored = server
         .scalar(&format!(
@@ -305,6 +311,59 @@ async fn non_refundable_and_free_at_any_time_in_english_and_german() {
         for words in schedule {
             assert!(!page.contains(words), "{lang}: {words:?} in\n{page}");
         }
+    }
+}
+
+/// The link key of the server's database, read behind its back.
+fn link_key(server: &TestServer) -> host_http::payments::LinkKey {
+    let sql = if server.db.sqlite_path().is_some() {
+        "SELECT hex(key) FROM service_keys WHERE name = 'payment_link'"
+    } else {
+        "SELECT encode(key, 'hex') FROM service_keys WHERE name = 'payment_link'"
+    };
+    let text = server.scalar(sql).expect("a link key is stored");
+    let bytes: Vec<u8> = (0..text.len())
+        .step_by(2)
+        .map(|at| u8::from_str_radix(&text[at..at + 2], 16).unwrap())
+        .collect();
+    host_http::payments::LinkKey::new(bytes.try_into().expect("32 bytes"))
+}
+
+#[tokio::test]
+async fn links_sent_before_tokens_carried_the_id_still_open_their_page() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let (id, path) = trip(&server, &acme).await;
+    // A transaction created before: the hash of its first-form token stored with it.
+    let legacy = link_key(&server).legacy_page_token(&id);
+    let hash: String = host_http::payments::token_hash(&legacy)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let literal = if server.db.sqlite_path().is_some() {
+        format!("X'{hash}'")
+    } else {
+        format!("'\\x{hash}'::bytea")
+    };
+    server.execute_sql(&format!(
+        "UPDATE transactions SET pay_token_hash = {literal} WHERE id = '{id}'"
+    ));
+    for link in [format!("/pay/{legacy}"), path.clone()] {
+        let reply = open(&server, &link, &[]).await;
+        assert_eq!(reply.status, 200, "{link}: {}", text(&reply));
+        assert!(text(&reply).contains("Berlin trip"), "{link}");
+    }
+    // The status shows the link of today's form.
+    assert_eq!(
+        status(&server, &acme, &id).await["paymentUrl"],
+        format!("{PUBLIC_URL}{path}")
+    );
+    // A transaction from before payment pages existed has no page, whichever token names it.
+    server.execute_sql(&format!(
+        "UPDATE transactions SET pay_expires_at = NULL WHERE id = '{id}'"
+    ));
+    for link in [format!("/pay/{legacy}"), path] {
+        assert_eq!(open(&server, &link, &[]).await.status, 404, "{link}");
     }
 }
 

@@ -229,13 +229,13 @@ fn transaction(provider_id: &str, currency: &str, totals: &[&str]) -> NewTransac
         items,
         created_at: t0(),
         payment_link: PaymentLink {
-            token_hash: host_http::payments::token_hash(&format!("page of {id}")),
+            token_hash: Some(host_http::payments::token_hash(&format!("page of {id}"))),
             expires_at: t0() + Duration::days(7),
         },
     }
 }
 
-/// A payment page is found by its token's hash only; its expiry is read back with the
+/// A payment page of the first form is found by its token's hash only; its expiry is read back with the
 /// transaction; failed attempts count per transaction within a window; a service key is made
 /// once and then read back by every caller, whatever it proposes.
 async fn payment_links_failures_and_service_keys(opened: &Opened, db: &Db) {
@@ -253,6 +253,16 @@ async fn payment_links_failures_and_service_keys(opened: &Opened, db: &Db) {
         DateTime::parse_from_rfc3339(&expires).unwrap(),
         t0() + Duration::days(7)
     );
+    // Today's transactions store no hash (their tokens carry the id): the expiry is kept, and
+    // no hash finds them.
+    let mut new = transaction(&provider.provider_id, "EUR", &["5.00"]);
+    new.payment_link.token_hash = None;
+    let unhashed = new.id.clone();
+    store.create_transaction(new, None).await.unwrap();
+    let stored = record(opened, &unhashed).await;
+    assert!(stored.payment_link_expires_at.is_some());
+    let derived = host_http::payments::token_hash(&format!("page of {unhashed}"));
+    assert_eq!(store.payment_link(derived).await.unwrap(), None);
 
     let window = at(0);
     assert_eq!(store.payment_failures(id.clone(), window).await.unwrap(), 0);

@@ -77,8 +77,16 @@ pub struct PaymentPages {
 }
 
 impl PaymentPages {
-    /// The absolute URL of a transaction's payment page.
-    pub fn url(&self, transaction_id: &str) -> String {
+    /// The absolute URL of a transaction's payment page; `None` for an id that is not a UUID
+    /// (none is made so, R-3.1).
+    pub fn url(&self, transaction_id: &str) -> Option<String> {
+        uuid::Uuid::try_parse(transaction_id)
+            .ok()
+            .map(|id| self.url_of(id))
+    }
+
+    /// The absolute URL of the payment page of the transaction `transaction_id`.
+    pub fn url_of(&self, transaction_id: uuid::Uuid) -> String {
         format!(
             "{}{}{}",
             self.public_url,

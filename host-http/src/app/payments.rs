@@ -329,14 +329,20 @@ impl Services {
         {
             return Err(Error::NotFound(Resource::PaymentPage));
         }
-        let id = self
-            .store
-            .payment_link(token_hash(token))
-            .await?
-            .ok_or(Error::NotFound(Resource::PaymentPage))?;
+        let id = match self.pages.key.page_transaction(token) {
+            Some(id) => id.hyphenated().to_string(),
+            // A link sent before tokens carried their transaction's id: found by its hash.
+            None => self
+                .store
+                .payment_link(token_hash(token))
+                .await?
+                .ok_or(Error::NotFound(Resource::PaymentPage))?,
+        };
         self.store
             .transaction(id)
             .await?
+            // A transaction from before payment pages has no page, whatever token names it.
+            .filter(|record| record.payment_link_expires_at.is_some())
             .ok_or(Error::NotFound(Resource::PaymentPage))
     }
 

@@ -105,10 +105,12 @@ impl Services {
                 period: item.period.clone(),
             })
             .collect();
-        let id = uuid::Uuid::now_v7().hyphenated().to_string();
-        let payment_url = self.pages.url(&id);
+        let uuid = uuid::Uuid::now_v7();
+        let id = uuid.hyphenated().to_string();
+        let payment_url = self.pages.url_of(uuid);
         let payment_link = PaymentLink {
-            token_hash: crate::payments::token_hash(&self.pages.key.page_token(&id)),
+            // The token carries the id: nothing to store, no index to find it by.
+            token_hash: None,
             expires_at: now + self.pages.link_ttl,
         };
         let created = serde_json::to_string(&Created {
@@ -273,8 +275,9 @@ impl Services {
         let mut status = status_record(record);
         if record.status == TransactionStatus::Pending {
             if let Some(expires_at) = &record.payment_link_expires_at {
-                status.payment_url = Some(self.pages.url(&record.id));
-                status.payment_url_expires_at = Some(expires_at.clone());
+                status.payment_url = self.pages.url(&record.id);
+                status.payment_url_expires_at =
+                    status.payment_url.as_ref().map(|_| expires_at.clone());
             }
         }
         status

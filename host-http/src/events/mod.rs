@@ -262,7 +262,8 @@ impl Dispatcher {
             .collect();
         let payment_url = (record.status == engine::api::TransactionStatus::Pending
             && record.payment_link_expires_at.is_some())
-        .then(|| self.pages.url(&record.id));
+        .then(|| self.pages.url(&record.id))
+        .flatten();
         Ok(mail::contract(
             &record,
             &provider.name,

@@ -340,16 +340,19 @@ pub struct NewTransaction {
     pub items: Vec<NewItem>,
     /// Arrival instant of the request.
     pub created_at: DateTime<Utc>,
-    /// The customer's payment page: the hash of its capability token and when it expires.
+    /// The customer's payment page: when it expires.
     pub payment_link: PaymentLink,
 }
 
-/// The capability of a transaction's payment page, as stored: only the SHA-256 of its token
-/// (the token itself is derived again from the link key when it is shown).
+/// The customer's payment page of a transaction, as stored. Its token carries the
+/// transaction's id and is derived again from the link key when it is shown
+/// (`payments::LinkKey::page_token`); nothing of it is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PaymentLink {
-    /// SHA-256 of the token in the URL.
-    pub token_hash: [u8; 32],
+    /// SHA-256 of a token of the first form (`payments::LinkKey::legacy_page_token`), found
+    /// by [`Store::payment_link`]. Transactions are created with `None`: an index of random
+    /// hashes cost a random page of the file per create.
+    pub token_hash: Option<[u8; 32]>,
     /// When the page stops working.
     pub expires_at: DateTime<Utc>,
 }
@@ -631,7 +634,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         now: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<Owned<PayOutcome>, StoreError>>;
 
-    /// The transaction whose payment page has a token with this SHA-256, if any.
+    /// The transaction whose payment page has a token of the first form with this SHA-256, if
+    /// any (links sent before page tokens carried their transaction's id).
     fn payment_link(
         &self,
         token_hash: [u8; 32],

@@ -674,8 +674,9 @@ impl PgStore {
             None => (None, None, None),
         };
         loop {
-            // 40 random bits: a collision is rare, and the unique index settles it.
-            let reference = super::sqlite::random_reference();
+            // 25 random bits per second: a collision is rare, and the unique index
+            // settles it.
+            let reference = super::sqlite::new_reference(transaction.created_at);
             let summary = events::new_summary(transaction, &reference);
             let event = events::created(&summary, transaction.created_at)?;
             let (mail_kind, receipt_number) = match &event.mail {
@@ -703,7 +704,11 @@ impl PgStore {
                         &Numeric(transaction.total),
                         &transaction.created_at,
                         &transaction.time_zone,
-                        &transaction.payment_link.token_hash.as_slice(),
+                        &transaction
+                            .payment_link
+                            .token_hash
+                            .as_ref()
+                            .map(<[u8; 32]>::as_slice),
                         &transaction.payment_link.expires_at,
                         &order_nos,
                         &names,
