@@ -228,6 +228,10 @@ while time.monotonic() - started < seconds:
                     record[key] = new_id
             if table == "transactions":
                 record["reference"] = reference()
+                # As the service does: a reference taken already is drawn again.
+                while dst.execute("SELECT 1 FROM transactions WHERE reference = ?",
+                                  (record["reference"],)).fetchone():
+                    record["reference"] = reference()
                 record["pay_token_hash"] = None
             if table == "events":
                 record["id"] = "evt_" + uuid.UUID(uuid7()).hex

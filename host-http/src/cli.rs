@@ -291,12 +291,13 @@ fn subscriber() -> tracing_subscriber::fmt::SubscriberBuilder<
 /// The server's log: as [`init_logging`], but request threads only format their line into a
 /// queue and a thread of its own writes it to stderr, so that a slow or busy stderr never holds
 /// a request. The queue is not lossy (a full queue waits rather than drops a line); the guard
-/// flushes it when the server stops.
+/// flushes it when the server stops. A stderr that is a file is written out to its disk every
+/// few megabytes ([`crate::log_output`]).
 fn init_server_logging() -> Option<tracing_appender::non_blocking::WorkerGuard> {
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(false)
         .thread_name("log-writer")
-        .finish(std::io::stderr());
+        .finish(crate::log_output::LogOutput::stderr());
     subscriber()
         .with_writer(writer)
         .try_init()

@@ -21,6 +21,7 @@ pub mod fault;
 pub mod gateway;
 pub mod http;
 pub mod i18n;
+pub mod log_output;
 pub mod metrics;
 pub mod payments;
 pub mod providers;
