@@ -585,15 +585,20 @@ mod write {
         out.push(b'"');
     }
 
-    /// `{"error": <400 body>}` with these messages.
-    pub(super) fn error(messages: &[String], out: &mut Vec<u8>) {
-        out.extend_from_slice(b"{\"error\":{\"message\":[");
-        for (i, message) in messages.iter().enumerate() {
+    /// The elements of a JSON array, each written by `element`, with commas between them.
+    fn separated<T>(elements: &[T], out: &mut Vec<u8>, element: impl Fn(&T, &mut Vec<u8>)) {
+        for (i, item) in elements.iter().enumerate() {
             if i > 0 {
                 out.push(b',');
             }
-            string(message, out);
+            element(item, out);
         }
+    }
+
+    /// `{"error": <400 body>}` with these messages.
+    pub(super) fn error(messages: &[String], out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"error\":{\"message\":[");
+        separated(messages, out, |message, out| string(message, out));
         out.extend_from_slice(b"],\"error\":\"Bad Request\",\"statusCode\":400}}");
     }
 
@@ -602,12 +607,7 @@ mod write {
         out.extend_from_slice(b"{\"currency\":");
         string(&quote.currency, out);
         out.extend_from_slice(b",\"items\":[");
-        for (i, item) in quote.items.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            quote_item(item, out);
-        }
+        separated(&quote.items, out, quote_item);
         out.extend_from_slice(b"],\"total\":");
         amount(&quote.total, out);
         out.push(b'}');
@@ -619,14 +619,11 @@ mod write {
         out.extend_from_slice(b",\"net\":");
         amount(&item.net, out);
         out.extend_from_slice(b",\"taxes\":[");
-        for (i, tax) in item.taxes.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
+        separated(&item.taxes, out, |tax, out| {
             out.extend_from_slice(b"{\"amount\":");
             amount(&tax.amount, out);
             out.push(b'}');
-        }
+        });
         out.extend_from_slice(b"],\"totalTax\":");
         amount(&item.total_tax, out);
         out.extend_from_slice(b",\"total\":");
@@ -639,12 +636,7 @@ mod write {
         out.extend_from_slice(b"{\"currency\":");
         string(&preview.currency, out);
         out.extend_from_slice(b",\"items\":[");
-        for (i, item) in preview.items.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            preview_item(item, out);
-        }
+        separated(&preview.items, out, preview_item);
         out.extend_from_slice(b"],\"refundable\":");
         amount(&preview.refundable, out);
         out.extend_from_slice(b",\"refund\":");
