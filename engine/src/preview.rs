@@ -96,27 +96,7 @@ impl RefundContext {
         provider: &ProviderSettings,
         paid_at: Option<DateTime<Utc>>,
     ) -> Result<RefundContext, EngineError> {
-        let currency = Currency::parse(&checkout.currency)?;
-        let items = checkout
-            .items
-            .iter()
-            .enumerate()
-            .map(|(index, item)| {
-                Ok(ItemState {
-                    order: order_of(index)?,
-                    total: quote_item(index, item, currency)?.total.amount(),
-                    period: item.period.clone(),
-                    policy: effective_policy(item, provider),
-                    cancelled: false,
-                })
-            })
-            .collect::<Result<_, EngineError>>()?;
-        Ok(RefundContext {
-            currency: currency.code().to_owned(),
-            provider_time_zone: parse_zone(&provider.time_zone)?,
-            paid_at,
-            items,
-        })
+        RefundContext::from_owned_checkout(checkout.clone(), provider, paid_at)
     }
 
     /// [`RefundContext::from_checkout`] of a checkout no longer needed: its periods and its
@@ -446,7 +426,7 @@ mod tests {
     }
 
     #[test]
-    fn an_owned_checkout_gives_the_same_context_and_preparation() {
+    fn a_context_holds_the_effective_policies_and_prepares_alike_owned_or_borrowed() {
         let checkout: CorporateCheckout = serde_json::from_str(
             r#"{"title":"t","currency":"EUR","items":[
             {"price":100,"period":{"start":"2026-06-10T12:00:00","startTimeZone":"Asia/Tokyo"},
@@ -474,8 +454,32 @@ mod tests {
             .into(),
         };
         let paid_at = Some(Utc.with_ymd_and_hms(2026, 6, 1, 9, 0, 0).unwrap());
+        let own_policy = checkout.items[0].cancellation_policy.clone();
+        let first_period = checkout.items[0].period.clone();
         let borrowed = RefundContext::from_checkout(&checkout, &provider, paid_at).unwrap();
         let owned = RefundContext::from_owned_checkout(checkout, &provider, paid_at).unwrap();
+        // R-5.1: an item's own policy, else its category's, else the provider's default; a
+        // START_PERIOD one only for an item with a period (R-5.2: the period-less flight falls
+        // through to the default).
+        let policies: Vec<_> = owned.items.iter().map(|item| item.policy.clone()).collect();
+        assert_eq!(
+            policies,
+            [
+                own_policy,
+                Some(policy("PAYMENT_DATE", "2026-06-05")),
+                Some(policy("PAYMENT_DATE", "2026-06-05")),
+                Some(policy("START_PERIOD", "2026-06-20")),
+            ]
+        );
+        let totals: Vec<_> = owned
+            .items
+            .iter()
+            .map(|item| item.total.to_string())
+            .collect();
+        // Item totals at the currency's scale (EUR: 2 places).
+        assert_eq!(totals, ["100.00", "40.50", "10.00", "7.00"]);
+        assert_eq!(owned.items[0].period, first_period);
+        assert!(owned.items.iter().all(|item| !item.cancelled));
         assert_eq!(owned, borrowed);
         assert_eq!(
             owned.clone().into_prepared().unwrap(),
