@@ -676,7 +676,7 @@ impl PgStore {
         loop {
             // 25 random bits per second: a collision is rare, and the unique index
             // settles it.
-            let reference = super::sqlite::new_reference(transaction.created_at);
+            let reference = super::new_reference(transaction.created_at);
             let summary = events::new_summary(transaction, &reference);
             let event = events::created(&summary, transaction.created_at)?;
             let (mail_kind, receipt_number) = match &event.mail {

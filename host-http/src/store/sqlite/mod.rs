@@ -23,7 +23,6 @@ use engine::api::{
     Period, RefIds, TransactionStatus, UpdateTransaction,
 };
 use futures_util::future::BoxFuture;
-use rand::Rng;
 use rusqlite::{Connection, OptionalExtension, params};
 use rust_decimal::Decimal;
 use serde::Serialize;
@@ -674,29 +673,6 @@ fn item_status(text: &str) -> Result<ItemStatus, StoreError> {
     from_json("items.status", &format!("\"{text}\""))
 }
 
-/// Crockford's base-32 alphabet: no I, L, O or U, so a reference read aloud is unambiguous.
-const REFERENCE_ALPHABET: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
-
-/// A fresh `CHK-XXXXXXXX` reference for a transaction created at `created_at`: three
-/// characters of its second (15 bits, the Unix time's second modulo 2^15, about 9 hours), then
-/// five random ones (25 bits). The references of one second sit side by side in the unique
-/// index, so the creates of a checkpoint dirty a few of its pages instead of one random page
-/// each (`docs/DECISIONS-performance.md`); a collision, as rare as with 40 random bits once
-/// the index holds more than 2^15 references, is drawn again by the caller.
-pub(super) fn new_reference(created_at: DateTime<Utc>) -> String {
-    let mut rng = rand::rng();
-    let second = created_at.timestamp().rem_euclid(1 << 15);
-    let random: i64 = rng.random_range(0..1 << 25);
-    let bits = (second << 25) | random;
-    let mut reference = String::with_capacity(12);
-    reference.push_str("CHK-");
-    for shift in (0..8).rev() {
-        let index = usize::try_from((bits >> (5 * shift)) & 31).unwrap_or(0);
-        reference.push(char::from(REFERENCE_ALPHABET[index]));
-    }
-    reference
-}
-
 /// Reads a provider row; shared with the offline provider commands.
 pub fn read_provider(conn: &Connection, id: &str) -> Result<Option<ProviderRow>, StoreError> {
     let row = conn
@@ -976,12 +952,12 @@ fn insert_transaction(
     transaction: &NewTransaction,
     response: Option<&IdempotentResponse>,
 ) -> Result<String, StoreError> {
-    let mut reference = new_reference(transaction.created_at);
+    let mut reference = super::new_reference(transaction.created_at);
     let mut exists = conn.prepare_cached("SELECT 1 FROM transactions WHERE reference = ?1")?;
     // 25 random bits per second: a collision is rare; the single writer makes
     // check-then-insert safe.
     while exists.exists([&reference])? {
-        reference = new_reference(transaction.created_at);
+        reference = super::new_reference(transaction.created_at);
     }
     let now = format_instant(transaction.created_at);
     conn.prepare_cached(
@@ -1438,39 +1414,5 @@ impl Store for SqliteStore {
                 pool.clear();
             }
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use chrono::TimeZone;
-
-    #[test]
-    fn references_of_one_second_share_their_first_three_characters_r_3_2() {
-        let at = Utc.with_ymd_and_hms(2026, 11, 24, 7, 30, 15).unwrap();
-        let references: Vec<String> = (0..2_000).map(|_| new_reference(at)).collect();
-        for reference in &references {
-            assert_eq!(reference.len(), 12, "{reference}");
-            assert!(reference.starts_with("CHK-"), "{reference}");
-            assert!(
-                reference[4..]
-                    .bytes()
-                    .all(|b| REFERENCE_ALPHABET.contains(&b)),
-                "{reference}"
-            );
-            assert_eq!(reference[..7], references[0][..7]);
-        }
-        // 25 random bits: 2,000 draws of one second all differ but for a rare collision.
-        let distinct: std::collections::BTreeSet<&String> = references.iter().collect();
-        assert!(distinct.len() >= 1_990, "{}", distinct.len());
-        // The next second, and the same second 2^15 seconds later (the prefix wraps).
-        let next = new_reference(at + chrono::Duration::seconds(1));
-        assert_ne!(next[..7], references[0][..7]);
-        let wrapped = new_reference(at + chrono::Duration::seconds(1 << 15));
-        assert_eq!(wrapped[..7], references[0][..7]);
-        // Before 1970 too.
-        let early = new_reference(Utc.with_ymd_and_hms(1969, 12, 31, 23, 59, 59).unwrap());
-        assert_eq!(early.len(), 12);
     }
 }
