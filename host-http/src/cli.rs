@@ -85,6 +85,13 @@ pub struct ServeArgs {
     #[arg(long, env = "CHECKOUT_OUTBOX_LEASE_MS", default_value_t = 120_000,
           value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
     pub outbox_lease_ms: u64,
+    /// How old a running idempotency claim must be, in milliseconds, before a request with
+    /// the same key may take it over on PostgreSQL (its first request's instance stopped or
+    /// stalled, R-9.1). Must exceed the refund gateway's retry budget.
+    #[arg(long, env = "CHECKOUT_STALE_CLAIM_AFTER_MS",
+          default_value_t = crate::DEFAULT_STALE_CLAIM_AFTER.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
+    pub stale_claim_after_ms: u64,
     /// Address of the metrics listener (GET /metrics, no credentials); default: none.
     #[arg(long, env = "CHECKOUT_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
@@ -341,6 +348,7 @@ pub fn serve(args: ServeArgs) -> ExitCode {
         config.metrics_listen = args.metrics_listen;
         config.outbox_lease = std::time::Duration::from_millis(args.outbox_lease_ms);
         config.file_link_ttl = std::time::Duration::from_secs(args.file_link_ttl_secs);
+        config.stale_claim_after = std::time::Duration::from_millis(args.stale_claim_after_ms);
         config.body_read_timeout = std::time::Duration::from_secs(args.body_read_timeout_secs);
         config.upload_read_timeout = std::time::Duration::from_secs(args.upload_read_timeout_secs);
         config.max_connections = args.max_connections;

@@ -80,7 +80,14 @@ pub struct Config {
     pub outbox_lease: Duration,
     /// How long a shared file's link works after its upload or its last renewal.
     pub file_link_ttl: Duration,
+    /// How old a running idempotency claim must be before a request with the same key may take
+    /// it over on a shared database (R-9.1): longer than any request holding a claim may run,
+    /// the refund gateway's retry budget included (checked at start-up).
+    pub stale_claim_after: Duration,
 }
+
+/// Default age after which a running idempotency claim is stale: 2 minutes.
+pub const DEFAULT_STALE_CLAIM_AFTER: Duration = Duration::from_secs(120);
 
 /// Default lifetime of a payment link: 7 days.
 pub const DEFAULT_PAYMENT_LINK_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -112,6 +119,7 @@ impl Config {
             metrics_listen: None,
             outbox_lease: events::DEFAULT_LEASE,
             file_link_ttl: DEFAULT_FILE_LINK_TTL,
+            stale_claim_after: DEFAULT_STALE_CLAIM_AFTER,
         }
     }
 }
@@ -149,6 +157,25 @@ pub enum AppError {
         /// The cause.
         source: std::io::Error,
     },
+}
+
+/// A running idempotency claim may be taken over once stale (R-9.1); a request that may still
+/// be running must never look stale, so the stale-claim time must exceed the longest a request
+/// can wait on the refund gateway: every call of its bounded retries at its full timeout, and
+/// the pauses between them. (A claim is fenced besides: a request paused past it anyway is
+/// refused at its first write, `StoreError::ClaimLost`.)
+fn check_stale_claim_after(config: &Config) -> Result<(), AppError> {
+    let budget = config.refunds.retry_budget();
+    if config.stale_claim_after <= budget {
+        return Err(AppError::Config(format!(
+            "the stale-claim time ({} ms, --stale-claim-after-ms) must be longer than the \
+             refund gateway's retry budget ({} ms: --refund-attempts calls at the gateway's \
+             connect and read timeouts, and the pauses between them)",
+            config.stale_claim_after.as_millis(),
+            budget.as_millis()
+        )));
+    }
+    Ok(())
 }
 
 /// A claimed delivery or e-mail must stay claimed for longer than its attempt may take, or
@@ -204,6 +231,9 @@ impl App {
             None => None,
         };
         check_outbox_lease(&config)?;
+        check_stale_claim_after(&config)?;
+        let stale_claim_after = chrono::Duration::from_std(config.stale_claim_after)
+            .map_err(|_| AppError::Config("stale-claim time out of range".to_owned()))?;
         let mailer = config
             .smtp
             .as_ref()
@@ -224,7 +254,7 @@ impl App {
         // ones may belong to a request another instance is serving right now.
         let now = chrono::Utc::now();
         let before = if config.db.is_shared() {
-            now - store::postgres::STALE_CLAIM_AFTER
+            now - stale_claim_after
         } else {
             now
         };
@@ -290,6 +320,7 @@ impl App {
                 access_cache: app::access::AccessCache::default(),
                 rendered_statuses: app::transactions::RenderedStatuses::default(),
                 file_link_ttl,
+                stale_claim_after,
             }),
             config,
             recovery,

@@ -63,6 +63,26 @@ impl Default for RefundSettings {
     }
 }
 
+impl RefundSettings {
+    /// The longest a request may wait on the gateway before its refund is left pending: every
+    /// call of the bounded retries at its full timeout (the http gateway's connect plus read
+    /// timeout; the ledger's calls are statements in the service's own database, bounded by
+    /// its statement timeout, and counted as nothing here), and the pauses between them.
+    pub fn retry_budget(&self) -> std::time::Duration {
+        let attempts = self.retry.attempts.max(1);
+        let call = match &self.gateway {
+            GatewayChoice::Ledger => std::time::Duration::ZERO,
+            GatewayChoice::Http(http) => std::time::Duration::from_millis(
+                http.connect_timeout_ms.saturating_add(http.read_timeout_ms),
+            ),
+        };
+        let pauses = (1..attempts)
+            .map(|failed| self.retry.delay_after(failed))
+            .sum();
+        call.saturating_mul(attempts).saturating_add(pauses)
+    }
+}
+
 /// Why the gateway could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewaySetupError {

@@ -141,6 +141,146 @@ async fn a_stale_creation_claim_left_by_a_killed_instance_is_taken_over_r_9_1() 
     assert_eq!(replay.body["transactionId"], stale.body["transactionId"]);
 }
 
+/// Sends a signal to a server process (`STOP`, `CONT`) with kill(1).
+fn signal(server: &Server, name: &str) {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(server.child.id().to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{name}");
+}
+
+/// Resumes a stopped server even when the test fails, so that its drop can end it.
+struct Resume<'a>(&'a Server);
+
+impl Drop for Resume<'_> {
+    fn drop(&mut self) {
+        signal(self.0, "CONT");
+    }
+}
+
+/// Polls `sql` (one text cell) until `done` holds, for up to 10 s.
+async fn wait_for(pg: &TestDatabase, sql: &str, done: impl Fn(Option<&str>) -> bool) -> String {
+    for _ in 0..1000 {
+        let rows = pg.query(sql);
+        let cell = rows.first().and_then(|row| row[0].clone());
+        if done(cell.as_deref()) {
+            return cell.unwrap_or_default();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("waited 10 s for {sql}");
+}
+
+/// one key one effect: an instance paused (SIGSTOP, not killed) after claiming a
+/// creation's key, for longer than the stale-claim time (here 1 s), is fenced out. Meanwhile a
+/// retry on the other instance took the stale claim over; when the paused instance resumes,
+/// its creation finds the claim no longer its own and writes nothing (409: the newer request
+/// still runs), its release leaves the newer claim alone, and the newer request creates the
+/// one transaction the key ever gets. Before claims had an identity, the paused instance
+/// created a second transaction and marked the key done with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_stalled_past_the_stale_claim_time_is_fenced_out_r_9_1() {
+    let Some(pg) = TestDatabase::create("stalled instance fenced out") else {
+        return;
+    };
+    // Both instances hold the claim 1.5 s before creating: a window to stop one in.
+    let pause = format!("{}:1500", host_http::fault::AFTER_CREATION_CLAIM);
+    let launch = Launch {
+        db: pg.url(),
+        pause: Some(&pause),
+        args: &["--stale-claim-after-ms", "1000"],
+        ..Launch::default()
+    };
+    let (a, b) = (spawn(&launch), spawn(&launch));
+    let issued = provider(&Db::Postgres(pg.url().to_owned()), "acme");
+    let http = std::sync::Arc::new(Http::new(&issued.widget_id, &issued.backend_secret));
+    http.wait_ready(a.addr).await;
+    http.wait_ready(b.addr).await;
+    let body = json!({"title": "T", "currency": "EUR", "items": [{"price": 10}]});
+    let create = |addr| {
+        let (http, body) = (std::sync::Arc::clone(&http), body.clone());
+        tokio::spawn(async move {
+            http.request(
+                addr,
+                Method::POST,
+                "/initialize",
+                &[("idempotency-key", "stalled")],
+                Some(body),
+            )
+            .await
+            .expect("answered")
+        })
+    };
+    let claimed_at = "SELECT created_at::text FROM idempotency_keys WHERE key = 'stalled'";
+
+    let first = create(a.addr);
+    let first_claim = wait_for(&pg, claimed_at, |cell| cell.is_some()).await;
+    signal(&a, "STOP");
+    let resume = Resume(&a);
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let second = create(b.addr);
+    wait_for(&pg, claimed_at, |cell| {
+        cell.is_some_and(|at| at != first_claim)
+    })
+    .await;
+    drop(resume);
+
+    let first = first.await.expect("first request");
+    assert_eq!(first.status, StatusCode::CONFLICT, "{}", first.body);
+    assert!(
+        is_error_body(&first.body, StatusCode::CONFLICT),
+        "{}",
+        first.body
+    );
+    let second = second.await.expect("second request");
+    assert_eq!(second.status, StatusCode::CREATED, "{}", second.body);
+    let transactions = pg.query("SELECT id FROM transactions");
+    assert_eq!(
+        transactions,
+        vec![vec![
+            second.body["transactionId"].as_str().map(str::to_owned)
+        ]],
+        "one key, one transaction"
+    );
+    let replay = create(a.addr).await.expect("replay");
+    assert_eq!(replay.status, StatusCode::CREATED, "{}", replay.body);
+    assert_eq!(replay.body, second.body);
+}
+
+/// `serve` refuses a stale-claim time that a request waiting on the gateway could outlive
+/// its claim would be taken over while it still runs.
+#[test]
+fn a_stale_claim_time_within_the_gateway_retry_budget_is_refused_at_start() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_checkout-server"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+        .arg(std::env::temp_dir().join(format!("stale-{}.db", std::process::id())))
+        .args([
+            "--gateway",
+            "http",
+            "--gateway-url",
+            "http://127.0.0.1:9/refunds",
+        ])
+        .args(["--gateway-connect-timeout-ms", "1000"])
+        .args([
+            "--gateway-read-timeout-ms",
+            "2000",
+            "--refund-attempts",
+            "3",
+        ])
+        .args(["--stale-claim-after-ms", "9000"])
+        .output()
+        .expect("run checkout-server");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // 3 calls of 3 s and pauses of 200 ms and 400 ms.
+    assert!(
+        stderr.contains("stale-claim time (9000 ms") && stderr.contains("retry budget (9600 ms"),
+        "{stderr}"
+    );
+}
+
 /// a cancellation whose instance was killed after claiming its key and before
 /// recording its refund leaves the key running with nothing carrying it. A retry with the same
 /// key and body was answered 409 on every instance until a server started 2 minutes or more

@@ -24,7 +24,8 @@ use host_http::store::cancellation::{
 use host_http::store::postgres::testing::TestDatabase;
 use host_http::store::{
     self, Claim, Db, IdempotencyKey, IdempotencyState, IdempotentResponse, NewItem, NewTransaction,
-    Opened, Owned, PayOutcome, PaymentDetails, PaymentLink, PoolSettings, format_instant,
+    Opened, Owned, PayOutcome, PaymentDetails, PaymentLink, PoolSettings, StoreError,
+    format_instant,
 };
 use rust_decimal::Decimal;
 use serde_json::Value;
@@ -118,6 +119,7 @@ conformance!(
     update_transaction_checks_ownership_and_keeps_absent_fields_r_7_4_r_8_6,
     record_payment_pays_active_items_at_currency_scale_once_r_3_3_r_3_6,
     idempotency_claim_release_expiry_and_prune_r_9_1,
+    a_claim_taken_over_fences_out_its_first_request_r_9_1,
     reserve_then_settle_succeeded_makes_receipts_and_moves_status_r_4_8_r_10_2,
     settle_declined_fails_and_releases_items_r_4_8,
     reserve_voids_unpaid_items_without_refund_r_4_4_r_3_3,
@@ -1124,7 +1126,22 @@ fn key(provider_id: &str, key: &str, route: &str, body: &str) -> IdempotencyKey 
         key: key.to_owned(),
         route: route.to_owned(),
         body_hash: hash_secret(body),
+        // Unfenced: matches whichever running claim holds the key.
+        claimed_at: None,
     }
+}
+
+/// A key whose claim is made at `claimed_at`, its identity.
+fn fenced(k: &IdempotencyKey, claimed_at: DateTime<Utc>) -> IdempotencyKey {
+    IdempotencyKey {
+        claimed_at: Some(claimed_at),
+        ..k.clone()
+    }
+}
+
+/// The stale-claim cut-off of a claim made at `now` with the default 2 minutes.
+fn stale_before(now: DateTime<Utc>) -> DateTime<Utc> {
+    now - Duration::minutes(2)
 }
 
 /// A day before `now`: the expiry cut-off of idempotency keys (R-9.1: kept at least 24 h).
@@ -1135,7 +1152,7 @@ fn day_before(now: DateTime<Utc>) -> DateTime<Utc> {
 async fn claim(opened: &Opened, k: &IdempotencyKey, now: DateTime<Utc>) -> Claim {
     opened
         .store
-        .claim_idempotency(k.clone(), now, day_before(now))
+        .claim_idempotency(k.clone(), now, day_before(now), stale_before(now))
         .await
         .expect("claim")
 }
@@ -1560,7 +1577,7 @@ async fn create_transaction_finishes_its_key_in_the_same_commit_r_9_1(opened: &O
     }
     opened
         .store
-        .release_idempotency(acme.provider_id.clone(), k.key.clone())
+        .release_idempotency(k.clone())
         .await
         .expect("release");
     assert_eq!(
@@ -1768,7 +1785,7 @@ async fn idempotency_claim_release_expiry_and_prune_r_9_1(opened: &Opened, db: &
     // Released (a request refused by validation is not kept), it may be claimed again.
     opened
         .store
-        .release_idempotency(acme.provider_id.clone(), k.key.clone())
+        .release_idempotency(k.clone())
         .await
         .expect("release");
     assert_eq!(key_state(opened, &k).await, None);
@@ -1793,7 +1810,12 @@ async fn idempotency_claim_release_expiry_and_prune_r_9_1(opened: &Opened, db: &
     assert_eq!(
         opened
             .store
-            .claim_idempotency(renewed.clone(), later, day_before(later))
+            .claim_idempotency(
+                renewed.clone(),
+                later,
+                day_before(later),
+                stale_before(later)
+            )
             .await
             .expect("claim"),
         Claim::Claimed
@@ -3084,6 +3106,90 @@ async fn race_reserves_of_different_items_never_exceed_paid_r_4_5(opened: &Opene
     );
 }
 
+/// a claim is fenced by its identity (the instant it was made). Once a newer request
+/// has taken the key over (here: the first claim expired, which both stores replace; on
+/// PostgreSQL a stale running claim is taken over the same way), the first request can neither
+/// create under it, nor reserve a cancellation under it, nor release it; the newer one can.
+async fn a_claim_taken_over_fences_out_its_first_request_r_9_1(opened: &Opened, db: &Db) {
+    let acme = provider(db, "acme");
+    let body = "{\"itemsOrder\":[1]}";
+    let first = fenced(
+        &key(&acme.provider_id, "fenced", "/transactions", body),
+        t0(),
+    );
+    assert_eq!(claim(opened, &first, t0()).await, Claim::Claimed);
+    let later = t0() + Duration::hours(25);
+    let newer = fenced(&first, later);
+    assert_eq!(claim(opened, &newer, later).await, Claim::Claimed);
+
+    // The first request's creation writes nothing.
+    let new = transaction(&acme.provider_id, "EUR", &["10.00"]);
+    let lost_id = new.id.clone();
+    let response = |k: &IdempotencyKey, id: &str| IdempotentResponse {
+        key: k.clone(),
+        status_code: 201,
+        body: format!("{{\"transactionId\":\"{id}\"}}"),
+    };
+    let refused = opened
+        .store
+        .create_transaction(new, Some(response(&first, &lost_id)))
+        .await;
+    assert!(matches!(refused, Err(StoreError::ClaimLost)), "{refused:?}");
+    assert!(
+        opened
+            .store
+            .transaction(lost_id)
+            .await
+            .expect("read")
+            .is_none(),
+        "nothing of the fenced-out creation is stored"
+    );
+    // Its release leaves the newer claim.
+    opened
+        .store
+        .release_idempotency(first.clone())
+        .await
+        .expect("release");
+    assert_eq!(
+        key_state(opened, &newer).await,
+        Some(IdempotencyState::Running)
+    );
+    // Nor may it reserve a cancellation under the key.
+    let paid = create(opened, &acme.provider_id, &["10.00"]).await;
+    let mut lost = cancellation(
+        &acme.provider_id,
+        &paid,
+        false,
+        vec![line(1, "10.00", "0.00")],
+        later,
+        "instance-a",
+        later + Duration::seconds(30),
+    );
+    lost.idempotency = Some(first.clone());
+    let refused = opened.cancellations.reserve(lost).await;
+    assert!(matches!(refused, Err(StoreError::ClaimLost)), "{refused:?}");
+    assert!(
+        record(opened, &paid).await.cancellations.is_empty(),
+        "nothing of the fenced-out cancellation is stored"
+    );
+
+    // The newer request creates under its claim, which finishes the key.
+    let new = transaction(&acme.provider_id, "EUR", &["10.00"]);
+    let id = new.id.clone();
+    opened
+        .store
+        .create_transaction(new, Some(response(&newer, &id)))
+        .await
+        .expect("created under the newer claim");
+    assert_eq!(
+        key_state(opened, &newer).await,
+        Some(IdempotencyState::Done {
+            status_code: 201,
+            body: format!("{{\"transactionId\":\"{id}\"}}"),
+        })
+    );
+}
+
 /// 16 concurrent claims of one key: exactly one claims it, the others find it running.
 async fn race_16_claims_of_one_key_claim_it_once_r_9_1(opened: &Opened, db: &Db) {
     let acme = provider(db, "acme");
@@ -3096,7 +3202,11 @@ async fn race_16_claims_of_one_key_claim_it_once_r_9_1(opened: &Opened, db: &Db)
     let results = all_at_once(16, |_| {
         let store = Arc::clone(&opened.store);
         let k = k.clone();
-        async move { store.claim_idempotency(k, t0(), day_before(t0())).await }
+        async move {
+            store
+                .claim_idempotency(k, t0(), day_before(t0()), stale_before(t0()))
+                .await
+        }
     })
     .await;
     let mut claimed = 0;

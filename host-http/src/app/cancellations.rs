@@ -20,7 +20,7 @@ use super::idempotency::StoredResponse;
 use super::{Error, Principal, Resource, Services};
 use crate::refunds::Driven;
 use crate::store::cancellation::{CancellationView, NewCancellation, NewFile, Reserved, result_of};
-use crate::store::{IdempotencyKey, ItemRecord, Owned, TransactionRecord};
+use crate::store::{IdempotencyKey, ItemRecord, Owned, StoreError, TransactionRecord};
 
 /// Route templates of the three cancel routes, as idempotency keys record them.
 pub const CANCEL_ROUTES: [&str; 3] = [
@@ -135,6 +135,17 @@ impl Services {
         };
         let reserved = match self.cancellations().reserve(new).await {
             Ok(reserved) => reserved,
+            // this request's claim was taken over by a newer one while it stalled;
+            // nothing was recorded, and the key is the newer request's.
+            Err(StoreError::ClaimLost) => match c.key.as_ref() {
+                Some(key) => {
+                    return self
+                        .after_lost_claim(key, now)
+                        .await
+                        .map(Cancelled::Replayed);
+                }
+                None => return Err(StoreError::ClaimLost.into()),
+            },
             Err(error) => {
                 // Nothing was recorded: the key may be used again.
                 self.release(c.key.as_ref()).await;

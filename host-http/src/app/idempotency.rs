@@ -19,17 +19,20 @@ pub struct StoredResponse {
 }
 
 /// The identity of a request for R-9.1, when it carries a key.
+/// `now` is the request's arrival instant: the identity of the claim it will hold.
 pub fn key_of(
     principal: &Principal,
     key: Option<String>,
     route: &str,
     body_hash: [u8; 32],
+    now: DateTime<Utc>,
 ) -> Option<IdempotencyKey> {
     key.map(|key| IdempotencyKey {
         provider_id: principal.provider_id.clone(),
         key,
         route: route.to_owned(),
         body_hash,
+        claimed_at: Some(now),
     })
 }
 
@@ -141,19 +144,49 @@ impl Services {
         }
     }
 
-    /// Claims a key as running; `Some` with the replay when an earlier request holds it.
+    /// Claims a key as running; `Some` with the replay when an earlier request holds it. The
+    /// claim is made at the key's own instant (its identity, [`IdempotencyKey::claimed_at`]);
+    /// a running claim older than the stale-claim time is taken over on PostgreSQL.
     pub(crate) async fn claim(
         &self,
         key: &IdempotencyKey,
         now: DateTime<Utc>,
     ) -> Result<Option<StoredResponse>, Error> {
+        let at = key.claimed_at.unwrap_or(now);
+        let mut key = key.clone();
+        key.claimed_at = Some(at);
         match self
             .store
-            .claim_idempotency(key.clone(), now, now - IDEMPOTENCY_TTL)
+            .claim_idempotency(
+                key.clone(),
+                at,
+                now - IDEMPOTENCY_TTL,
+                now - self.stale_claim_after,
+            )
             .await?
         {
             Claim::Claimed => Ok(None),
-            Claim::Existing(existing) => repeat(&existing, key).map(Some),
+            Claim::Existing(existing) => repeat(&existing, &key).map(Some),
+        }
+    }
+
+    /// The answer to a request whose claim was taken over by a newer request with the same
+    /// key while this one was stalled ([`crate::store::StoreError::ClaimLost`]): nothing of it was written,
+    /// and the key is the newer request's — its replay once it has finished, 409 while it
+    /// runs (R-9.1).
+    pub(crate) async fn after_lost_claim(
+        &self,
+        key: &IdempotencyKey,
+        now: DateTime<Utc>,
+    ) -> Result<StoredResponse, Error> {
+        tracing::warn!(
+            key = %key.key,
+            "idempotency claim taken over by a newer request while this one was stalled; \
+             nothing of it was written"
+        );
+        match self.replay(Some(key), now).await? {
+            Some(stored) => Ok(stored),
+            None => Err(Error::IdempotencyInProgress),
         }
     }
 
@@ -162,10 +195,7 @@ impl Services {
     /// over by a request with the same key once it is stale.
     pub(crate) async fn release(&self, key: Option<&IdempotencyKey>) {
         if let Some(key) = key {
-            let _ = self
-                .store
-                .release_idempotency(key.provider_id.clone(), key.key.clone())
-                .await;
+            let _ = self.store.release_idempotency(key.clone()).await;
         }
     }
 }

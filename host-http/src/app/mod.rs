@@ -60,6 +60,9 @@ pub struct Services {
     pub rendered_statuses: transactions::RenderedStatuses,
     /// How long a shared file's link works after its upload or its last renewal.
     pub file_link_ttl: Duration,
+    /// How old a running idempotency claim must be before a request with the same key takes
+    /// it over on a shared database (R-9.1, `--stale-claim-after-ms`).
+    pub stale_claim_after: Duration,
 }
 
 /// What the customer's payment pages need: where they are served, how long their links live,

@@ -13,7 +13,7 @@ use super::idempotency::{StoredResponse, body_hash, key_of};
 use super::{Error, Principal, Resource, Services, Versioned};
 use crate::store::{
     IdempotentResponse, NewItem, NewTransaction, Owned, PayOutcome, PaymentDetails, PaymentLink,
-    TransactionRecord,
+    StoreError, TransactionRecord,
 };
 
 /// Most status records kept rendered; a few thousand records of about 3 KB.
@@ -75,6 +75,7 @@ impl Services {
             request.idempotency_key,
             request.route,
             body_hash(request.body),
+            now,
         );
         match self.replay(key.as_ref(), now).await {
             Ok(Some(replayed)) => return Ok(Creation::Replayed(replayed)),
@@ -152,6 +153,14 @@ impl Services {
             }
         };
         if let Err(error) = self.store.create_transaction(transaction, response).await {
+            // stalled past the stale-claim time, this request's claim was taken over
+            // by a newer one; nothing was stored, and the key is the newer request's.
+            if let (StoreError::ClaimLost, Some(key)) = (&error, &key) {
+                return self
+                    .after_lost_claim(key, now)
+                    .await
+                    .map(Creation::Replayed);
+            }
             self.release(key.as_ref()).await;
             return Err(error.into());
         }

@@ -50,6 +50,7 @@ pub async fn cancel_json(
         key,
         CANCEL_ROUTES[0],
         json_cancellation_hash(&id, &body),
+        now,
     );
     let key_running = match services.prior(key.as_ref(), now).await? {
         Prior::Finished(stored) => return replayed(stored),
@@ -117,7 +118,7 @@ pub async fn cancel_multipart(
         }
     };
     let hash = form_cancellation_hash(&id, &form.request, form.file.as_ref());
-    let key = key_of(&principal, key, route, hash);
+    let key = key_of(&principal, key, route, hash, now);
     let key_running = match services.prior(key.as_ref(), now).await? {
         Prior::Finished(stored) => return replayed(stored),
         Prior::New => false,

@@ -64,6 +64,10 @@ pub enum StoreError {
     /// The store is shut down.
     #[error("the store is closed")]
     Closed,
+    /// The request's idempotency claim is no longer its own: it went stale and a newer request
+    /// with the same key took it over. Nothing was written.
+    #[error("the idempotency claim was taken over by a newer request")]
+    ClaimLost,
     /// File system trouble opening the database.
     #[error("database file: {0}")]
     Io(#[from] std::io::Error),
@@ -456,6 +460,14 @@ pub struct IdempotencyKey {
     pub route: String,
     /// SHA-256 of the request body.
     pub body_hash: [u8; 32],
+    /// The claim's identity, its fencing token: the arrival instant of the request that
+    /// claims the key, stored as the claim's `created_at`. Every later write under the claim —
+    /// the creation, the cancellation's reservation, the release — matches it, so that a
+    /// request whose stale claim was taken over by a newer one (an instance paused past
+    /// [`Store::claim_idempotency`]'s stale time) can neither finish nor delete the newer
+    /// request's claim. `None` for a key rebuilt from the pending refund that carries it: such
+    /// a claim is never taken over.
+    pub claimed_at: Option<DateTime<Utc>>,
 }
 
 /// State of a stored idempotency key.
@@ -559,24 +571,23 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         not_before: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<Option<IdempotencyRecord>, StoreError>>;
 
-    /// Claims a key as running, unless an unexpired record holds it. On a database
-    /// several instances share (PostgreSQL), a running claim older than
-    /// [`postgres::STALE_CLAIM_AFTER`] that no pending refund carries belongs to a request whose
-    /// instance stopped, and is taken over; SQLite clears such claims at start-up instead.
+    /// Claims a key as running, unless an unexpired record holds it; the claim's
+    /// identity is `key.claimed_at` (which is `now`). On a database several instances share
+    /// (PostgreSQL), a running claim made before `stale_before` that no pending refund carries
+    /// belongs to a request whose instance stopped (or stalled), and is taken over; SQLite
+    /// clears such claims at start-up instead.
     fn claim_idempotency(
         &self,
         key: IdempotencyKey,
         now: DateTime<Utc>,
         not_before: DateTime<Utc>,
+        stale_before: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<Claim, StoreError>>;
 
     /// Releases a running claim whose request did not complete (a validation failure is not
-    /// kept, R-9.1).
-    fn release_idempotency(
-        &self,
-        provider_id: String,
-        key: String,
-    ) -> BoxFuture<'_, Result<(), StoreError>>;
+    /// kept, R-9.1), if it is still the claim `key.claimed_at` names: a claim taken over by a
+    /// newer request is left to it.
+    fn release_idempotency(&self, key: IdempotencyKey) -> BoxFuture<'_, Result<(), StoreError>>;
 
     /// Stores a new transaction with a fresh unique reference, and, in the same commit, the
     /// response of its idempotency key. Returns the reference.

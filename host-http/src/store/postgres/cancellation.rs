@@ -12,8 +12,8 @@ use rust_decimal::Decimal;
 use tokio_postgres::Row;
 
 use super::{
-    Numeric, PgStore, corrupt, drop_claim, finish_idempotency, instant, lock_owned, read_items,
-    transaction_status,
+    Numeric, PgStore, corrupt, drop_claim, finish_idempotency, hold_claim, instant, lock_owned,
+    read_items, transaction_status,
 };
 use crate::store::cancellation::{
     CancellationStore, CancellationView, FileRecord, Lease, NewCancellation, NewFile, Reserved,
@@ -166,6 +166,8 @@ async fn finish_key(
             .unwrap_or_default()
             .try_into()
             .map_err(|_| corrupt("cancellations.idempotency_hash", "not 32 bytes"))?,
+        // Carried by its pending refund: never taken over.
+        claimed_at: None,
     };
     let body = serde_json::to_string(&result_of(view))
         .map_err(|e| corrupt("cancellations.result", e.to_string()))?;
@@ -190,6 +192,12 @@ async fn reserve(
         Owned::NotFound => return Ok(Owned::NotFound),
         Owned::OtherProvider => return Ok(Owned::OtherProvider),
     };
+    // the key's claim must still be this request's (a stalled instance whose claim a
+    // newer request took over writes nothing), and stays locked until this commits; taken
+    // after the transaction's row, as the settlement takes them.
+    if let Some(key) = &c.idempotency {
+        hold_claim(&tx, key).await?;
+    }
     // Summed after the lock is held, so that a refund committed while this request waited
     // for it counts.
     let committed: Decimal = tx
@@ -209,7 +217,7 @@ async fn reserve(
     if let Err(messages) = check_reservation(c, status, paid, &items, committed) {
         // A request refused by validation is not kept.
         if let Some(key) = &c.idempotency {
-            drop_claim(&tx, &key.provider_id, &key.key).await?;
+            drop_claim(&tx, key).await?;
         }
         tx.commit().await?;
         return Ok(Owned::Done(Reserved::Refused(messages)));

@@ -43,11 +43,6 @@ use super::{
     Store, StoreError, TransactionRecord, format_instant,
 };
 
-/// A running claim older than this, that no pending refund carries, belongs to a request whose
-/// instance stopped before finishing it; a new request with the same key may take it over
-/// (R-9.1). Longer than any request may run (the gateway's bounded retries included).
-pub const STALE_CLAIM_AFTER: chrono::Duration = chrono::Duration::minutes(2);
-
 /// Whether an error means the database could not be reached or the connection broke, rather
 /// than a statement's fault: connection exceptions (class 08), the server shutting down or
 /// starting (57P01–57P03), too many connections (53300), a closed connection or an I/O error.
@@ -520,20 +515,45 @@ pub(super) async fn finish_idempotency(
     Ok(())
 }
 
-/// Deletes a running claim (a request refused by validation is not kept, R-9.1).
+/// Deletes a running claim (a request refused by validation is not kept, R-9.1), if it is still
+/// the claim `key.claimed_at` names: a claim a newer request took over is its own.
 pub(super) async fn drop_claim(
     client: &impl GenericClient,
-    provider_id: &str,
-    key: &str,
+    key: &IdempotencyKey,
 ) -> Result<(), StoreError> {
     let statement = client
         .prepare_cached(
             "DELETE FROM idempotency_keys WHERE provider_id = $1 AND key = $2 \
-             AND state = 'running'",
+             AND state = 'running' AND ($3::timestamptz IS NULL OR created_at = $3)",
         )
         .await?;
-    client.execute(&statement, &[&provider_id, &key]).await?;
+    client
+        .execute(&statement, &[&key.provider_id, &key.key, &key.claimed_at])
+        .await?;
     Ok(())
+}
+
+/// Locks a request's running claim if it is still the one `key.claimed_at` names (R-9.1):
+/// [`StoreError::ClaimLost`] when a newer request took it over. Held to the end of the
+/// transaction, so that the claim cannot be taken over before what the request writes under it
+/// commits.
+pub(super) async fn hold_claim(
+    client: &impl GenericClient,
+    key: &IdempotencyKey,
+) -> Result<(), StoreError> {
+    let statement = client
+        .prepare_cached(
+            "SELECT 1 FROM idempotency_keys WHERE provider_id = $1 AND key = $2 \
+             AND state = 'running' AND ($3::timestamptz IS NULL OR created_at = $3) FOR UPDATE",
+        )
+        .await?;
+    match client
+        .query_opt(&statement, &[&key.provider_id, &key.key, &key.claimed_at])
+        .await?
+    {
+        Some(_) => Ok(()),
+        None => Err(StoreError::ClaimLost),
+    }
 }
 
 impl PgStore {
@@ -542,6 +562,7 @@ impl PgStore {
         key: &IdempotencyKey,
         now: DateTime<Utc>,
         not_before: DateTime<Utc>,
+        stale: DateTime<Utc>,
     ) -> Result<Claim, StoreError> {
         let client = self.client().await?;
         // The primary key (provider, key) makes the claim one atomic step on every instance:
@@ -562,7 +583,6 @@ impl PgStore {
                  RETURNING 1",
             )
             .await?;
-        let stale = now - STALE_CLAIM_AFTER;
         for _ in 0..3 {
             let claimed = client
                 .query_opt(
@@ -607,12 +627,19 @@ impl PgStore {
         let client = self.client().await?;
         let insert = client
             .prepare_cached(
-                "WITH t AS ( \
+                "WITH c AS ( \
+                   SELECT 1 FROM idempotency_keys WHERE provider_id = $2 AND key = $24 \
+                   AND state = 'running' \
+                   AND ($34::timestamptz IS NULL OR created_at = $34) FOR UPDATE), \
+                 t AS ( \
                    INSERT INTO transactions (id, provider_id, reference, status, title, \
                    currency, ref_ids, note, attachments, email, payload, total, \
                    refunded_amount, created_at, updated_at, time_zone, pay_token_hash, \
-                   pay_expires_at) VALUES ($1, $2, $3, 'PENDING', $4, $5, $6::text::json, $7, \
-                   $8::text::jsonb, $9::text::jsonb, $10, $11, 0, $12, $12, $13, $14, $15) \
+                   pay_expires_at) SELECT $1::text, $2::text, $3::text, 'PENDING', $4::text, \
+                   $5::text, $6::text::json, $7::text, $8::text::jsonb, $9::text::jsonb, \
+                   $10::text, $11::numeric, 0, $12::timestamptz, $12::timestamptz, $13::text, \
+                   $14::bytea, $15::timestamptz \
+                   WHERE $24::text IS NULL OR EXISTS (SELECT 1 FROM c) \
                    ON CONFLICT (reference) DO NOTHING RETURNING id), \
                  i AS ( \
                    INSERT INTO items (transaction_id, order_no, name, category, total, policy, \
@@ -644,7 +671,8 @@ impl PgStore {
                    SELECT $29::text, e.seq, $2, $1, $30::text, $31::text, $32::text::jsonb, \
                    $33::text, 'QUEUED', 0, \
                    $28, $28, $28 FROM e WHERE $30::text IS NOT NULL) \
-                 SELECT count(*) FROM t",
+                 SELECT (SELECT count(*) FROM t), \
+                 $24::text IS NULL OR EXISTS (SELECT 1 FROM c)",
             )
             .await?;
         let ref_ids = to_json(&transaction.ref_ids)?;
@@ -665,13 +693,14 @@ impl PgStore {
             policies.push(item.policy.as_ref().map(to_json).transpose()?);
             periods.push(item.period.as_ref().map(to_json).transpose()?);
         }
-        let (status_code, response_body, key) = match response {
+        let (status_code, response_body, key, claimed_at) = match response {
             Some(response) => (
                 Some(i32::from(response.status_code)),
                 Some(response.body.as_str()),
                 Some(response.key.key.as_str()),
+                response.key.claimed_at,
             ),
-            None => (None, None, None),
+            None => (None, None, None, None),
         };
         loop {
             // 25 random bits per second (R-3.2): a collision is rare, and the unique index
@@ -687,7 +716,7 @@ impl PgStore {
                 .map_err(|e| corrupt("email_messages.recipients", e.to_string()))?;
             let mail_id = mail_kind.map(|_| format!("mail_{}", uuid::Uuid::now_v7().simple()));
             let message_id = mail_kind.map(|kind| events::message_id(&event.id, kind));
-            let inserted: i64 = client
+            let row = client
                 .query_one(
                     &insert,
                     &[
@@ -728,10 +757,16 @@ impl PgStore {
                         &receipt_number,
                         &recipients,
                         &message_id,
+                        &claimed_at,
                     ],
                 )
-                .await?
-                .try_get(0)?;
+                .await?;
+            let inserted: i64 = row.try_get(0)?;
+            // R-9.1: the key's claim is no longer this request's (it went stale and a newer
+            // request took it over): nothing was inserted, and nothing may be.
+            if !row.try_get::<_, bool>(1)? {
+                return Err(StoreError::ClaimLost);
+            }
             if inserted == 1 {
                 return Ok(reference);
             }
@@ -943,16 +978,13 @@ impl Store for PgStore {
         key: IdempotencyKey,
         now: DateTime<Utc>,
         not_before: DateTime<Utc>,
+        stale_before: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<Claim, StoreError>> {
-        Box::pin(async move { self.claim(&key, now, not_before).await })
+        Box::pin(async move { self.claim(&key, now, not_before, stale_before).await })
     }
 
-    fn release_idempotency(
-        &self,
-        provider_id: String,
-        key: String,
-    ) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async move { drop_claim(&self.client().await?, &provider_id, &key).await })
+    fn release_idempotency(&self, key: IdempotencyKey) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move { drop_claim(&self.client().await?, &key).await })
     }
 
     fn create_transaction(

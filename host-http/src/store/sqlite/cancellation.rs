@@ -8,8 +8,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use rust_decimal::Decimal;
 
 use super::{
-    SqliteStore, decimal, finish_idempotency, from_json, owner_check, read_items, to_json,
-    transaction_status,
+    SqliteStore, decimal, drop_claim, finish_idempotency, from_json, hold_claim, owner_check,
+    read_items, to_json, transaction_status,
 };
 use crate::store::cancellation::{
     CancellationStore, CancellationView, FileRecord, Lease, NewCancellation, NewFile, Reserved,
@@ -125,6 +125,8 @@ fn carried_key(conn: &Connection, refund_id: &str) -> Result<Option<IdempotencyK
                 .unwrap_or_default()
                 .try_into()
                 .map_err(|_| corrupt("cancellations.idempotency_hash", "not 32 bytes"))?,
+            // Carried by its pending refund: never taken over.
+            claimed_at: None,
         })
     })
     .transpose()
@@ -247,6 +249,10 @@ fn reserve(conn: &Connection, c: &NewCancellation) -> Result<Owned<Reserved>, St
         Owned::NotFound => return Ok(Owned::NotFound),
         Owned::OtherProvider => return Ok(Owned::OtherProvider),
     }
+    // R-9.1: only under the request's own claim.
+    if let Some(key) = &c.idempotency {
+        hold_claim(conn, key)?;
+    }
     let (status, paid_amount): (String, Option<String>) = conn
         .prepare_cached("SELECT status, paid_amount FROM transactions WHERE id = ?1")?
         .query_row([&c.transaction_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
@@ -272,11 +278,7 @@ fn reserve(conn: &Connection, c: &NewCancellation) -> Result<Owned<Reserved>, St
     if let Err(messages) = check_reservation(c, status, paid, &items, committed) {
         // A request refused by validation is not kept (R-9.1).
         if let Some(key) = &c.idempotency {
-            conn.prepare_cached(
-                "DELETE FROM idempotency_keys WHERE provider_id = ?1 AND key = ?2 \
-                 AND state = 'running'",
-            )?
-            .execute(params![key.provider_id, key.key])?;
+            drop_claim(conn, key)?;
         }
         return Ok(Owned::Done(Reserved::Refused(messages)));
     }

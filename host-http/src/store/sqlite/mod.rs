@@ -1012,22 +1012,66 @@ fn insert_transaction(
     Ok(reference)
 }
 
-/// Stores the response of a claimed key, completing it (R-9.1).
+/// Stores the response of a claimed key, completing it (R-9.1). A key with its claim's identity
+/// ([`IdempotencyKey::claimed_at`]) completes only that running claim, and is
+/// [`StoreError::ClaimLost`] (the job's savepoint rolls back what it wrote) when the claim is
+/// no longer there.
 pub fn finish_idempotency(
     conn: &Connection,
     response: &IdempotentResponse,
 ) -> Result<(), StoreError> {
+    let claimed_at = response.key.claimed_at.map(format_instant);
+    let changed = conn
+        .prepare_cached(
+            "UPDATE idempotency_keys SET state = 'done', status_code = ?3, response_body = ?4 \
+             WHERE provider_id = ?1 AND key = ?2 \
+             AND (?5 IS NULL OR (state = 'running' AND created_at = ?5))",
+        )?
+        .execute(params![
+            response.key.provider_id,
+            response.key.key,
+            response.status_code,
+            response.body,
+            claimed_at,
+        ])?;
+    if changed == 0 && claimed_at.is_some() {
+        return Err(StoreError::ClaimLost);
+    }
+    Ok(())
+}
+
+/// Deletes a running claim if it is still the one `key.claimed_at` names (R-9.1).
+pub(super) fn drop_claim(conn: &Connection, key: &IdempotencyKey) -> Result<(), StoreError> {
     conn.prepare_cached(
-        "UPDATE idempotency_keys SET state = 'done', status_code = ?3, response_body = ?4 \
-         WHERE provider_id = ?1 AND key = ?2",
+        "DELETE FROM idempotency_keys WHERE provider_id = ?1 AND key = ?2 \
+         AND state = 'running' AND (?3 IS NULL OR created_at = ?3)",
     )?
     .execute(params![
-        response.key.provider_id,
-        response.key.key,
-        response.status_code,
-        response.body,
+        key.provider_id,
+        key.key,
+        key.claimed_at.map(format_instant)
     ])?;
     Ok(())
+}
+
+/// [`StoreError::ClaimLost`] unless the request's running claim is still the one
+/// `key.claimed_at` names (R-9.1).
+pub(super) fn hold_claim(conn: &Connection, key: &IdempotencyKey) -> Result<(), StoreError> {
+    let held = conn
+        .prepare_cached(
+            "SELECT 1 FROM idempotency_keys WHERE provider_id = ?1 AND key = ?2 \
+             AND state = 'running' AND (?3 IS NULL OR created_at = ?3)",
+        )?
+        .exists(params![
+            key.provider_id,
+            key.key,
+            key.claimed_at.map(format_instant)
+        ])?;
+    if held {
+        Ok(())
+    } else {
+        Err(StoreError::ClaimLost)
+    }
 }
 
 fn claim(
@@ -1250,6 +1294,9 @@ impl Store for SqliteStore {
         key: IdempotencyKey,
         now: DateTime<Utc>,
         not_before: DateTime<Utc>,
+        // A running claim on SQLite belongs to a request of this process, or to one that
+        // stopped with it and was cleared at start-up: never stale.
+        _stale_before: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<Claim, StoreError>> {
         let (now, not_before) = (format_instant(now), format_instant(not_before));
         Box::pin(
@@ -1258,19 +1305,8 @@ impl Store for SqliteStore {
         )
     }
 
-    fn release_idempotency(
-        &self,
-        provider_id: String,
-        key: String,
-    ) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(self.writer.execute(move |conn| {
-            conn.prepare_cached(
-                "DELETE FROM idempotency_keys WHERE provider_id = ?1 AND key = ?2 \
-                 AND state = 'running'",
-            )?
-            .execute(params![provider_id, key])?;
-            Ok(())
-        }))
+    fn release_idempotency(&self, key: IdempotencyKey) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.writer.execute(move |conn| drop_claim(conn, &key)))
     }
 
     fn create_transaction(
