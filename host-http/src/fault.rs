@@ -17,6 +17,9 @@ pub const FAULT_ENV: &str = "CHECKOUT_FAULT";
 /// Right after a creation claimed its `Idempotency-Key`, before the transaction is stored: a
 /// point to pause at ([`PAUSE_ENV`]), so that a test's client can go away in between.
 pub const AFTER_CREATION_CLAIM: &str = "after_creation_claim";
+/// Right after the processor approved a card payment on the payment page, before the payment
+/// is recorded: a point to pause at, so that a test can pay the transaction another way first.
+pub const AFTER_CHARGE: &str = "after_charge";
 /// Environment variable naming a point to pause at and for how long: `<point>:<milliseconds>`.
 pub const PAUSE_ENV: &str = "CHECKOUT_FAULT_PAUSE";
 

@@ -372,6 +372,8 @@ pub struct Texts {
     pub form_expired: &'static str,
     /// Too many failed attempts.
     pub too_many_attempts: &'static str,
+    /// Another payment of the same page is being processed (another tab, a double click).
+    pub attempt_in_progress: &'static str,
     /// Cards are not taken on this server.
     pub cards_not_accepted: &'static str,
     /// "The link works until {at}".
@@ -501,6 +503,7 @@ static EN: Texts = Texts {
     declined_hint: "Your card was declined. No money was taken. Try again or use another card.",
     form_expired: "This form has expired. Check your details and submit it again.",
     too_many_attempts: "Too many failed payment attempts. For your security, try again in an hour.",
+    attempt_in_progress: "A payment for this checkout is already being processed. Wait a moment, then reload this page.",
     cards_not_accepted: "Card payments are not taken on this page. Contact the provider to pay.",
     link_expires: "This payment link works until {at}.",
     paid_heading: "Payment received",
@@ -614,6 +617,7 @@ static DE: Texts = Texts {
     declined_hint: "Ihre Karte wurde abgelehnt. Es wurde nichts abgebucht. Versuchen Sie es erneut oder nutzen Sie eine andere Karte.",
     form_expired: "Dieses Formular ist abgelaufen. Prüfen Sie Ihre Angaben und senden Sie es erneut.",
     too_many_attempts: "Zu viele fehlgeschlagene Zahlungsversuche. Zu Ihrer Sicherheit versuchen Sie es in einer Stunde erneut.",
+    attempt_in_progress: "Eine Zahlung für diesen Checkout wird bereits verarbeitet. Warten Sie einen Moment und laden Sie die Seite dann neu.",
     cards_not_accepted: "Auf dieser Seite werden keine Kartenzahlungen angenommen. Wenden Sie sich zum Bezahlen an den Anbieter.",
     link_expires: "Dieser Zahlungslink gilt bis {at}.",
     paid_heading: "Zahlung erhalten",

@@ -33,6 +33,7 @@ pub struct Metrics {
     oldest_age: IntGauge,
     webhooks: IntCounterVec,
     mails: IntCounterVec,
+    card_payments: IntCounterVec,
 }
 
 impl Default for Metrics {
@@ -98,6 +99,15 @@ impl Metrics {
             &["outcome"],
         )
         .unwrap_or_else(|e| unreachable!("static metric: {e}"));
+        let card_payments = IntCounterVec::new(
+            Opts::new(
+                "checkout_card_payments_total",
+                "Card payment attempts on payment pages by outcome (approved, declined, failed, \
+                 voided, void_failed, in_progress)",
+            ),
+            &["outcome"],
+        )
+        .unwrap_or_else(|e| unreachable!("static metric: {e}"));
         for collector in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(latency.clone()),
@@ -106,6 +116,7 @@ impl Metrics {
             Box::new(oldest_age.clone()),
             Box::new(webhooks.clone()),
             Box::new(mails.clone()),
+            Box::new(card_payments.clone()),
         ] {
             registry
                 .register(collector)
@@ -120,6 +131,7 @@ impl Metrics {
             oldest_age,
             webhooks,
             mails,
+            card_payments,
         }
     }
 
@@ -136,6 +148,13 @@ impl Metrics {
     /// One webhook attempt: `delivered`, `retry` or `failed`.
     pub fn webhook(&self, outcome: &str) {
         self.webhooks.with_label_values(&[outcome]).inc();
+    }
+
+    /// One card payment attempt's outcome: `approved`, `declined`, `failed`, `voided` (charged
+    /// for a transaction paid meanwhile, and given back), `void_failed`, or `in_progress`
+    /// (refused while another attempt was with the processor).
+    pub fn card_payment(&self, outcome: &str) {
+        self.card_payments.with_label_values(&[outcome]).inc();
     }
 
     /// One e-mail attempt: `sent`, `retry` or `failed`.

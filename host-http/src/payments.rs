@@ -241,6 +241,23 @@ pub trait PaymentProcessor: Send + Sync + fmt::Debug + 'static {
 
     /// Charges a card.
     fn charge(&self, charge: Charge) -> BoxFuture<'_, Result<ChargeOutcome, ProcessorError>>;
+
+    /// Gives back a charge that succeeded but cannot be kept (its transaction was paid by
+    /// another attempt, or cancelled, meanwhile): voided, or refunded in full.
+    fn void(&self, charge: VoidCharge) -> BoxFuture<'_, Result<(), ProcessorError>>;
+}
+
+/// A successful charge to give back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VoidCharge {
+    /// The processor's reference of the charge.
+    pub reference: String,
+    /// The transaction it was made for.
+    pub transaction_id: String,
+    /// Amount charged, at the currency's scale.
+    pub amount: Decimal,
+    /// ISO 4217 code.
+    pub currency: String,
 }
 
 /// The sandbox cards that succeed (the same numbers card processors publish for their test
@@ -289,6 +306,11 @@ impl PaymentProcessor for SandboxProcessor {
             }
         };
         Box::pin(std::future::ready(Ok(outcome)))
+    }
+
+    /// No money moved: nothing to give back.
+    fn void(&self, _charge: VoidCharge) -> BoxFuture<'_, Result<(), ProcessorError>> {
+        Box::pin(std::future::ready(Ok(())))
     }
 }
 

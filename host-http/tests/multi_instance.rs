@@ -249,6 +249,127 @@ async fn an_instance_stalled_past_the_stale_claim_time_is_fenced_out_r_9_1() {
     assert_eq!(replay.body, second.body);
 }
 
+/// R-3.3, R-3.6: a card charge the processor approved for a transaction that was paid another
+/// way meanwhile (here the sandbox route on the other instance, while the charging instance is
+/// paused right after the processor's answer) is given back and reported — the attempt is
+/// stored VOIDED with the charge's reference, the metrics count it — never kept silently; the
+/// customer is shown the transaction's confirmation, and one payment is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_charge_for_a_transaction_paid_meanwhile_is_voided_and_reported() {
+    let Some(pg) = TestDatabase::create("charge voided") else {
+        return;
+    };
+    let pause = format!("{}:1500", host_http::fault::AFTER_CHARGE);
+    let metrics = support::free_port();
+    let metrics_arg = metrics.to_string();
+    let public = support::free_port();
+    let public_url = format!("http://{public}");
+    let charging = spawn(&Launch {
+        db: pg.url(),
+        pause: Some(&pause),
+        args: &[
+            "--metrics-listen",
+            &metrics_arg,
+            "--public-url",
+            &public_url,
+        ],
+        ..Launch::default()
+    });
+    let other = spawn(&Launch {
+        db: pg.url(),
+        ..Launch::default()
+    });
+    let issued = provider(&Db::Postgres(pg.url().to_owned()), "acme");
+    let http = std::sync::Arc::new(Http::new(&issued.widget_id, &issued.backend_secret));
+    http.wait_ready(charging.addr).await;
+    http.wait_ready(other.addr).await;
+    let created = http
+        .send(
+            charging.addr,
+            Method::POST,
+            "/initialize",
+            Some(json!({"title": "T", "currency": "EUR", "items": [{"price": 10}]})),
+        )
+        .await
+        .expect("created");
+    let id = created.1["transactionId"].as_str().expect("id").to_owned();
+    let path = created.1["paymentUrl"]
+        .as_str()
+        .and_then(|url| url.strip_prefix(&public_url))
+        .expect("payment URL")
+        .to_owned();
+    let (_, _, page) = http.browse(charging.addr, &path, None).await.expect("page");
+    let marker = "name=\"form_token\" value=\"";
+    let token = page[page.find(marker).expect("form") + marker.len()..]
+        .split('"')
+        .next()
+        .expect("token")
+        .to_owned();
+    let form = form_urlencoded::Serializer::new(String::new())
+        .append_pair("form_token", &token)
+        .append_pair("name_on_card", "Ada Lovelace")
+        .append_pair("card_number", "4242424242424242")
+        .append_pair("expiry", "12/34")
+        .append_pair("cvc", "123")
+        .append_pair("first_name", "Ada")
+        .append_pair("last_name", "Lovelace")
+        .append_pair("email", "ada@example.com")
+        .finish();
+    let card = {
+        let (http, path) = (std::sync::Arc::clone(&http), path.clone());
+        let addr = charging.addr;
+        tokio::spawn(async move { http.browse(addr, &path, Some(form)).await })
+    };
+    wait_for(&pg, "SELECT count(*)::text FROM payment_attempts", |n| {
+        n == Some("1")
+    })
+    .await;
+    let paid = http
+        .send(
+            other.addr,
+            Method::POST,
+            &format!("/sandbox/transactions/{id}/pay"),
+            None,
+        )
+        .await
+        .expect("paid");
+    assert_eq!(paid.0, StatusCode::OK, "{}", paid.1);
+
+    let (status, location, body) = card.await.expect("card post").expect("answered");
+    assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
+    assert!(location.is_some_and(|l| l.contains("/pay/")));
+    let attempts = pg.query("SELECT state, reference FROM payment_attempts");
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0][0].as_deref(), Some("VOIDED"));
+    let voided = attempts[0][1]
+        .clone()
+        .expect("the voided charge's reference");
+    let recorded = http.status(other.addr, &id).await;
+    assert_eq!(recorded["status"], "PAID");
+    assert!(voided.starts_with("SBX-"), "{voided}");
+    // The payment kept is the sandbox route's, which records no card: nothing of the voided
+    // charge is on the transaction.
+    assert!(
+        recorded["checkout"]["payment"].is_null() && recorded["checkout"]["card"].is_null(),
+        "{recorded}"
+    );
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let response = client
+        .get(format!("http://{metrics}/metrics").parse().expect("uri"))
+        .await
+        .expect("metrics");
+    let text = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .expect("metrics body")
+        .to_bytes();
+    let text = String::from_utf8_lossy(&text);
+    assert!(
+        text.contains("checkout_card_payments_total{outcome=\"voided\"} 1"),
+        "{text}"
+    );
+}
+
 /// `serve` refuses a stale-claim time that a request waiting on the gateway could outlive
 /// (R-9.1): its claim would be taken over while it still runs.
 #[test]

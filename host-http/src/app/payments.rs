@@ -18,12 +18,20 @@ use rust_decimal::Decimal;
 
 use super::cancellations::{contract_zone, refund_context};
 use super::{Error, Resource, Services};
-use crate::payments::{CardData, Charge, ChargeOutcome, luhn_valid, token_hash};
-use crate::store::{Owned, PayOutcome, PaymentDetails, TransactionRecord};
+use crate::payments::{CardData, Charge, ChargeOutcome, VoidCharge, luhn_valid, token_hash};
+use crate::store::{
+    AttemptEnd, AttemptStart, NewPaymentAttempt, Owned, PayOutcome, PaymentDetails,
+    TransactionRecord,
+};
 
-/// Failed attempts (declines and invalid card data) allowed per transaction in
-/// [`ATTEMPT_WINDOW`]; then the page refuses further attempts until the window has passed.
+/// Failed attempts allowed per transaction in [`ATTEMPT_WINDOW`]; then the page refuses further
+/// attempts until the window has passed. Only attempts sent to the processor count (declines,
+/// processor failures): a form refused by its own checks reaches no processor, and counting it
+/// would let anyone holding the link lock the customer out.
 pub const MAX_FAILED_ATTEMPTS: u32 = 10;
+/// How long a payment attempt holds its transaction's one attempt slot: longer than any charge
+/// may take. An attempt left in flight by a stopped instance is abandoned after it.
+pub const ATTEMPT_LEASE: Duration = Duration::minutes(2);
 /// The window over which failed attempts are counted.
 pub const ATTEMPT_WINDOW: Duration = Duration::hours(1);
 /// Longest text accepted in a form field (R-8.10's string bound).
@@ -212,6 +220,9 @@ pub enum PayAttempt {
     CardsNotAccepted,
     /// Too many failed attempts in the window.
     TooManyAttempts,
+    /// Another attempt on the same transaction is with the processor (another tab, a double
+    /// submission, another instance): nothing was charged by this one.
+    InProgress,
     /// Fields were refused; nothing was charged.
     Invalid(Vec<(Field, FieldProblem)>),
     /// The processor declined the card; the transaction stays PENDING.
@@ -252,18 +263,46 @@ impl Services {
             return Ok(PayAttempt::CardsNotAccepted);
         }
         let since = now - ATTEMPT_WINDOW;
+        // A first look, so that a locked-out page says so whatever the form holds; the limit
+        // itself is enforced when the attempt starts, atomically.
         if self.store.payment_failures(id.clone(), since).await? >= MAX_FAILED_ATTEMPTS {
             return Ok(PayAttempt::TooManyAttempts);
         }
         let (card, problems) = check_form(&form, now);
         let Some(card) = card.filter(|_| problems.is_empty()) else {
-            self.store.add_payment_failure(id, now, since, None).await?;
+            // Not sent to the processor: not counted.
             return Ok(PayAttempt::Invalid(problems));
+        };
+        // One attempt in flight per transaction, across instances, counted before it is sent.
+        let attempt_id = uuid::Uuid::now_v7().hyphenated().to_string();
+        match self
+            .store
+            .begin_payment_attempt(NewPaymentAttempt {
+                id: attempt_id.clone(),
+                transaction_id: id.clone(),
+                started_at: now,
+                lease_until: now + ATTEMPT_LEASE,
+                failures_since: since,
+                max_failures: MAX_FAILED_ATTEMPTS,
+            })
+            .await?
+        {
+            AttemptStart::Started => {}
+            AttemptStart::InFlight => {
+                self.metrics.card_payment("in_progress");
+                return Ok(PayAttempt::InProgress);
+            }
+            AttemptStart::TooManyFailures => return Ok(PayAttempt::TooManyAttempts),
+        }
+        let finish = |end: AttemptEnd| {
+            self.store
+                .finish_payment_attempt(id.clone(), attempt_id.clone(), now, end)
         };
         let amount = amount_due(&record);
         let charge = Charge {
-            // One rendered form, one charge: a resubmission of the same form is the same attempt.
-            idempotency_key: format!("{id}:{}", form.form_token),
+            // One attempt, one charge: the attempt's id, not the form's, names it, so that two
+            // tabs (two forms) can never make two charges of one attempt.
+            idempotency_key: format!("{id}:{attempt_id}"),
             transaction_id: id.clone(),
             amount,
             currency: record.currency.clone(),
@@ -274,37 +313,51 @@ impl Services {
             charge.card.last4().to_owned(),
             (charge.card.exp_month, charge.card.exp_year),
         );
-        let outcome = self
-            .pages
-            .processor
-            .charge(charge)
-            .await
-            .map_err(|e| Error::Internal(e.to_string()))?;
+        let outcome = match self.pages.processor.charge(charge).await {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                self.metrics.card_payment("failed");
+                finish(AttemptEnd::Failed).await?;
+                return Err(Error::Internal(error.to_string()));
+            }
+        };
         let reference = match outcome {
             ChargeOutcome::Approved { reference, .. } => reference,
             ChargeOutcome::Declined { message } => {
-                self.store
-                    .add_payment_failure(id, now, since, Some(message.clone()))
-                    .await?;
+                self.metrics.card_payment("declined");
+                finish(AttemptEnd::Declined {
+                    message: message.clone(),
+                })
+                .await?;
                 return Ok(PayAttempt::Declined(message));
             }
         };
+        crate::fault::pause(crate::fault::AFTER_CHARGE).await;
         let details = payment_details(
             &form,
             self.pages.processor.name(),
-            reference,
+            reference.clone(),
             brand,
             &last4,
             exp,
         );
         match self
             .store
-            .record_payment(id, record.provider_id.clone(), details, now, now)
+            .record_payment(id.clone(), record.provider_id.clone(), details, now, now)
             .await?
         {
-            Owned::Done(PayOutcome::Paid(_)) => Ok(PayAttempt::Paid),
-            // Another submission paid first (R-3.3 allows one payment): show its confirmation.
-            Owned::Done(PayOutcome::NotPayable(_)) => {
+            Owned::Done(PayOutcome::Paid(_)) => {
+                self.metrics.card_payment("approved");
+                finish(AttemptEnd::Approved { reference }).await?;
+                Ok(PayAttempt::Paid)
+            }
+            // Paid by another way meanwhile (the sandbox route, an attempt whose instance
+            // stalled past its lease), or cancelled (R-3.3 allows one payment): this charge is
+            // given back and reported, never kept.
+            Owned::Done(PayOutcome::NotPayable(why)) => {
+                self.give_back(&id, &reference, amount, &record.currency, &why)
+                    .await?;
+                finish(AttemptEnd::Voided { reference }).await?;
                 let record = self.page_transaction(token).await?;
                 match page_state(&record, now)? {
                     PageState::Paid => Ok(PayAttempt::Paid),
@@ -312,6 +365,57 @@ impl Services {
                 }
             }
             Owned::NotFound | Owned::OtherProvider => Err(Error::NotFound(Resource::PaymentPage)),
+        }
+    }
+
+    /// Voids a successful charge its transaction could not take, and says so in the log and
+    /// the metrics (`checkout_card_payments_total{outcome="voided"}`).
+    async fn give_back(
+        &self,
+        transaction_id: &str,
+        reference: &str,
+        amount: Decimal,
+        currency: &str,
+        why: &str,
+    ) -> Result<(), Error> {
+        let voided = self
+            .pages
+            .processor
+            .void(VoidCharge {
+                reference: reference.to_owned(),
+                transaction_id: transaction_id.to_owned(),
+                amount,
+                currency: currency.to_owned(),
+            })
+            .await;
+        match voided {
+            Ok(()) => {
+                self.metrics.card_payment("voided");
+                tracing::warn!(
+                    transaction = transaction_id,
+                    charge = reference,
+                    %amount,
+                    currency,
+                    reason = why,
+                    "card charge succeeded for a transaction that could no longer be paid; \
+                     the charge was voided"
+                );
+                Ok(())
+            }
+            Err(error) => {
+                self.metrics.card_payment("void_failed");
+                tracing::error!(
+                    transaction = transaction_id,
+                    charge = reference,
+                    %amount,
+                    currency,
+                    reason = why,
+                    error = %error,
+                    "card charge succeeded for a transaction that could no longer be paid, and \
+                     voiding it failed: refund it by hand"
+                );
+                Err(Error::Internal(error.to_string()))
+            }
         }
     }
 

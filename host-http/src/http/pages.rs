@@ -280,6 +280,14 @@ pub async fn submit(
                 ..Submitted::default()
             },
         ),
+        PayAttempt::InProgress => (
+            Some(StatusCode::CONFLICT),
+            Submitted {
+                notice: Some(texts.attempt_in_progress.to_owned()),
+                form: kept,
+                ..Submitted::default()
+            },
+        ),
         PayAttempt::Invalid(problems) => (
             Some(StatusCode::UNPROCESSABLE_ENTITY),
             Submitted {

@@ -515,6 +515,58 @@ pub struct IdempotentResponse {
     pub body: String,
 }
 
+/// A card payment attempt about to be sent to the processor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewPaymentAttempt {
+    /// The attempt's id (UUID v7), part of the processor's idempotency key.
+    pub id: String,
+    /// The transaction paid.
+    pub transaction_id: String,
+    /// When it starts.
+    pub started_at: DateTime<Utc>,
+    /// Until when it holds the transaction's one attempt slot; a stopped instance's attempt is
+    /// abandoned after it.
+    pub lease_until: DateTime<Utc>,
+    /// Start of the window failed attempts are counted in.
+    pub failures_since: DateTime<Utc>,
+    /// Failed attempts allowed in the window.
+    pub max_failures: u32,
+}
+
+/// Whether a payment attempt could start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptStart {
+    /// It holds the transaction's attempt slot: the processor may be called.
+    Started,
+    /// Another attempt on the transaction is in flight.
+    InFlight,
+    /// The failed-attempt limit of the window is reached.
+    TooManyFailures,
+}
+
+/// How a payment attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttemptEnd {
+    /// Charged, and the payment recorded.
+    Approved {
+        /// The processor's reference of the charge.
+        reference: String,
+    },
+    /// The processor declined the card.
+    Declined {
+        /// The processor's reason.
+        message: String,
+    },
+    /// The processor could not be reached or answered an error.
+    Failed,
+    /// Charged, but the transaction could no longer be paid (paid meanwhile, or cancelled):
+    /// the charge was voided with the processor.
+    Voided {
+        /// The processor's reference of the voided charge.
+        reference: String,
+    },
+}
+
 /// Result of an operation on a transaction named by a provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Owned<T> {
@@ -664,6 +716,27 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         since: DateTime<Utc>,
         declined: Option<String>,
     ) -> BoxFuture<'_, Result<u32, StoreError>>;
+
+    /// Starts a card payment attempt on a transaction's page, atomically across instances: at
+    /// most one attempt is in flight per transaction (an in-flight attempt whose lease ran out
+    /// was left by an instance that stopped; it is closed as abandoned and counted as a
+    /// failure), and none starts once `max_failures` attempts failed at or after
+    /// `failures_since`. The attempt counts before the processor is called.
+    fn begin_payment_attempt(
+        &self,
+        attempt: NewPaymentAttempt,
+    ) -> BoxFuture<'_, Result<AttemptStart, StoreError>>;
+
+    /// Ends an in-flight payment attempt at `at`. A decline or a processor failure counts as a
+    /// failed attempt (as [`Store::add_payment_failure`] records one); a decline also writes the
+    /// `transaction.payment_failed` event, in the same transaction.
+    fn finish_payment_attempt(
+        &self,
+        transaction_id: String,
+        attempt_id: String,
+        at: DateTime<Utc>,
+        end: AttemptEnd,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
 
     /// How many payment attempts on a transaction's page failed at or after `since`.
     fn payment_failures(

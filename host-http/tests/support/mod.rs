@@ -32,7 +32,7 @@ impl Drop for Server {
     }
 }
 
-fn free_port() -> SocketAddr {
+pub fn free_port() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.local_addr().expect("addr")
 }
@@ -189,6 +189,48 @@ impl Http {
             headers,
             body,
         })
+    }
+
+    /// What a customer's browser sends to a payment page, without credentials: a GET, or with
+    /// `form` a POST of that urlencoded form. The status, the `Location` header and the body as
+    /// text.
+    pub async fn browse(
+        &self,
+        addr: SocketAddr,
+        path: &str,
+        form: Option<String>,
+    ) -> Result<(StatusCode, Option<String>, String), String> {
+        let builder = Request::builder().uri(format!("http://{addr}{path}"));
+        let request = match form {
+            Some(form) => builder
+                .method(Method::POST)
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(Full::new(Bytes::from(form))),
+            None => builder.method(Method::GET).body(Full::new(Bytes::new())),
+        }
+        .map_err(|e| e.to_string())?;
+        let response = self
+            .client
+            .request(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = response.status();
+        let location = response
+            .headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        Ok((
+            status,
+            location,
+            String::from_utf8_lossy(&bytes).into_owned(),
+        ))
     }
 
     /// Sends a JSON request; `Err` when no answer came.

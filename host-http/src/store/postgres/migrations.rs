@@ -378,6 +378,25 @@ CREATE TRIGGER transactions_version AFTER INSERT OR UPDATE OR DELETE ON transact
     FOR EACH ROW EXECUTE FUNCTION transaction_changed();
 "#,
     },
+    Migration {
+        version: 9,
+        description: "payment attempts: one in flight per transaction, counted before sent",
+        // Every writer locks the transaction's row first, so the partial unique index is a
+        // second line: two attempts in flight on one transaction cannot both be stored.
+        sql: r#"
+CREATE TABLE payment_attempts (
+    id              text PRIMARY KEY,
+    transaction_id  text NOT NULL REFERENCES transactions(id),
+    state           text NOT NULL,  -- IN_FLIGHT, APPROVED, DECLINED, FAILED, VOIDED, ABANDONED
+    started_at      timestamptz NOT NULL,
+    lease_until     timestamptz NOT NULL,
+    finished_at     timestamptz,
+    reference       text
+);
+CREATE UNIQUE INDEX payment_attempts_in_flight ON payment_attempts(transaction_id)
+    WHERE state = 'IN_FLIGHT';
+"#,
+    },
 ];
 
 /// Latest schema version this build knows.

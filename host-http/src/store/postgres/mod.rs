@@ -38,9 +38,10 @@ pub use migrations::migrate_url;
 use super::outbox as events;
 use super::sqlite::{from_json, opt_json, to_json};
 use super::{
-    Claim, CredentialRow, IdempotencyKey, IdempotencyRecord, IdempotencyState, IdempotentResponse,
-    ItemRecord, NewTransaction, Owned, PayOutcome, PaymentDetails, PoolSettings, ProviderRow,
-    Store, StoreError, TransactionRecord, format_instant,
+    AttemptEnd, AttemptStart, Claim, CredentialRow, IdempotencyKey, IdempotencyRecord,
+    IdempotencyState, IdempotentResponse, ItemRecord, NewPaymentAttempt, NewTransaction, Owned,
+    PayOutcome, PaymentDetails, PoolSettings, ProviderRow, Store, StoreError, TransactionRecord,
+    format_instant,
 };
 
 /// Whether an error means the database could not be reached or the connection broke, rather
@@ -513,6 +514,58 @@ pub(super) async fn finish_idempotency(
         )
         .await?;
     Ok(())
+}
+
+/// Locks a transaction's row (`FOR UPDATE`): the first step of every change of it.
+async fn lock_transaction(
+    client: &impl GenericClient,
+    transaction_id: &str,
+) -> Result<(), StoreError> {
+    client
+        .execute(
+            "SELECT 1 FROM transactions WHERE id = $1 FOR UPDATE",
+            &[&transaction_id],
+        )
+        .await?;
+    Ok(())
+}
+
+/// One failed payment attempt at `at`; a decline (`declined`, the processor's reason) also
+/// writes the `transaction.payment_failed` event. The caller holds the transaction's lock when
+/// it declines.
+async fn add_payment_failure(
+    client: &impl GenericClient,
+    transaction_id: &str,
+    at: DateTime<Utc>,
+    declined: Option<&str>,
+) -> Result<(), StoreError> {
+    let statement = client
+        .prepare_cached("INSERT INTO payment_failures (transaction_id, at) VALUES ($1, $2)")
+        .await?;
+    client.execute(&statement, &[&transaction_id, &at]).await?;
+    if let Some(reason) = declined {
+        let summary = outbox::summary(client, transaction_id).await?;
+        outbox::write_event(client, &events::payment_failed(&summary, reason, at)?).await?;
+    }
+    Ok(())
+}
+
+/// How many payment attempts on a transaction failed at or after `since`.
+async fn count_payment_failures(
+    client: &impl GenericClient,
+    transaction_id: &str,
+    since: DateTime<Utc>,
+) -> Result<u32, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "SELECT count(*) FROM payment_failures WHERE transaction_id = $1 AND at >= $2",
+        )
+        .await?;
+    let count: i64 = client
+        .query_one(&statement, &[&transaction_id, &since])
+        .await?
+        .try_get(0)?;
+    Ok(u32::try_from(count).unwrap_or(u32::MAX))
 }
 
 /// Deletes a running claim (a request refused by validation is not kept, R-9.1), if it is still
@@ -1070,30 +1123,97 @@ impl Store for PgStore {
             let tx = client.transaction().await?;
             if declined.is_some() {
                 // The row lock orders this event among the transaction's other events.
-                tx.execute(
-                    "SELECT 1 FROM transactions WHERE id = $1 FOR UPDATE",
-                    &[&transaction_id],
-                )
-                .await?;
+                lock_transaction(&tx, &transaction_id).await?;
             }
-            let statement = tx
-                .prepare_cached(
-                    "WITH added AS (INSERT INTO payment_failures (transaction_id, at) \
-                     VALUES ($1, $2)) \
-                     SELECT count(*) + 1 FROM payment_failures \
-                     WHERE transaction_id = $1 AND at >= $3",
+            add_payment_failure(&tx, &transaction_id, at, declined.as_deref()).await?;
+            let count = count_payment_failures(&tx, &transaction_id, since).await?;
+            tx.commit().await?;
+            Ok(count)
+        })
+    }
+
+    fn begin_payment_attempt(
+        &self,
+        attempt: NewPaymentAttempt,
+    ) -> BoxFuture<'_, Result<AttemptStart, StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            // Every instance's attempts on the transaction take turns here: what is read below
+            // cannot change before this commits.
+            lock_transaction(&tx, &attempt.transaction_id).await?;
+            let abandoned = tx
+                .execute(
+                    "UPDATE payment_attempts SET state = 'ABANDONED', finished_at = $2 \
+                     WHERE transaction_id = $1 AND state = 'IN_FLIGHT' AND lease_until <= $2",
+                    &[&attempt.transaction_id, &attempt.started_at],
                 )
                 .await?;
-            let count: i64 = tx
-                .query_one(&statement, &[&transaction_id, &at, &since])
+            for _ in 0..abandoned {
+                add_payment_failure(&tx, &attempt.transaction_id, attempt.started_at, None).await?;
+            }
+            let in_flight = tx
+                .query_opt(
+                    "SELECT 1 FROM payment_attempts WHERE transaction_id = $1 \
+                     AND state = 'IN_FLIGHT'",
+                    &[&attempt.transaction_id],
+                )
                 .await?
-                .try_get(0)?;
-            if let Some(reason) = declined {
-                let summary = outbox::summary(&tx, &transaction_id).await?;
-                outbox::write_event(&tx, &events::payment_failed(&summary, &reason, at)?).await?;
+                .is_some();
+            if in_flight {
+                tx.commit().await?;
+                return Ok(AttemptStart::InFlight);
+            }
+            let failures =
+                count_payment_failures(&tx, &attempt.transaction_id, attempt.failures_since)
+                    .await?;
+            if failures >= attempt.max_failures {
+                tx.commit().await?;
+                return Ok(AttemptStart::TooManyFailures);
+            }
+            tx.execute(
+                "INSERT INTO payment_attempts (id, transaction_id, state, started_at, \
+                 lease_until) VALUES ($1, $2, 'IN_FLIGHT', $3, $4)",
+                &[
+                    &attempt.id,
+                    &attempt.transaction_id,
+                    &attempt.started_at,
+                    &attempt.lease_until,
+                ],
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(AttemptStart::Started)
+        })
+    }
+
+    fn finish_payment_attempt(
+        &self,
+        transaction_id: String,
+        attempt_id: String,
+        at: DateTime<Utc>,
+        end: AttemptEnd,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            lock_transaction(&tx, &transaction_id).await?;
+            let (state, reference) = super::sqlite::attempt_end_row(&end);
+            tx.execute(
+                "UPDATE payment_attempts SET state = $3, finished_at = $4, reference = $5 \
+                 WHERE id = $1 AND transaction_id = $2 AND state = 'IN_FLIGHT'",
+                &[&attempt_id, &transaction_id, &state, &at, &reference],
+            )
+            .await?;
+            match &end {
+                AttemptEnd::Declined { message } => {
+                    add_payment_failure(&tx, &transaction_id, at, Some(message)).await?;
+                }
+                AttemptEnd::Failed => add_payment_failure(&tx, &transaction_id, at, None).await?,
+                AttemptEnd::Approved { .. } | AttemptEnd::Voided { .. } => {}
             }
             tx.commit().await?;
-            Ok(u32::try_from(count).unwrap_or(u32::MAX))
+            Ok(())
         })
     }
 
@@ -1103,17 +1223,7 @@ impl Store for PgStore {
         since: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<u32, StoreError>> {
         Box::pin(async move {
-            let client = self.client().await?;
-            let statement = client
-                .prepare_cached(
-                    "SELECT count(*) FROM payment_failures WHERE transaction_id = $1 AND at >= $2",
-                )
-                .await?;
-            let count: i64 = client
-                .query_one(&statement, &[&transaction_id, &since])
-                .await?
-                .try_get(0)?;
-            Ok(u32::try_from(count).unwrap_or(u32::MAX))
+            count_payment_failures(&self.client().await?, &transaction_id, since).await
         })
     }
 

@@ -188,6 +188,23 @@ CREATE TABLE service_keys (
         description: "transaction versions in a narrow table of their own",
         sql: crate::store::sqlite::VERSION_TABLE_MIGRATION,
     },
+    Migration {
+        version: 12,
+        description: "payment attempts: one in flight per transaction, counted before sent",
+        sql: r#"
+CREATE TABLE payment_attempts (
+    id              TEXT PRIMARY KEY,
+    transaction_id  TEXT NOT NULL REFERENCES transactions(id),
+    state           TEXT NOT NULL,  -- IN_FLIGHT, APPROVED, DECLINED, FAILED, VOIDED, ABANDONED
+    started_at      TEXT NOT NULL,
+    lease_until     TEXT NOT NULL,
+    finished_at     TEXT,
+    reference       TEXT
+);
+CREATE UNIQUE INDEX payment_attempts_in_flight ON payment_attempts(transaction_id)
+    WHERE state = 'IN_FLIGHT';
+"#,
+    },
 ];
 
 /// Why the schema could not be brought up to date.

@@ -221,9 +221,9 @@ pub use admin::SqliteAdmin;
 
 use super::outbox as events;
 use super::{
-    Claim, CredentialRow, IdempotencyKey, IdempotencyRecord, IdempotencyState, IdempotentResponse,
-    ItemRecord, NewTransaction, Owned, PayOutcome, PaymentDetails, ProviderRow, Store, StoreError,
-    TransactionRecord, format_instant,
+    AttemptEnd, AttemptStart, Claim, CredentialRow, IdempotencyKey, IdempotencyRecord,
+    IdempotencyState, IdempotentResponse, ItemRecord, NewPaymentAttempt, NewTransaction, Owned,
+    PayOutcome, PaymentDetails, ProviderRow, Store, StoreError, TransactionRecord, format_instant,
 };
 
 /// How long a connection waits for a lock held by another process (the provider CLI) before
@@ -800,6 +800,33 @@ pub(super) fn read_transaction(
         mails,
         version: u64::try_from(version).unwrap_or_default(),
     }))
+}
+
+/// One failed payment attempt at `at`; a decline (`declined`, the processor's reason) also
+/// writes the `transaction.payment_failed` event.
+fn add_payment_failure(
+    conn: &Connection,
+    transaction_id: &str,
+    at: DateTime<Utc>,
+    declined: Option<&str>,
+) -> Result<(), StoreError> {
+    conn.prepare_cached("INSERT INTO payment_failures (transaction_id, at) VALUES (?1, ?2)")?
+        .execute(params![transaction_id, format_instant(at)])?;
+    if let Some(reason) = declined {
+        let summary = outbox::summary(conn, transaction_id)?;
+        outbox::write_event(conn, &events::payment_failed(&summary, reason, at)?)?;
+    }
+    Ok(())
+}
+
+/// The state and processor reference a finished payment attempt is stored with.
+pub(super) fn attempt_end_row(end: &AttemptEnd) -> (&'static str, Option<&str>) {
+    match end {
+        AttemptEnd::Approved { reference } => ("APPROVED", Some(reference)),
+        AttemptEnd::Declined { .. } => ("DECLINED", None),
+        AttemptEnd::Failed => ("FAILED", None),
+        AttemptEnd::Voided { reference } => ("VOIDED", Some(reference)),
+    }
 }
 
 fn count_payment_failures(
@@ -1387,18 +1414,90 @@ impl Store for SqliteStore {
         since: DateTime<Utc>,
         declined: Option<String>,
     ) -> BoxFuture<'_, Result<u32, StoreError>> {
-        let instant = at;
-        let (at, since) = (format_instant(at), format_instant(since));
+        let since = format_instant(since);
         Box::pin(self.writer.execute(move |conn| {
-            conn.prepare_cached(
-                "INSERT INTO payment_failures (transaction_id, at) VALUES (?1, ?2)",
-            )?
-            .execute(params![transaction_id, at])?;
-            if let Some(reason) = declined {
-                let summary = outbox::summary(conn, &transaction_id)?;
-                outbox::write_event(conn, &events::payment_failed(&summary, &reason, instant)?)?;
-            }
+            add_payment_failure(conn, &transaction_id, at, declined.as_deref())?;
             count_payment_failures(conn, &transaction_id, &since)
+        }))
+    }
+
+    fn begin_payment_attempt(
+        &self,
+        attempt: NewPaymentAttempt,
+    ) -> BoxFuture<'_, Result<AttemptStart, StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            let started_at = format_instant(attempt.started_at);
+            // The one writer orders attempts: what is read here cannot change before the insert.
+            let abandoned: Vec<String> = conn
+                .prepare_cached(
+                    "UPDATE payment_attempts SET state = 'ABANDONED', finished_at = ?2 \
+                     WHERE transaction_id = ?1 AND state = 'IN_FLIGHT' AND lease_until <= ?2 \
+                     RETURNING id",
+                )?
+                .query_map(params![attempt.transaction_id, started_at], |r| r.get(0))?
+                .collect::<Result<_, _>>()?;
+            for _ in &abandoned {
+                add_payment_failure(conn, &attempt.transaction_id, attempt.started_at, None)?;
+            }
+            let in_flight = conn
+                .prepare_cached(
+                    "SELECT 1 FROM payment_attempts WHERE transaction_id = ?1 \
+                     AND state = 'IN_FLIGHT'",
+                )?
+                .exists([&attempt.transaction_id])?;
+            if in_flight {
+                return Ok(AttemptStart::InFlight);
+            }
+            let failures = count_payment_failures(
+                conn,
+                &attempt.transaction_id,
+                &format_instant(attempt.failures_since),
+            )?;
+            if failures >= attempt.max_failures {
+                return Ok(AttemptStart::TooManyFailures);
+            }
+            conn.prepare_cached(
+                "INSERT INTO payment_attempts (id, transaction_id, state, started_at, \
+                 lease_until) VALUES (?1, ?2, 'IN_FLIGHT', ?3, ?4)",
+            )?
+            .execute(params![
+                attempt.id,
+                attempt.transaction_id,
+                started_at,
+                format_instant(attempt.lease_until)
+            ])?;
+            Ok(AttemptStart::Started)
+        }))
+    }
+
+    fn finish_payment_attempt(
+        &self,
+        transaction_id: String,
+        attempt_id: String,
+        at: DateTime<Utc>,
+        end: AttemptEnd,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            let (state, reference) = attempt_end_row(&end);
+            conn.prepare_cached(
+                "UPDATE payment_attempts SET state = ?3, finished_at = ?4, reference = ?5 \
+                 WHERE id = ?1 AND transaction_id = ?2 AND state = 'IN_FLIGHT'",
+            )?
+            .execute(params![
+                attempt_id,
+                transaction_id,
+                state,
+                format_instant(at),
+                reference
+            ])?;
+            match &end {
+                AttemptEnd::Declined { message } => {
+                    add_payment_failure(conn, &transaction_id, at, Some(message))?;
+                }
+                AttemptEnd::Failed => add_payment_failure(conn, &transaction_id, at, None)?,
+                AttemptEnd::Approved { .. } | AttemptEnd::Voided { .. } => {}
+            }
+            Ok(())
         }))
     }
 
