@@ -721,10 +721,9 @@ async fn execute_sql(db: &Db, sqlite: &str, postgres: &str) {
             .execute_batch(sqlite)
             .expect("sqlite statement"),
         Db::Postgres(url) => {
-            let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            let (client, driver) = host_http::store::postgres::connect(url)
                 .await
                 .expect("connect");
-            let driver = tokio::spawn(connection);
             client.batch_execute(postgres).await.expect("statement");
             drop(client);
             let _ = driver.await;
@@ -899,17 +898,15 @@ async fn postgres_event_pages_never_skip_an_event_that_commits_late() {
     assert_eq!(listed.len(), 1);
 
     let mut cursor = listed.last().cloned();
-    let (mut late, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+    let (mut late, driver) = host_http::store::postgres::connect(url)
         .await
         .expect("connect");
-    let driver = tokio::spawn(connection);
     // Two cases of a late commit: an event written (its seq taken) before the later one's,
     // by a transaction that began after the later one's or before it.
     for began_first in [false, true] {
-        let (mut early, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        let (mut early, early_driver) = host_http::store::postgres::connect(url)
             .await
             .expect("connect");
-        let early_driver = tokio::spawn(connection);
         let held_id = format!("evt_held_{began_first}");
         let later_id = format!("evt_later_{began_first}");
         let held = if began_first {

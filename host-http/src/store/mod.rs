@@ -38,7 +38,7 @@ pub enum StoreError {
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
     /// PostgreSQL refused a statement, or the connection broke.
-    #[error("postgres: {0}")]
+    #[error("postgres: {}", postgres::describe_error(.0))]
     Postgres(#[from] tokio_postgres::Error),
     /// No database connection could be had (the pool timed out, the server is down or
     /// restarting): the request is refused with 503 and may be retried.

@@ -7,7 +7,7 @@
 //! are PostgreSQL's own: `NUMERIC` amounts, `timestamptz` instants, `jsonb` documents,
 //! `json` where a provider's object is echoed with its keys in the order written.
 
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 use crate::store::StoreError;
 use crate::store::sqlite::migrations::{Migration, MigrationError};
@@ -405,14 +405,9 @@ pub fn latest_version() -> u32 {
 }
 
 /// Connects to `url` on a connection of its own (not a pooled one: the advisory lock belongs
-/// to the session) and migrates.
+/// to the session), with the URL's TLS settings, and migrates.
 pub async fn migrate_url(url: &str) -> Result<u32, StoreError> {
-    let (mut client, connection) = tokio_postgres::connect(url, NoTls).await?;
-    let driver = tokio::spawn(async move {
-        if let Err(error) = connection.await {
-            tracing::warn!(%error, "migration connection ended");
-        }
-    });
+    let (mut client, driver) = super::connect(url).await?;
     let result = migrate(&mut client).await;
     drop(client);
     let _ = driver.await;

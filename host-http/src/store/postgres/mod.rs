@@ -15,8 +15,8 @@ pub mod migrations;
 pub mod outbox;
 #[cfg(feature = "test-support")]
 pub mod testing;
+pub mod tls;
 
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,11 +29,12 @@ use engine::api::{
 };
 use futures_util::future::BoxFuture;
 use rust_decimal::Decimal;
-use tokio_postgres::{NoTls, Row};
+use tokio_postgres::Row;
 
 pub use admin::PgAdmin;
 pub use ledger::PgLedger;
 pub use migrations::migrate_url;
+pub use tls::{PgConnector, SslMode, connect};
 
 use super::outbox as events;
 use super::sqlite::{from_json, opt_json, to_json};
@@ -63,6 +64,22 @@ pub fn is_connection_error(error: &tokio_postgres::Error) -> bool {
         source = cause.source();
     }
     false
+}
+
+/// An error with its causes: tokio-postgres shows only its kind ("db error", "error performing
+/// TLS handshake"), the server's message or the handshake's failure is its source.
+pub fn describe_error(error: &tokio_postgres::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// The URL without its password, for logs and messages.
@@ -113,7 +130,10 @@ impl tokio_postgres::types::ToSql for Numeric {
 /// Any failure to get a connection (the server refuses or is down, the pool timed out) means
 /// no statement ran: the request is refused as unavailable.
 fn pool_error(error: PoolError) -> StoreError {
-    StoreError::Unavailable(error.to_string())
+    match error {
+        PoolError::Backend(error) => StoreError::Unavailable(describe_error(&error)),
+        error => StoreError::Unavailable(error.to_string()),
+    }
 }
 
 fn corrupt(column: &'static str, detail: impl Into<String>) -> StoreError {
@@ -147,10 +167,11 @@ fn instant(at: Option<DateTime<Utc>>) -> Option<String> {
     at.map(format_instant)
 }
 
-/// Opens a pool on `url` with the pool settings; connections carry the statement timeout.
+/// Opens a pool on `url` with the pool settings; connections carry the statement timeout and
+/// the URL's TLS settings (`sslmode`, `sslrootcert`).
 fn build_pool(url: &str, settings: &PoolSettings) -> Result<Pool, StoreError> {
-    let mut config = tokio_postgres::Config::from_str(url)
-        .map_err(|e| StoreError::Config(format!("invalid PostgreSQL URL: {e}")))?;
+    let mut connector = PgConnector::from_url(url)?;
+    let config = connector.config_mut();
     if settings.statement_timeout_ms > 0 {
         config.options(format!(
             "-c statement_timeout={}",
@@ -161,9 +182,9 @@ fn build_pool(url: &str, settings: &PoolSettings) -> Result<Pool, StoreError> {
         config.connect_timeout(Duration::from_millis(settings.acquire_timeout_ms.max(1)));
     }
     config.application_name("checkout-server");
-    let manager = Manager::from_config(
-        config,
-        NoTls,
+    let manager = Manager::from_connect(
+        config.clone(),
+        connector,
         ManagerConfig {
             // A connection the server closed (restart, pg_terminate_backend) is dropped at its
             // next checkout; a new one is made, so an instance heals once the database is back.

@@ -2,8 +2,6 @@
 //! database on the server named by `CHECKOUT_TEST_PG_URL`, dropped when the handle is dropped.
 //! Without the variable, tests that need PostgreSQL say that they were skipped.
 
-use tokio_postgres::NoTls;
-
 /// The environment variable naming the PostgreSQL server of the tests, as a URL of a database
 /// the tests may connect to in order to create others, e.g.
 /// `postgres://postgres@127.0.0.1:5432/postgres`.
@@ -48,13 +46,12 @@ fn block_on<T: Send>(future: impl Future<Output = T> + Send) -> T {
     })
 }
 
-async fn execute(url: &str, sql: &str) -> Result<(), tokio_postgres::Error> {
-    let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
-    let driver = tokio::spawn(connection);
+async fn execute(url: &str, sql: &str) -> Result<(), crate::store::StoreError> {
+    let (client, driver) = super::connect(url).await?;
     let result = client.batch_execute(sql).await;
     drop(client);
     let _ = driver.await;
-    result
+    Ok(result?)
 }
 
 impl TestDatabase {
@@ -108,12 +105,11 @@ impl TestDatabase {
     /// The rows of a query, every column read as text.
     pub fn query(&self, sql: &str) -> Vec<Vec<Option<String>>> {
         block_on(async {
-            let (client, connection) = tokio_postgres::connect(&self.url, NoTls).await?;
-            let driver = tokio::spawn(connection);
+            let (client, driver) = super::connect(&self.url).await?;
             let messages = client.simple_query(sql).await;
             drop(client);
             let _ = driver.await;
-            messages
+            Ok::<_, crate::store::StoreError>(messages?)
         })
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
         .into_iter()
