@@ -293,6 +293,8 @@ impl Services {
                 return Ok(PayAttempt::InProgress);
             }
             AttemptStart::TooManyFailures => return Ok(PayAttempt::TooManyAttempts),
+            // Paid (or cancelled) since the page was read: show it as it stands.
+            AttemptStart::NotPending => return self.page_outcome(token, now).await,
         }
         let finish = |end: AttemptEnd| {
             self.store
@@ -358,13 +360,19 @@ impl Services {
                 self.give_back(&id, &reference, amount, &record.currency, &why)
                     .await?;
                 finish(AttemptEnd::Voided { reference }).await?;
-                let record = self.page_transaction(token).await?;
-                match page_state(&record, now)? {
-                    PageState::Paid => Ok(PayAttempt::Paid),
-                    other => Ok(PayAttempt::NotOpen(other)),
-                }
+                self.page_outcome(token, now).await
             }
             Owned::NotFound | Owned::OtherProvider => Err(Error::NotFound(Resource::PaymentPage)),
+        }
+    }
+
+    /// The outcome of a post whose transaction stopped being PENDING meanwhile: the
+    /// confirmation when it is paid, the page's state otherwise.
+    async fn page_outcome(&self, token: &str, now: DateTime<Utc>) -> Result<PayAttempt, Error> {
+        let record = self.page_transaction(token).await?;
+        match page_state(&record, now)? {
+            PageState::Paid => Ok(PayAttempt::Paid),
+            other => Ok(PayAttempt::NotOpen(other)),
         }
     }
 

@@ -542,6 +542,9 @@ pub enum AttemptStart {
     InFlight,
     /// The failed-attempt limit of the window is reached.
     TooManyFailures,
+    /// The transaction is no longer PENDING (another attempt or route paid it, or it was
+    /// cancelled): there is nothing to charge.
+    NotPending,
 }
 
 /// How a payment attempt ended.
@@ -718,7 +721,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     ) -> BoxFuture<'_, Result<u32, StoreError>>;
 
     /// Starts a card payment attempt on a transaction's page, atomically across instances: at
-    /// most one attempt is in flight per transaction (an in-flight attempt whose lease ran out
+    /// most one attempt is in flight per transaction, and only while it is PENDING (an
+    /// in-flight attempt whose lease ran out
     /// was left by an instance that stopped; it is closed as abandoned and counted as a
     /// failure), and none starts once `max_failures` attempts failed at or after
     /// `failures_since`. The attempt counts before the processor is called.

@@ -1162,7 +1162,18 @@ impl Store for PgStore {
             let tx = client.transaction().await?;
             // Every instance's attempts on the transaction take turns here: what is read below
             // cannot change before this commits.
-            lock_transaction(&tx, &attempt.transaction_id).await?;
+            let status: Option<String> = tx
+                .query_opt(
+                    "SELECT status FROM transactions WHERE id = $1 FOR UPDATE",
+                    &[&attempt.transaction_id],
+                )
+                .await?
+                .map(|row| row.try_get(0))
+                .transpose()?;
+            if status.as_deref() != Some("PENDING") {
+                tx.commit().await?;
+                return Ok(AttemptStart::NotPending);
+            }
             let abandoned = tx
                 .execute(
                     "UPDATE payment_attempts SET state = 'ABANDONED', finished_at = $2 \

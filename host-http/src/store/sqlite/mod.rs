@@ -1428,6 +1428,13 @@ impl Store for SqliteStore {
         Box::pin(self.writer.execute(move |conn| {
             let started_at = format_instant(attempt.started_at);
             // The one writer orders attempts: what is read here cannot change before the insert.
+            let status: Option<String> = conn
+                .prepare_cached("SELECT status FROM transactions WHERE id = ?1")?
+                .query_row([&attempt.transaction_id], |r| r.get(0))
+                .optional()?;
+            if status.as_deref() != Some("PENDING") {
+                return Ok(AttemptStart::NotPending);
+            }
             let abandoned: Vec<String> = conn
                 .prepare_cached(
                     "UPDATE payment_attempts SET state = 'ABANDONED', finished_at = ?2 \
