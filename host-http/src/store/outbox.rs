@@ -127,11 +127,16 @@ pub fn new_summary(transaction: &super::NewTransaction, reference: &str) -> Tran
     }
 }
 
-/// An instant as the stores write it (`format_instant`), read back.
-pub fn instant(text: &str) -> DateTime<Utc> {
+/// An instant as the stores write it (`format_instant`), read back; text that is no RFC 3339
+/// instant is a corrupt `column`, as every other reader reports it (never "now": an event
+/// stamped with the moment it was read would misstate when its change happened).
+pub fn instant(column: &'static str, text: &str) -> Result<DateTime<Utc>, StoreError> {
     DateTime::parse_from_rfc3339(text)
         .map(|at| at.with_timezone(&Utc))
-        .unwrap_or_else(|_| Utc::now())
+        .map_err(|e| StoreError::Corrupt {
+            column,
+            detail: format!("{text:?}: {e}"),
+        })
 }
 
 fn new_id() -> String {
@@ -419,4 +424,25 @@ pub trait OutboxStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Backlog figures at `now`.
     fn outbox_stats(&self, now: DateTime<Utc>) -> BoxFuture<'_, Result<OutboxStats, StoreError>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unreadable_instant_is_a_corrupt_column_not_now() {
+        let at = instant("cancellations.completed_at", "2026-11-23T10:00:00.000000Z")
+            .expect("a stored instant");
+        assert_eq!(format_instant(at), "2026-11-23T10:00:00.000000Z");
+        for text in ["yesterday", "", "2026-11-23 10:00"] {
+            match instant("cancellations.completed_at", text) {
+                Err(StoreError::Corrupt { column, detail }) => {
+                    assert_eq!(column, "cancellations.completed_at");
+                    assert!(detail.contains(&format!("{text:?}")), "{detail}");
+                }
+                other => panic!("{text:?} read as {other:?}"),
+            }
+        }
+    }
 }

@@ -1082,7 +1082,11 @@ fn update(
     let summary = outbox::summary(conn, id)?;
     outbox::write_event(
         conn,
-        &events::changed(events::types::UPDATED, &summary, events::instant(now))?,
+        &events::changed(
+            events::types::UPDATED,
+            &summary,
+            events::instant("transactions.updated_at", now)?,
+        )?,
     )?;
     Ok(Owned::Done(()))
 }
@@ -1142,7 +1146,11 @@ fn pay(
     let summary = outbox::summary(conn, id)?;
     outbox::write_event(
         conn,
-        &events::changed(events::types::PAID, &summary, events::instant(now))?,
+        &events::changed(
+            events::types::PAID,
+            &summary,
+            events::instant("transactions.updated_at", now)?,
+        )?,
     )?;
     Ok(Owned::Done(PayOutcome::Paid(paid)))
 }
