@@ -78,6 +78,8 @@ pub struct Config {
     /// How long an instance holds a claimed webhook delivery or e-mail; must exceed the webhook
     /// timeout and, with SMTP, the SMTP timeout.
     pub outbox_lease: Duration,
+    /// How many webhook attempts (in all, and to one endpoint) and e-mail sends run at once.
+    pub delivery_limits: events::DeliveryLimits,
     /// How long a shared file's link works after its upload or its last renewal.
     pub file_link_ttl: Duration,
 }
@@ -111,6 +113,7 @@ impl Config {
             smtp: None,
             metrics_listen: None,
             outbox_lease: events::DEFAULT_LEASE,
+            delivery_limits: events::DeliveryLimits::default(),
             file_link_ttl: DEFAULT_FILE_LINK_TTL,
         }
     }
@@ -204,6 +207,12 @@ impl App {
             None => None,
         };
         check_outbox_lease(&config)?;
+        let limits = config.delivery_limits;
+        if limits.webhooks == 0 || limits.per_endpoint == 0 || limits.mails == 0 {
+            return Err(AppError::Config(
+                "webhook and e-mail concurrency must be at least 1".to_owned(),
+            ));
+        }
         let mailer = config
             .smtp
             .as_ref()
@@ -275,6 +284,7 @@ impl App {
             instance: format!("events-{}", uuid::Uuid::now_v7().simple()),
             metrics: Arc::clone(&metrics),
             lease: config.outbox_lease,
+            limits: config.delivery_limits,
         };
         Ok(App {
             listener,

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use host_http::events::testing::{Delivery, SmtpSink, WebhookReceiver};
+use host_http::events::testing::{Delivery, HangingEndpoint, SmtpSink, WebhookReceiver};
 use host_http::providers;
 use hyper::Method;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
@@ -143,6 +143,81 @@ async fn webhooks_are_signed_in_order_and_retried_with_the_same_id_after_a_500()
     // Delivered events are not sent again.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(receiver.received().len(), 4);
+}
+
+/// One provider's endpoint that accepts connections and never answers holds nobody else's
+/// webhooks or e-mails: after 100 creates of provider A, each a delivery to that endpoint,
+/// provider B's webhook and contract e-mail arrive within 1 s of B's create. (With the whole
+/// batch of deliveries awaited before the next claim, and the e-mails waiting for it, they
+/// arrived after about 60 s, the hanging endpoint's 15 s timeout once per batch of 32.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_endpoint_holds_up_no_other_providers_webhooks_or_emails() {
+    let hanging = HangingEndpoint::start().await;
+    let receiver = WebhookReceiver::start(0).await;
+    let sink = SmtpSink::start(0).await;
+    let smtp = sink.url();
+    let server = TestServer::start_configured(move |config| {
+        config.webhooks.allow_private = true;
+        config.smtp = Some(host_http::events::MailSettings::new(
+            smtp.clone(),
+            "checkout@acme.example",
+        ));
+    })
+    .await;
+    let a = server.provider("a");
+    let b = server.provider("b");
+    endpoint(&server, &a, &hanging.url(), &[]);
+    let secret = endpoint(&server, &b, &receiver.url(), &[]);
+    for _ in 0..100 {
+        create(&server, &a, &trip(&[])).await;
+    }
+    // A's deliveries are under way (and hang) before B's create.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while hanging.connections() == 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(hanging.connections() > 0, "A's endpoint was never reached");
+
+    let started = tokio::time::Instant::now();
+    let id = create(&server, &b, &trip(&["ada@example.com"])).await;
+    let hook = async {
+        let deliveries = receiver.wait_for(1, WAIT).await;
+        (deliveries, started.elapsed())
+    };
+    let mail = async {
+        let mails = sink.wait_for(1, WAIT).await;
+        (mails, started.elapsed())
+    };
+    let ((deliveries, hook_after), (mails, mail_after)) = tokio::join!(hook, mail);
+    assert_eq!(
+        kinds(&deliveries),
+        [("transaction.created".to_owned(), 204)],
+        "B's webhook, {hook_after:?} after its create"
+    );
+    verify(&deliveries[0], &secret);
+    assert_eq!(deliveries[0].json()["data"]["transactionId"], id.as_str());
+    assert_eq!(mails.len(), 1, "B's e-mail, {mail_after:?} after its create");
+    assert_eq!(mails[0].to, ["<ada@example.com>"]);
+    eprintln!(
+        "B's webhook after {hook_after:?}, its e-mail after {mail_after:?}; \
+         A's endpoint has had {} connections",
+        hanging.connections()
+    );
+    assert!(
+        hook_after < Duration::from_secs(1),
+        "B's webhook took {hook_after:?}"
+    );
+    assert!(
+        mail_after < Duration::from_secs(1),
+        "B's e-mail took {mail_after:?}"
+    );
+    // A's endpoint holds at most 4 attempts at a time (--webhook-endpoint-concurrency): all
+    // of them still hang within its 15 s timeout.
+    assert!(
+        hanging.connections() <= 4,
+        "{} attempts to A's endpoint at once",
+        hanging.connections()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

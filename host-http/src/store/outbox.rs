@@ -387,12 +387,17 @@ pub trait OutboxStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Takes the lease of up to `limit` due deliveries, oldest event first, skipping any whose
     /// endpoint still waits for an earlier event of the same transaction (order per
-    /// transaction) and any another instance holds.
+    /// transaction) and any another instance holds; and so that no endpoint has more than
+    /// `per_endpoint` deliveries under a lease that has not run out (counted over every
+    /// instance on the database, the ones claimed here included). An endpoint that does not
+    /// answer therefore holds at most `per_endpoint` attempts, and the due deliveries of every
+    /// other endpoint are claimed past its backlog.
     fn claim_deliveries(
         &self,
         lease: Lease,
         now: DateTime<Utc>,
         limit: u32,
+        per_endpoint: u32,
     ) -> BoxFuture<'_, Result<Vec<DeliveryJob>, StoreError>>;
 
     /// Records an attempt of a delivery this owner holds.

@@ -378,6 +378,14 @@ CREATE TRIGGER transactions_version AFTER INSERT OR UPDATE OR DELETE ON transact
     FOR EACH ROW EXECUTE FUNCTION transaction_changed();
 "#,
     },
+    Migration {
+        version: 9,
+        description: "outbox: deliveries under a lease, by lease end",
+        // As SQLite's migration 12: a claim counts each endpoint's deliveries under a live
+        // lease; only attempts in flight (or left by a stopped instance) have one.
+        sql: "CREATE INDEX webhook_deliveries_leased ON webhook_deliveries(lease_until) \
+              WHERE lease_until IS NOT NULL;",
+    },
 ];
 
 /// Latest schema version this build knows.

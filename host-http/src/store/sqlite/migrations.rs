@@ -188,6 +188,16 @@ CREATE TABLE service_keys (
         description: "transaction versions in a narrow table of their own",
         sql: crate::store::sqlite::VERSION_TABLE_MIGRATION,
     },
+    Migration {
+        version: 12,
+        description: "outbox: deliveries under a lease, by lease end",
+        // A claim counts each endpoint's deliveries under a live lease (at most
+        // `--webhook-endpoint-concurrency` at a time); only attempts in flight, or left by an
+        // instance that stopped, have a lease, so the index holds few rows however long the
+        // backlog is.
+        sql: "CREATE INDEX webhook_deliveries_leased ON webhook_deliveries(lease_until) \
+              WHERE lease_until IS NOT NULL;",
+    },
 ];
 
 /// Why the schema could not be brought up to date.
