@@ -346,6 +346,89 @@ async fn the_contract_email_and_the_receipt_reach_the_smtp_server() {
     );
 }
 
+/// The contract e-mail shows the transaction as it was created, however late it is sent: one
+/// created, paid and wholly cancelled before any e-mail went out still lists its items, their
+/// terms, the total and the payment link (it listed no items under a total when rendered from
+/// the state at sending time). An e-mail queued before e-mails kept that state (none stored)
+/// is still sent, rendered from the transaction as it is then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_contract_email_shows_the_transaction_as_created_however_late_it_is_sent() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let sink = SmtpSink::start(0).await;
+    let url = sink.url();
+    // No SMTP at first: the e-mails wait in the outbox while the transaction changes.
+    let smtp_on = Arc::new(AtomicBool::new(false));
+    let on = Arc::clone(&smtp_on);
+    let server = TestServer::start_configured(move |config| {
+        if on.load(Ordering::SeqCst) {
+            config.smtp = Some(host_http::events::MailSettings::new(
+                url.clone(),
+                "checkout@acme.example",
+            ));
+        }
+    })
+    .await;
+    let acme = server.provider("acme");
+    let id = create(&server, &acme, &trip(&["ada@example.com"])).await;
+    let paid = server
+        .json(
+            Method::POST,
+            &format!("/sandbox/transactions/{id}/pay"),
+            &acme,
+            "{}",
+        )
+        .await;
+    assert_eq!(paid.status, 200);
+    let cancelled = server
+        .json(
+            Method::PATCH,
+            &format!("/cancel/{id}"),
+            &acme,
+            r#"{"itemsOrder":[1,2]}"#,
+        )
+        .await;
+    assert_eq!(cancelled.status, 200);
+    let status = server.get(&format!("/status/{id}"), &acme).await.json();
+    assert_eq!(status["status"], "CANCELLED", "{status}");
+    let earlier = create(&server, &acme, &trip(&["grace@example.com"])).await;
+    server.execute_sql(&format!(
+        "UPDATE email_messages SET snapshot = NULL WHERE transaction_id = '{earlier}'"
+    ));
+
+    smtp_on.store(true, Ordering::SeqCst);
+    let server = server.restart().await;
+    let mails = sink.wait_for(3, WAIT).await;
+    assert_eq!(mails.len(), 3, "two contract e-mails and a receipt");
+    let contract_to = |to: &str| {
+        mails
+            .iter()
+            .find(|m| {
+                m.to == [to] && m.header("Message-ID").unwrap_or_default().contains(".contract@")
+            })
+            .map(|m| m.data.replace("=\r\n", "").replace("\r\n", "\n"))
+            .unwrap_or_else(|| panic!("no contract e-mail to {to}"))
+    };
+    let data = contract_to("<ada@example.com>");
+    for expected in [
+        "Flight BER",
+        "EUR 119.00",
+        "Hotel",
+        "EUR 80.00",
+        "Total: EUR 199.00",
+        "Free cancellation",
+        "Pay here",
+    ] {
+        assert!(data.contains(expected), "missing {expected:?} in\n{data}");
+    }
+    let data = contract_to("<grace@example.com>");
+    for expected in ["Flight BER", "Hotel", "Total: EUR 199.00"] {
+        assert!(data.contains(expected), "missing {expected:?} in\n{data}");
+    }
+    let status = server.get(&format!("/status/{earlier}"), &acme).await.json();
+    assert_eq!(status["emails"][0]["status"], "SENT", "{status}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_send_cut_off_by_the_smtp_server_is_sent_once_when_it_answers_again() {
     let sink = SmtpSink::start(1).await;

@@ -19,7 +19,7 @@ use crate::app::cancellations::refund_context;
 use crate::i18n::Lang;
 use crate::metrics::Metrics;
 use crate::store::cancellation::{CancellationStore, Lease};
-use crate::store::outbox::{Attempt, DeliveryJob, MailJob, OutboxStore, mail_kinds};
+use crate::store::outbox::{Attempt, DeliveryJob, MailJob, MailSnapshot, OutboxStore, mail_kinds};
 use crate::store::{Store, TransactionRecord};
 
 pub use mail::{MailSettings, Mailer};
@@ -308,9 +308,25 @@ impl Dispatcher {
             .ok_or_else(|| format!("transaction {id} is gone"))
     }
 
-    /// Renders an e-mail from the transaction as it is now.
+    /// Renders an e-mail: a contract e-mail from the transaction as it was at its event (the
+    /// snapshot written with it), or, for one queued before snapshots existed, as it is now; a
+    /// receipt from its receipt (the record of its event) and the transaction as it is now.
     async fn render(&self, job: &MailJob) -> Result<mail::RenderedMail, String> {
-        let record = self.record(&job.transaction_id).await?;
+        let snapshot = match &job.snapshot {
+            Some(text) if job.kind == mail_kinds::CONTRACT => {
+                Some(MailSnapshot::parse(text).map_err(|e| e.to_string())?)
+            }
+            _ => None,
+        };
+        let (record, terms_at) = match &snapshot {
+            Some(snapshot) => (
+                snapshot
+                    .record(&job.transaction_id, &job.provider_id)
+                    .map_err(|e| e.to_string())?,
+                snapshot.at().map_err(|e| e.to_string())?,
+            ),
+            None => (self.record(&job.transaction_id).await?, Utc::now()),
+        };
         let provider = self
             .store
             .provider(job.provider_id.clone())
@@ -340,7 +356,7 @@ impl Dispatcher {
             .unwrap_or_else(|| provider.time_zone.clone());
         let context = refund_context(&record, &zone).map_err(|e| e.to_string())?;
         let terms =
-            engine::terms::payment_terms(&context, Utc::now()).map_err(|e| e.to_string())?;
+            engine::terms::payment_terms(&context, terms_at).map_err(|e| e.to_string())?;
         let items: Vec<mail::MailItem> = record
             .items
             .iter()

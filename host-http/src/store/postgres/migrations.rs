@@ -386,6 +386,12 @@ CREATE TRIGGER transactions_version AFTER INSERT OR UPDATE OR DELETE ON transact
         sql: "CREATE INDEX webhook_deliveries_leased ON webhook_deliveries(lease_until) \
               WHERE lease_until IS NOT NULL;",
     },
+    Migration {
+        version: 10,
+        description: "e-mails keep what they show of their transaction as it was at their event",
+        // As SQLite's migration 13; NULL for e-mails queued before (rendered when sent).
+        sql: "ALTER TABLE email_messages ADD COLUMN snapshot jsonb;",
+    },
 ];
 
 /// Latest schema version this build knows.

@@ -640,10 +640,10 @@ impl PgStore {
                  m AS ( \
                    INSERT INTO email_messages (id, event_seq, provider_id, transaction_id, \
                    kind, receipt_number, recipients, message_id, status, attempts, \
-                   next_attempt_at, created_at, updated_at) \
+                   next_attempt_at, created_at, updated_at, snapshot) \
                    SELECT $29::text, e.seq, $2, $1, $30::text, $31::text, $32::text::jsonb, \
                    $33::text, 'QUEUED', 0, \
-                   $28, $28, $28 FROM e WHERE $30::text IS NOT NULL) \
+                   $28, $28, $28, $34::text::jsonb FROM e WHERE $30::text IS NOT NULL) \
                  SELECT count(*) FROM t",
             )
             .await?;
@@ -677,8 +677,7 @@ impl PgStore {
             // 25 random bits per second (R-3.2): a collision is rare, and the unique index
             // settles it.
             let reference = super::new_reference(transaction.created_at);
-            let summary = events::new_summary(transaction, &reference);
-            let event = events::created(&summary, transaction.created_at)?;
+            let event = events::created(transaction, &reference)?;
             let (mail_kind, receipt_number) = match &event.mail {
                 Some((kind, receipt_number)) => (Some(*kind), receipt_number.as_deref()),
                 None => (None, None),
@@ -728,6 +727,7 @@ impl PgStore {
                         &receipt_number,
                         &recipients,
                         &message_id,
+                        &event.mail_snapshot,
                     ],
                 )
                 .await?

@@ -113,8 +113,9 @@ pub(crate) async fn write_event(
             .prepare_cached(
                 "INSERT INTO email_messages (id, event_seq, provider_id, transaction_id, kind, \
                  receipt_number, recipients, message_id, status, attempts, next_attempt_at, \
-                 created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7::text::jsonb, $8, 'QUEUED', 0, $9, $9, $9)",
+                 created_at, updated_at, snapshot) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7::text::jsonb, $8, 'QUEUED', 0, $9, $9, $9, \
+                 $10::text::jsonb)",
             )
             .await?;
         client
@@ -130,6 +131,7 @@ pub(crate) async fn write_event(
                     &recipients,
                     &message_id(&event.id, kind),
                     &event.at,
+                    &event.mail_snapshot,
                 ],
             )
             .await?;
@@ -385,7 +387,8 @@ impl OutboxStore for PgStore {
                      UPDATE email_messages m SET lease_owner = $3, lease_until = $4 \
                      FROM due, events e WHERE m.id = due.id AND e.seq = m.event_seq \
                      RETURNING m.id, e.id, m.kind, m.transaction_id, m.provider_id, \
-                     m.receipt_number, m.recipients::text, m.message_id, m.attempts, m.event_seq",
+                     m.receipt_number, m.recipients::text, m.message_id, m.attempts, m.event_seq, \
+                     m.snapshot::text",
                     &[&now, &i64::from(limit), &lease.owner, &lease.until],
                 )
                 .await?;
@@ -405,6 +408,7 @@ impl OutboxStore for PgStore {
                             recipients: recipients(row.try_get(6)?)?,
                             message_id: row.try_get(7)?,
                             attempts: u32::try_from(row.try_get::<_, i32>(8)?).unwrap_or(0),
+                            snapshot: row.try_get(10)?,
                         },
                     ))
                 })

@@ -198,6 +198,13 @@ CREATE TABLE service_keys (
         sql: "CREATE INDEX webhook_deliveries_leased ON webhook_deliveries(lease_until) \
               WHERE lease_until IS NOT NULL;",
     },
+    Migration {
+        version: 13,
+        description: "e-mails keep what they show of their transaction as it was at their event",
+        // JSON of `store::outbox::MailSnapshot`. E-mails queued before have NULL and are
+        // rendered from the transaction as it is when sent, as they were.
+        sql: "ALTER TABLE email_messages ADD COLUMN snapshot TEXT;",
+    },
 ];
 
 /// Why the schema could not be brought up to date.

@@ -1007,8 +1007,7 @@ fn insert_transaction(
     if let Some(response) = response {
         finish_idempotency(conn, response)?;
     }
-    let summary = events::new_summary(transaction, &reference);
-    outbox::write_event(conn, &events::created(&summary, transaction.created_at)?)?;
+    outbox::write_event(conn, &events::created(transaction, &reference)?)?;
     Ok(reference)
 }
 

@@ -98,8 +98,8 @@ pub(crate) fn write_event(conn: &Connection, event: &NewEvent) -> Result<(), Sto
         conn.prepare_cached(
             "INSERT INTO email_messages (id, event_seq, provider_id, transaction_id, kind, \
              receipt_number, recipients, message_id, status, attempts, next_attempt_at, \
-             created_at, updated_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'QUEUED', 0, ?9, ?9, ?9)",
+             created_at, updated_at, snapshot) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'QUEUED', 0, ?9, ?9, ?9, ?10)",
         )?
         .execute(params![
             format!("mail_{}", uuid::Uuid::now_v7().simple()),
@@ -110,7 +110,8 @@ pub(crate) fn write_event(conn: &Connection, event: &NewEvent) -> Result<(), Sto
             receipt_number,
             to_json(&event.recipients)?,
             message_id(&event.id, kind),
-            at
+            at,
+            event.mail_snapshot
         ])?;
     }
     Ok(())
@@ -363,7 +364,7 @@ impl OutboxStore for SqliteStore {
             let rows = conn
                 .prepare_cached(
                     "SELECT m.id, e.id, m.kind, m.transaction_id, m.provider_id, \
-                     m.receipt_number, m.recipients, m.message_id, m.attempts \
+                     m.receipt_number, m.recipients, m.message_id, m.attempts, m.snapshot \
                      FROM email_messages m JOIN events e ON e.seq = m.event_seq \
                      WHERE m.status = 'QUEUED' AND m.next_attempt_at <= ?1 \
                      AND (m.lease_until IS NULL OR m.lease_until < ?1) \
@@ -380,6 +381,7 @@ impl OutboxStore for SqliteStore {
                         r.get::<_, String>(6)?,
                         r.get::<_, String>(7)?,
                         r.get::<_, u32>(8)?,
+                        r.get::<_, Option<String>>(9)?,
                     ))
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
@@ -398,6 +400,7 @@ impl OutboxStore for SqliteStore {
                 recipients,
                 message_id,
                 attempts,
+                snapshot,
             ) in rows
             {
                 take.execute(params![id, lease.owner, until])?;
@@ -411,6 +414,7 @@ impl OutboxStore for SqliteStore {
                     recipients: from_json("email_messages.recipients", &recipients)?,
                     message_id,
                     attempts,
+                    snapshot,
                 });
             }
             Ok(jobs)
