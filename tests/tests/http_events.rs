@@ -196,7 +196,11 @@ async fn a_hanging_endpoint_holds_up_no_other_providers_webhooks_or_emails() {
     );
     verify(&deliveries[0], &secret);
     assert_eq!(deliveries[0].json()["data"]["transactionId"], id.as_str());
-    assert_eq!(mails.len(), 1, "B's e-mail, {mail_after:?} after its create");
+    assert_eq!(
+        mails.len(),
+        1,
+        "B's e-mail, {mail_after:?} after its create"
+    );
     assert_eq!(mails[0].to, ["<ada@example.com>"]);
     eprintln!(
         "B's webhook after {hook_after:?}, its e-mail after {mail_after:?}; \
@@ -404,7 +408,10 @@ async fn the_contract_email_shows_the_transaction_as_created_however_late_it_is_
         mails
             .iter()
             .find(|m| {
-                m.to == [to] && m.header("Message-ID").unwrap_or_default().contains(".contract@")
+                m.to == [to]
+                    && m.header("Message-ID")
+                        .unwrap_or_default()
+                        .contains(".contract@")
             })
             .map(|m| m.data.replace("=\r\n", "").replace("\r\n", "\n"))
             .unwrap_or_else(|| panic!("no contract e-mail to {to}"))
@@ -425,8 +432,19 @@ async fn the_contract_email_shows_the_transaction_as_created_however_late_it_is_
     for expected in ["Flight BER", "Hotel", "Total: EUR 199.00"] {
         assert!(data.contains(expected), "missing {expected:?} in\n{data}");
     }
-    let status = server.get(&format!("/status/{earlier}"), &acme).await.json();
-    assert_eq!(status["emails"][0]["status"], "SENT", "{status}");
+    // Recorded once the send has returned (just after the sink accepted it).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let status = server
+            .get(&format!("/status/{earlier}"), &acme)
+            .await
+            .json();
+        if status["emails"][0]["status"] == "SENT" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{status}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

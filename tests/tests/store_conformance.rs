@@ -621,11 +621,22 @@ async fn outbox_claims_bound_each_endpoint_over_every_instance(opened: &Opened, 
     use host_http::store::outbox::Attempt;
     let acme = provider(db, "acme");
     let other = provider(db, "other");
-    let slow = providers::set_webhook(db, &acme.provider_id, "https://hooks.example/slow", &[], t0())
-        .expect("endpoint");
-    let quick =
-        providers::set_webhook(db, &other.provider_id, "https://hooks.example/quick", &[], t0())
-            .expect("endpoint");
+    let slow = providers::set_webhook(
+        db,
+        &acme.provider_id,
+        "https://hooks.example/slow",
+        &[],
+        t0(),
+    )
+    .expect("endpoint");
+    let quick = providers::set_webhook(
+        db,
+        &other.provider_id,
+        "https://hooks.example/quick",
+        &[],
+        t0(),
+    )
+    .expect("endpoint");
     for _ in 0..6 {
         create(opened, &acme.provider_id, &["10.00"]).await;
     }
@@ -688,8 +699,11 @@ async fn outbox_claims_bound_each_endpoint_over_every_instance(opened: &Opened, 
         .claim_deliveries(lease("b", 200), at(13), 10, 2)
         .await
         .unwrap();
-    assert_eq!(endpoints(&b), [slow.endpoint_id.clone()]);
-    assert!(b[0].event_seq > a[1].event_seq, "the next one of the backlog");
+    assert_eq!(endpoints(&b), std::slice::from_ref(&slow.endpoint_id));
+    assert!(
+        b[0].event_seq > a[1].event_seq,
+        "the next one of the backlog"
+    );
     // a stopped: once its lease has run out, its delivery is taken over, and the endpoint
     // again has two under a live lease (b's and the taken-over one).
     let c = outbox

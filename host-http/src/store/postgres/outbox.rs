@@ -262,8 +262,11 @@ impl OutboxStore for PgStore {
             // statement's snapshot is taken after the lock is held. Without the turns, two
             // instances claiming at once would each see the other's leases missing and could
             // together exceed the per-endpoint bound.
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CLAIM_DELIVERIES_LOCK])
-                .await?;
+            tx.execute(
+                "SELECT pg_advisory_xact_lock($1)",
+                &[&CLAIM_DELIVERIES_LOCK],
+            )
+            .await?;
             // Due rows being changed right now (a removed endpoint's) are skipped, never
             // waited for.
             let rows = tx
