@@ -92,6 +92,19 @@ pub struct ServeArgs {
           default_value_t = crate::DEFAULT_STALE_CLAIM_AFTER.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
     pub stale_claim_after_ms: u64,
+    /// Most webhook attempts this instance runs at once; each has its own timeout, and an
+    /// endpoint that does not answer holds no other endpoint's deliveries.
+    #[arg(long, env = "CHECKOUT_WEBHOOK_CONCURRENCY", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub webhook_concurrency: u32,
+    /// Most webhook attempts to one endpoint at once, over every instance on the database.
+    #[arg(long, env = "CHECKOUT_WEBHOOK_ENDPOINT_CONCURRENCY", default_value_t = 4,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub webhook_endpoint_concurrency: u32,
+    /// Most e-mails this instance sends at once (beside its webhooks, never behind them).
+    #[arg(long, env = "CHECKOUT_SMTP_CONCURRENCY", default_value_t = 8,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub smtp_concurrency: u32,
     /// Address of the metrics listener (GET /metrics, no credentials); default: none.
     #[arg(long, env = "CHECKOUT_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
@@ -347,6 +360,11 @@ pub fn serve(args: ServeArgs) -> ExitCode {
             });
         config.metrics_listen = args.metrics_listen;
         config.outbox_lease = std::time::Duration::from_millis(args.outbox_lease_ms);
+        config.delivery_limits = crate::events::DeliveryLimits {
+            webhooks: args.webhook_concurrency,
+            per_endpoint: args.webhook_endpoint_concurrency,
+            mails: args.smtp_concurrency,
+        };
         config.file_link_ttl = std::time::Duration::from_secs(args.file_link_ttl_secs);
         config.stale_claim_after = std::time::Duration::from_millis(args.stale_claim_after_ms);
         config.body_read_timeout = std::time::Duration::from_secs(args.body_read_timeout_secs);

@@ -78,6 +78,8 @@ pub struct Config {
     /// How long an instance holds a claimed webhook delivery or e-mail; must exceed the webhook
     /// timeout and, with SMTP, the SMTP timeout.
     pub outbox_lease: Duration,
+    /// How many webhook attempts (in all, and to one endpoint) and e-mail sends run at once.
+    pub delivery_limits: events::DeliveryLimits,
     /// How long a shared file's link works after its upload or its last renewal.
     pub file_link_ttl: Duration,
     /// How old a running idempotency claim must be before a request with the same key may take
@@ -118,6 +120,7 @@ impl Config {
             smtp: None,
             metrics_listen: None,
             outbox_lease: events::DEFAULT_LEASE,
+            delivery_limits: events::DeliveryLimits::default(),
             file_link_ttl: DEFAULT_FILE_LINK_TTL,
             stale_claim_after: DEFAULT_STALE_CLAIM_AFTER,
         }
@@ -234,6 +237,12 @@ impl App {
         check_stale_claim_after(&config)?;
         let stale_claim_after = chrono::Duration::from_std(config.stale_claim_after)
             .map_err(|_| AppError::Config("stale-claim time out of range".to_owned()))?;
+        let limits = config.delivery_limits;
+        if limits.webhooks == 0 || limits.per_endpoint == 0 || limits.mails == 0 {
+            return Err(AppError::Config(
+                "webhook and e-mail concurrency must be at least 1".to_owned(),
+            ));
+        }
         let mailer = config
             .smtp
             .as_ref()
@@ -305,6 +314,7 @@ impl App {
             instance: format!("events-{}", uuid::Uuid::now_v7().simple()),
             metrics: Arc::clone(&metrics),
             lease: config.outbox_lease,
+            limits: config.delivery_limits,
         };
         Ok(App {
             listener,

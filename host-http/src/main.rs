@@ -34,7 +34,7 @@ enum Command {
     /// "amount"}` on stdin, one refund preview per line on stdout.
     Preview,
     /// Run the HTTP service.
-    Serve(cli::ServeArgs),
+    Serve(Box<cli::ServeArgs>),
     /// Manage providers and their credentials on a database (SQLite file or PostgreSQL URL).
     #[command(subcommand)]
     Provider(cli::ProviderCommand),
@@ -52,7 +52,7 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Quote => offline::run(engine::lines::write_quote_line),
         Command::Preview => offline::run(engine::lines::write_preview_line),
-        Command::Serve(args) => cli::serve(args),
+        Command::Serve(args) => cli::serve(*args),
         Command::Provider(command) => cli::provider(command),
         Command::Migrate(db) => cli::migrate(db),
         Command::Schemas { out } => match schemas_cmd::run(&out) {

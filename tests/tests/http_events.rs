@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use host_http::events::testing::{Delivery, SmtpSink, WebhookReceiver};
+use host_http::events::testing::{Delivery, HangingEndpoint, SmtpSink, WebhookReceiver};
 use host_http::providers;
 use hyper::Method;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
@@ -145,6 +145,85 @@ async fn webhooks_are_signed_in_order_and_retried_with_the_same_id_after_a_500()
     assert_eq!(receiver.received().len(), 4);
 }
 
+/// One provider's endpoint that accepts connections and never answers holds nobody else's
+/// webhooks or e-mails: after 100 creates of provider A, each a delivery to that endpoint,
+/// provider B's webhook and contract e-mail arrive within 1 s of B's create. (With the whole
+/// batch of deliveries awaited before the next claim, and the e-mails waiting for it, they
+/// arrived after about 60 s, the hanging endpoint's 15 s timeout once per batch of 32.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_endpoint_holds_up_no_other_providers_webhooks_or_emails() {
+    let hanging = HangingEndpoint::start().await;
+    let receiver = WebhookReceiver::start(0).await;
+    let sink = SmtpSink::start(0).await;
+    let smtp = sink.url();
+    let server = TestServer::start_configured(move |config| {
+        config.webhooks.allow_private = true;
+        config.smtp = Some(host_http::events::MailSettings::new(
+            smtp.clone(),
+            "checkout@acme.example",
+        ));
+    })
+    .await;
+    let a = server.provider("a");
+    let b = server.provider("b");
+    endpoint(&server, &a, &hanging.url(), &[]);
+    let secret = endpoint(&server, &b, &receiver.url(), &[]);
+    for _ in 0..100 {
+        create(&server, &a, &trip(&[])).await;
+    }
+    // A's deliveries are under way (and hang) before B's create.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while hanging.connections() == 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(hanging.connections() > 0, "A's endpoint was never reached");
+
+    let started = tokio::time::Instant::now();
+    let id = create(&server, &b, &trip(&["ada@example.com"])).await;
+    let hook = async {
+        let deliveries = receiver.wait_for(1, WAIT).await;
+        (deliveries, started.elapsed())
+    };
+    let mail = async {
+        let mails = sink.wait_for(1, WAIT).await;
+        (mails, started.elapsed())
+    };
+    let ((deliveries, hook_after), (mails, mail_after)) = tokio::join!(hook, mail);
+    assert_eq!(
+        kinds(&deliveries),
+        [("transaction.created".to_owned(), 204)],
+        "B's webhook, {hook_after:?} after its create"
+    );
+    verify(&deliveries[0], &secret);
+    assert_eq!(deliveries[0].json()["data"]["transactionId"], id.as_str());
+    assert_eq!(
+        mails.len(),
+        1,
+        "B's e-mail, {mail_after:?} after its create"
+    );
+    assert_eq!(mails[0].to, ["<ada@example.com>"]);
+    eprintln!(
+        "B's webhook after {hook_after:?}, its e-mail after {mail_after:?}; \
+         A's endpoint has had {} connections",
+        hanging.connections()
+    );
+    assert!(
+        hook_after < Duration::from_secs(1),
+        "B's webhook took {hook_after:?}"
+    );
+    assert!(
+        mail_after < Duration::from_secs(1),
+        "B's e-mail took {mail_after:?}"
+    );
+    // A's endpoint holds at most 4 attempts at a time (--webhook-endpoint-concurrency): all
+    // of them still hang within its 15 s timeout.
+    assert!(
+        hanging.connections() <= 4,
+        "{} attempts to A's endpoint at once",
+        hanging.connections()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endpoint_gets_only_the_types_it_asked_for_and_rotation_signs_twice() {
     let receiver = WebhookReceiver::start(0).await;
@@ -269,6 +348,103 @@ async fn the_contract_email_and_the_receipt_reach_the_smtp_server() {
         mails[2].header("Subject").as_deref(),
         Some("Hamburg weekend")
     );
+}
+
+/// The contract e-mail shows the transaction as it was created, however late it is sent: one
+/// created, paid and wholly cancelled before any e-mail went out still lists its items, their
+/// terms, the total and the payment link (it listed no items under a total when rendered from
+/// the state at sending time). An e-mail queued before e-mails kept that state (none stored)
+/// is still sent, rendered from the transaction as it is then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_contract_email_shows_the_transaction_as_created_however_late_it_is_sent() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let sink = SmtpSink::start(0).await;
+    let url = sink.url();
+    // No SMTP at first: the e-mails wait in the outbox while the transaction changes.
+    let smtp_on = Arc::new(AtomicBool::new(false));
+    let on = Arc::clone(&smtp_on);
+    let server = TestServer::start_configured(move |config| {
+        if on.load(Ordering::SeqCst) {
+            config.smtp = Some(host_http::events::MailSettings::new(
+                url.clone(),
+                "checkout@acme.example",
+            ));
+        }
+    })
+    .await;
+    let acme = server.provider("acme");
+    let id = create(&server, &acme, &trip(&["ada@example.com"])).await;
+    let paid = server
+        .json(
+            Method::POST,
+            &format!("/sandbox/transactions/{id}/pay"),
+            &acme,
+            "{}",
+        )
+        .await;
+    assert_eq!(paid.status, 200);
+    let cancelled = server
+        .json(
+            Method::PATCH,
+            &format!("/cancel/{id}"),
+            &acme,
+            r#"{"itemsOrder":[1,2]}"#,
+        )
+        .await;
+    assert_eq!(cancelled.status, 200);
+    let status = server.get(&format!("/status/{id}"), &acme).await.json();
+    assert_eq!(status["status"], "CANCELLED", "{status}");
+    let earlier = create(&server, &acme, &trip(&["grace@example.com"])).await;
+    server.execute_sql(&format!(
+        "UPDATE email_messages SET snapshot = NULL WHERE transaction_id = '{earlier}'"
+    ));
+
+    smtp_on.store(true, Ordering::SeqCst);
+    let server = server.restart().await;
+    let mails = sink.wait_for(3, WAIT).await;
+    assert_eq!(mails.len(), 3, "two contract e-mails and a receipt");
+    let contract_to = |to: &str| {
+        mails
+            .iter()
+            .find(|m| {
+                m.to == [to]
+                    && m.header("Message-ID")
+                        .unwrap_or_default()
+                        .contains(".contract@")
+            })
+            .map(|m| m.data.replace("=\r\n", "").replace("\r\n", "\n"))
+            .unwrap_or_else(|| panic!("no contract e-mail to {to}"))
+    };
+    let data = contract_to("<ada@example.com>");
+    for expected in [
+        "Flight BER",
+        "EUR 119.00",
+        "Hotel",
+        "EUR 80.00",
+        "Total: EUR 199.00",
+        "Free cancellation",
+        "Pay here",
+    ] {
+        assert!(data.contains(expected), "missing {expected:?} in\n{data}");
+    }
+    let data = contract_to("<grace@example.com>");
+    for expected in ["Flight BER", "Hotel", "Total: EUR 199.00"] {
+        assert!(data.contains(expected), "missing {expected:?} in\n{data}");
+    }
+    // Recorded once the send has returned (just after the sink accepted it).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let status = server
+            .get(&format!("/status/{earlier}"), &acme)
+            .await
+            .json();
+        if status["emails"][0]["status"] == "SENT" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{status}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -142,6 +142,7 @@ conformance!(
     outbox_rotated_secret_signs_for_24_hours_only,
     outbox_stats_count_pending_refunds_and_age_the_oldest_entry,
     outbox_a_change_that_rolls_back_leaves_no_event,
+    outbox_claims_bound_each_endpoint_over_every_instance,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -461,7 +462,7 @@ async fn outbox_events_deliveries_and_mails_in_order(opened: &Opened, db: &Db) {
         until: at(100),
     };
     let claimed = outbox
-        .claim_deliveries(lease("a"), at(10), 100)
+        .claim_deliveries(lease("a"), at(10), 100, 100)
         .await
         .unwrap();
     let heads: Vec<(&str, &str)> = claimed
@@ -485,7 +486,7 @@ async fn outbox_events_deliveries_and_mails_in_order(opened: &Opened, db: &Db) {
     // Leased: another instance gets none of them.
     assert!(
         outbox
-            .claim_deliveries(lease("b"), at(11), 100)
+            .claim_deliveries(lease("b"), at(11), 100, 100)
             .await
             .unwrap()
             .is_empty()
@@ -527,7 +528,7 @@ async fn outbox_events_deliveries_and_mails_in_order(opened: &Opened, db: &Db) {
         .await
         .unwrap();
     let next = outbox
-        .claim_deliveries(lease("b"), at(13), 100)
+        .claim_deliveries(lease("b"), at(13), 100, 100)
         .await
         .unwrap();
     assert_eq!(
@@ -537,7 +538,7 @@ async fn outbox_events_deliveries_and_mails_in_order(opened: &Opened, db: &Db) {
     );
     assert_eq!(next[0].event_id, listed[2].id);
     let retried = outbox
-        .claim_deliveries(lease("c"), at(51), 100)
+        .claim_deliveries(lease("c"), at(51), 100, 100)
         .await
         .unwrap();
     assert!(
@@ -552,7 +553,7 @@ async fn outbox_events_deliveries_and_mails_in_order(opened: &Opened, db: &Db) {
     let stats = outbox.outbox_stats(at(60)).await.unwrap();
     assert!(stats.deliveries_queued >= 5, "{stats:?}");
     let later = outbox
-        .claim_deliveries(lease("d"), at(200), 100)
+        .claim_deliveries(lease("d"), at(200), 100, 100)
         .await
         .unwrap();
     assert!(
@@ -614,6 +615,116 @@ async fn outbox_events_deliveries_and_mails_in_order(opened: &Opened, db: &Db) {
     );
 }
 
+/// No endpoint has more than `per_endpoint` deliveries under a live lease, counted over every
+/// instance (lease owner): an endpoint that does not answer holds that many attempts, and the
+/// due deliveries of other endpoints are claimed past its backlog. A finished attempt or a lease
+/// that ran out frees its place.
+async fn outbox_claims_bound_each_endpoint_over_every_instance(opened: &Opened, db: &Db) {
+    use host_http::store::outbox::Attempt;
+    let acme = provider(db, "acme");
+    let other = provider(db, "other");
+    let slow = providers::set_webhook(
+        db,
+        &acme.provider_id,
+        "https://hooks.example/slow",
+        &[],
+        t0(),
+    )
+    .expect("endpoint");
+    let quick = providers::set_webhook(
+        db,
+        &other.provider_id,
+        "https://hooks.example/quick",
+        &[],
+        t0(),
+    )
+    .expect("endpoint");
+    for _ in 0..6 {
+        create(opened, &acme.provider_id, &["10.00"]).await;
+    }
+    create(opened, &other.provider_id, &["5.00"]).await;
+    let outbox = &opened.outbox;
+    let lease = |owner: &str, until: i64| Lease {
+        owner: owner.to_owned(),
+        until: at(until),
+    };
+    let endpoints = |jobs: &[host_http::store::outbox::DeliveryJob]| {
+        jobs.iter()
+            .map(|job| job.endpoint_id.clone())
+            .collect::<Vec<_>>()
+    };
+    // Instance a, room for 3, at most 2 per endpoint: the slow endpoint's first two, then the
+    // quick one's delivery, written after all six of the slow one's.
+    let a = outbox
+        .claim_deliveries(lease("a", 100), at(10), 3, 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        endpoints(&a),
+        [
+            slow.endpoint_id.clone(),
+            slow.endpoint_id.clone(),
+            quick.endpoint_id.clone()
+        ]
+    );
+    // Instance b: the slow endpoint has its two under a's leases.
+    let b = outbox
+        .claim_deliveries(lease("b", 200), at(11), 10, 2)
+        .await
+        .unwrap();
+    assert!(b.is_empty(), "{:?}", endpoints(&b));
+    // One of a's attempts ends (to be retried later): its place is free, for one more.
+    outbox
+        .finish_delivery(
+            a[0].event_seq,
+            a[0].endpoint_id.clone(),
+            "a".to_owned(),
+            Attempt::Retry {
+                at: at(500),
+                error: "no answer within 15000 ms".to_owned(),
+            },
+            at(12),
+        )
+        .await
+        .unwrap();
+    outbox
+        .finish_delivery(
+            a[2].event_seq,
+            a[2].endpoint_id.clone(),
+            "a".to_owned(),
+            Attempt::Done,
+            at(12),
+        )
+        .await
+        .unwrap();
+    let b = outbox
+        .claim_deliveries(lease("b", 200), at(13), 10, 2)
+        .await
+        .unwrap();
+    assert_eq!(endpoints(&b), std::slice::from_ref(&slow.endpoint_id));
+    assert!(
+        b[0].event_seq > a[1].event_seq,
+        "the next one of the backlog"
+    );
+    // a stopped: once its lease has run out, its delivery is taken over, and the endpoint
+    // again has two under a live lease (b's and the taken-over one).
+    let c = outbox
+        .claim_deliveries(lease("c", 300), at(150), 10, 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        c.iter().map(|job| job.event_seq).collect::<Vec<_>>(),
+        [a[1].event_seq]
+    );
+    assert!(
+        outbox
+            .claim_deliveries(lease("d", 300), at(151), 10, 2)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
 /// After a rotation, the previous secret signs beside the new one for 24 hours (two `v1,`
 /// signatures), and from then on only the new one does.
 async fn outbox_rotated_secret_signs_for_24_hours_only(opened: &Opened, db: &Db) {
@@ -631,7 +742,7 @@ async fn outbox_rotated_secret_signs_for_24_hours_only(opened: &Opened, db: &Db)
     let outbox = &opened.outbox;
     let last_second = overlap_ends - Duration::seconds(1);
     let claimed = outbox
-        .claim_deliveries(lease(last_second), last_second, 10)
+        .claim_deliveries(lease(last_second), last_second, 10, 10)
         .await
         .unwrap();
     assert_eq!(claimed.len(), 1);
@@ -654,7 +765,7 @@ async fn outbox_rotated_secret_signs_for_24_hours_only(opened: &Opened, db: &Db)
         .await
         .unwrap();
     let retried = outbox
-        .claim_deliveries(lease(overlap_ends), overlap_ends, 10)
+        .claim_deliveries(lease(overlap_ends), overlap_ends, 10, 10)
         .await
         .unwrap();
     assert_eq!(retried.len(), 1);
@@ -695,6 +806,7 @@ async fn outbox_stats_count_pending_refunds_and_age_the_oldest_entry(opened: &Op
                 until: at(130),
             },
             at(100),
+            1,
             1,
         )
         .await

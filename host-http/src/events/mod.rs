@@ -19,8 +19,8 @@ use crate::app::cancellations::refund_context;
 use crate::i18n::Lang;
 use crate::metrics::Metrics;
 use crate::store::cancellation::{CancellationStore, Lease};
-use crate::store::outbox::{Attempt, DeliveryJob, MailJob, OutboxStore, mail_kinds};
-use crate::store::{Store, StoreError, TransactionRecord};
+use crate::store::outbox::{Attempt, DeliveryJob, MailJob, MailSnapshot, OutboxStore, mail_kinds};
+use crate::store::{Store, TransactionRecord};
 
 pub use mail::{MailSettings, Mailer};
 pub use webhooks::{WebhookClient, WebhookSettings};
@@ -30,10 +30,34 @@ pub const POLL_EVERY: Duration = Duration::from_millis(200);
 /// How long an instance holds a claimed delivery or e-mail by default (`--outbox-lease-ms`):
 /// longer than any attempt takes, so that no two instances attempt the same delivery at once.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(120);
-/// Most deliveries (or e-mails) one poll claims, and attempts in flight at once.
-pub const BATCH: u32 = 32;
 /// Send attempts of an e-mail before it is marked FAILED.
 pub const MAIL_ATTEMPTS: u32 = 8;
+
+/// How many attempts run at once (`serve --webhook-concurrency`,
+/// `--webhook-endpoint-concurrency`, `--smtp-concurrency`). Each attempt runs on its own under
+/// its own timeout; a claim takes only as many as there are free places, so every claimed
+/// delivery starts at once and ends (or is cut off) within its lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeliveryLimits {
+    /// Webhook attempts in flight at once on this instance.
+    pub webhooks: u32,
+    /// Webhook attempts in flight at once to one endpoint, over every instance on the
+    /// database: an endpoint that does not answer holds no more than this many.
+    pub per_endpoint: u32,
+    /// E-mail sends in flight at once on this instance.
+    pub mails: u32,
+}
+
+impl Default for DeliveryLimits {
+    /// 64 webhook attempts, 4 per endpoint, 8 e-mail sends.
+    fn default() -> Self {
+        DeliveryLimits {
+            webhooks: 64,
+            per_endpoint: 4,
+            mails: 8,
+        }
+    }
+}
 
 /// What the dispatcher needs.
 #[derive(Debug, Clone)]
@@ -57,25 +81,27 @@ pub struct Dispatcher {
     /// How long a claim holds: a delivery left by a stopped instance is attempted again by
     /// another (or the next start) once it has run out.
     pub lease: Duration,
+    /// How many attempts run at once.
+    pub limits: DeliveryLimits,
+}
+
+/// What an attempt leaves of its lease to record its outcome: a tenth of the lease. An
+/// attempt still running then is cut off, so that it ends within its lease and no other
+/// instance takes the delivery over while it is under way.
+fn record_margin(lease: Duration) -> Duration {
+    lease / 10
 }
 
 impl Dispatcher {
-    /// Polls and delivers until aborted.
+    /// Delivers until aborted: webhooks and e-mails each in a loop of their own, so that
+    /// neither waits for the other; aborting this stops both and every attempt in flight
+    /// (whose leases then run out).
     pub async fn run(self) {
         let this = Arc::new(self);
-        let mut tick = tokio::time::interval(POLL_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let webhooks = Arc::clone(&this).deliver_due();
-            let mails = Arc::clone(&this).send_due();
-            let (webhooks, mails) = tokio::join!(webhooks, mails);
-            for (what, result) in [("webhook deliveries", webhooks), ("e-mails", mails)] {
-                if let Err(error) = result {
-                    tracing::warn!(%error, "could not claim {what}");
-                }
-            }
-        }
+        let mut loops = JoinSet::new();
+        loops.spawn(Arc::clone(&this).run_webhooks());
+        loops.spawn(this.run_mails());
+        while loops.join_next().await.is_some() {}
     }
 
     fn lease(&self, now: DateTime<Utc>) -> Lease {
@@ -85,25 +111,101 @@ impl Dispatcher {
         }
     }
 
-    /// Claims due deliveries and attempts each, in parallel.
-    async fn deliver_due(self: Arc<Self>) -> Result<(), StoreError> {
-        let now = Utc::now();
-        let jobs = self
-            .outbox
-            .claim_deliveries(self.lease(now), now, BATCH)
-            .await?;
-        let mut running = JoinSet::new();
-        for job in jobs {
-            let this = Arc::clone(&self);
-            running.spawn(async move { this.deliver(job).await });
-        }
-        while running.join_next().await.is_some() {}
-        Ok(())
+    /// How long an attempt claimed under `lease` may run from now: until its record margin.
+    fn time_left(&self, lease_until: DateTime<Utc>) -> Duration {
+        let end = lease_until
+            - chrono::Duration::from_std(record_margin(self.lease))
+                .unwrap_or(chrono::Duration::zero());
+        (end - Utc::now()).to_std().unwrap_or(Duration::ZERO)
     }
 
-    async fn deliver(&self, job: DeliveryJob) {
+    /// Every [`POLL_EVERY`], claims as many due deliveries as there are free places and starts
+    /// each on its own; never waits for an attempt.
+    async fn run_webhooks(self: Arc<Self>) {
+        let mut running = JoinSet::new();
+        let mut tick = tokio::time::interval(POLL_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            while running.try_join_next().is_some() {}
+            let free = usize::try_from(self.limits.webhooks)
+                .unwrap_or(usize::MAX)
+                .saturating_sub(running.len());
+            if free == 0 {
+                continue;
+            }
+            let now = Utc::now();
+            let lease = self.lease(now);
+            let claimed = self
+                .outbox
+                .claim_deliveries(
+                    lease.clone(),
+                    now,
+                    u32::try_from(free).unwrap_or(u32::MAX),
+                    self.limits.per_endpoint,
+                )
+                .await;
+            match claimed {
+                Ok(jobs) => {
+                    for job in jobs {
+                        let this = Arc::clone(&self);
+                        let until = lease.until;
+                        running.spawn(async move { this.deliver(job, until).await });
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "could not claim webhook deliveries"),
+            }
+        }
+    }
+
+    /// As [`Dispatcher::run_webhooks`], for e-mails (nothing without SMTP).
+    async fn run_mails(self: Arc<Self>) {
+        if self.mailer.is_none() {
+            return;
+        }
+        let mut running = JoinSet::new();
+        let mut tick = tokio::time::interval(POLL_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            while running.try_join_next().is_some() {}
+            let free = usize::try_from(self.limits.mails)
+                .unwrap_or(usize::MAX)
+                .saturating_sub(running.len());
+            if free == 0 {
+                continue;
+            }
+            let now = Utc::now();
+            let lease = self.lease(now);
+            let claimed = self
+                .outbox
+                .claim_mails(lease.clone(), now, u32::try_from(free).unwrap_or(u32::MAX))
+                .await;
+            match claimed {
+                Ok(jobs) => {
+                    for job in jobs {
+                        let this = Arc::clone(&self);
+                        let until = lease.until;
+                        running.spawn(async move { this.send(job, until).await });
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "could not claim e-mails"),
+            }
+        }
+    }
+
+    async fn deliver(&self, job: DeliveryJob, lease_until: DateTime<Utc>) {
         let now = Utc::now();
-        let attempt = match self.webhooks.deliver(&job, now).await {
+        let left = self.time_left(lease_until);
+        let outcome = tokio::time::timeout(left, self.webhooks.deliver(&job, now))
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "no answer within {} ms (the rest of the lease)",
+                    left.as_millis()
+                ))
+            });
+        let attempt = match outcome {
             Ok(status) => {
                 tracing::info!(event_id = %job.event_id, endpoint_id = %job.endpoint_id,
                     status, "webhook delivered");
@@ -145,30 +247,25 @@ impl Dispatcher {
         }
     }
 
-    /// Claims due e-mails and sends each (none without SMTP).
-    async fn send_due(self: Arc<Self>) -> Result<(), StoreError> {
-        if self.mailer.is_none() {
-            return Ok(());
-        }
-        let now = Utc::now();
-        let jobs = self.outbox.claim_mails(self.lease(now), now, BATCH).await?;
-        let mut running = JoinSet::new();
-        for job in jobs {
-            let this = Arc::clone(&self);
-            running.spawn(async move { this.send(job).await });
-        }
-        while running.join_next().await.is_some() {}
-        Ok(())
-    }
-
-    async fn send(&self, job: MailJob) {
+    async fn send(&self, job: MailJob, lease_until: DateTime<Utc>) {
         let Some(mailer) = &self.mailer else {
             return;
         };
-        let outcome = match self.render(&job).await {
-            Ok(mail) => mailer.send(&mail).await,
-            Err(error) => Err(error),
+        let left = self.time_left(lease_until);
+        let attempt = async {
+            match self.render(&job).await {
+                Ok(mail) => mailer.send(&mail).await,
+                Err(error) => Err(error),
+            }
         };
+        let outcome = tokio::time::timeout(left, attempt)
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "SMTP: not sent within {} ms (the rest of the lease)",
+                    left.as_millis()
+                ))
+            });
         let attempt = match outcome {
             Ok(()) => {
                 tracing::info!(mail_id = %job.id, kind = %job.kind,
@@ -211,9 +308,25 @@ impl Dispatcher {
             .ok_or_else(|| format!("transaction {id} is gone"))
     }
 
-    /// Renders an e-mail from the transaction as it is now.
+    /// Renders an e-mail: a contract e-mail from the transaction as it was at its event (the
+    /// snapshot written with it), or, for one queued before snapshots existed, as it is now; a
+    /// receipt from its receipt (the record of its event) and the transaction as it is now.
     async fn render(&self, job: &MailJob) -> Result<mail::RenderedMail, String> {
-        let record = self.record(&job.transaction_id).await?;
+        let snapshot = match &job.snapshot {
+            Some(text) if job.kind == mail_kinds::CONTRACT => {
+                Some(MailSnapshot::parse(text).map_err(|e| e.to_string())?)
+            }
+            _ => None,
+        };
+        let (record, terms_at) = match &snapshot {
+            Some(snapshot) => (
+                snapshot
+                    .record(&job.transaction_id, &job.provider_id)
+                    .map_err(|e| e.to_string())?,
+                snapshot.at().map_err(|e| e.to_string())?,
+            ),
+            None => (self.record(&job.transaction_id).await?, Utc::now()),
+        };
         let provider = self
             .store
             .provider(job.provider_id.clone())
@@ -242,8 +355,7 @@ impl Dispatcher {
             .clone()
             .unwrap_or_else(|| provider.time_zone.clone());
         let context = refund_context(&record, &zone).map_err(|e| e.to_string())?;
-        let terms =
-            engine::terms::payment_terms(&context, Utc::now()).map_err(|e| e.to_string())?;
+        let terms = engine::terms::payment_terms(&context, terms_at).map_err(|e| e.to_string())?;
         let items: Vec<mail::MailItem> = record
             .items
             .iter()

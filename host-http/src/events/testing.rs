@@ -1,6 +1,7 @@
 //! Real receivers for what the service sends out, for tests (feature `test-support`): a webhook
 //! endpoint (an HTTP server that records every delivery, can answer 500 to the first ones or
-//! hold the first one unanswered) and an SMTP server (a small sink speaking enough SMTP for a
+//! hold the first one unanswered), one that accepts connections and never answers, and an
+//! SMTP server (a small sink speaking enough SMTP for a
 //! real client, which can drop the connection in the middle of a message, as a crashing server
 //! would).
 
@@ -163,6 +164,57 @@ impl WebhookReceiver {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+}
+
+/// An endpoint that accepts every connection and never answers (nor reads): each attempt to it
+/// lasts until the sender gives up.
+#[derive(Debug)]
+pub struct HangingEndpoint {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    accepted: Arc<AtomicU32>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for HangingEndpoint {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl HangingEndpoint {
+    /// Starts one on a free loopback port.
+    pub async fn start() -> HangingEndpoint {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let accepted = Arc::new(AtomicU32::new(0));
+        let count = Arc::clone(&accepted);
+        let task = tokio::spawn(async move {
+            // Held open until the endpoint is dropped; what the sender closes stays here.
+            let mut open = Vec::new();
+            loop {
+                if let Ok((stream, _)) = listener.accept().await {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    open.push(stream);
+                }
+            }
+        });
+        HangingEndpoint {
+            addr,
+            accepted,
+            task,
+        }
+    }
+
+    /// The URL to register.
+    pub fn url(&self) -> String {
+        format!("http://{}/hooks", self.addr)
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> u32 {
+        self.accepted.load(Ordering::SeqCst)
     }
 }
 

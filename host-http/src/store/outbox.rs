@@ -7,7 +7,10 @@
 //! same way on both stores.
 
 use chrono::{DateTime, Utc};
-use engine::api::{Amounts, EventCancellation, EventData, EventPayload, TransactionStatus};
+use engine::api::{
+    Amounts, CancellationPolicy, Category, CheckoutEmail, EventCancellation, EventData,
+    EventPayload, ItemStatus, Period, TransactionStatus,
+};
 use futures_util::future::BoxFuture;
 use rust_decimal::Decimal;
 
@@ -106,6 +109,162 @@ pub struct NewEvent {
     pub mail: Option<(&'static str, Option<String>)>,
     /// Recipients of that e-mail.
     pub recipients: Vec<String>,
+    /// What that e-mail shows of the transaction, as it is at this event ([`MailSnapshot`],
+    /// JSON); `None`: rendered from the transaction as it is when sent (receipts, whose
+    /// receipt is itself the record of the event).
+    pub mail_snapshot: Option<String>,
+}
+
+/// What the contract e-mail shows of its transaction, taken when its event is written and
+/// stored with the e-mail (`email_messages.snapshot`), so that the e-mail shows the
+/// transaction as it was then however late it is sent (a transaction paid and cancelled
+/// before its e-mail went out is still shown as created), and a resend under the same
+/// `Message-ID` carries the same content. E-mails queued before snapshots existed have none
+/// and are rendered from the transaction as it is when sent.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MailSnapshot {
+    /// The event's instant: the cancellation terms shown are those of a payment made then.
+    pub at: String,
+    /// Status at the event.
+    pub status: TransactionStatus,
+    /// Title at the event.
+    pub title: String,
+    /// `CHK-…`.
+    pub reference: String,
+    /// Currency.
+    pub currency: String,
+    /// Total of the items (decimal text).
+    pub total: String,
+    /// The e-mail's subject and content (and recipients).
+    pub email: Option<CheckoutEmail>,
+    /// The zone the transaction's terms are shown in.
+    pub time_zone: String,
+    /// When the payment page expires, if there is one.
+    pub payment_link_expires_at: Option<String>,
+    /// The items at the event.
+    pub items: Vec<MailSnapshotItem>,
+}
+
+/// One item of a [`MailSnapshot`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MailSnapshotItem {
+    /// Order number.
+    pub order: u32,
+    /// Name.
+    pub name: Option<String>,
+    /// Category.
+    pub category: Option<Category>,
+    /// Item total (decimal text).
+    pub total: String,
+    /// Effective policy.
+    pub policy: Option<CancellationPolicy>,
+    /// Period.
+    pub period: Option<Period>,
+    /// Status at the event.
+    pub status: ItemStatus,
+}
+
+impl MailSnapshot {
+    /// The snapshot of a transaction being created, as its creation event shows it.
+    pub fn created(transaction: &super::NewTransaction, reference: &str) -> MailSnapshot {
+        MailSnapshot {
+            at: format_instant(transaction.created_at),
+            status: TransactionStatus::Pending,
+            title: transaction.title.clone(),
+            reference: reference.to_owned(),
+            currency: transaction.currency.clone(),
+            total: transaction.total.to_string(),
+            email: transaction.email.clone(),
+            time_zone: transaction.time_zone.clone(),
+            payment_link_expires_at: Some(format_instant(transaction.payment_link.expires_at)),
+            items: transaction
+                .items
+                .iter()
+                .zip(1..)
+                .map(|(item, order)| MailSnapshotItem {
+                    order,
+                    name: item.name.clone(),
+                    category: item.category,
+                    total: item.total.to_string(),
+                    policy: item.policy.clone(),
+                    period: item.period.clone(),
+                    status: ItemStatus::Active,
+                })
+                .collect(),
+        }
+    }
+
+    /// Reads a stored snapshot back.
+    pub fn parse(text: &str) -> Result<MailSnapshot, StoreError> {
+        serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
+            column: "email_messages.snapshot",
+            detail: e.to_string(),
+        })
+    }
+
+    /// The event's instant.
+    pub fn at(&self) -> Result<DateTime<Utc>, StoreError> {
+        instant("email_messages.snapshot", &self.at)
+    }
+
+    /// The transaction as it was at the event, in the shape the e-mail is rendered from; what
+    /// the snapshot does not hold (what no e-mail shows) is empty.
+    pub fn record(
+        &self,
+        id: &str,
+        provider_id: &str,
+    ) -> Result<super::TransactionRecord, StoreError> {
+        let decimal = |text: &str| {
+            text.parse::<Decimal>().map_err(|e| StoreError::Corrupt {
+                column: "email_messages.snapshot",
+                detail: format!("{text:?}: {e}"),
+            })
+        };
+        let items = self
+            .items
+            .iter()
+            .map(|item| {
+                Ok(super::ItemRecord {
+                    order_no: item.order,
+                    name: item.name.clone(),
+                    category: item.category,
+                    total: decimal(&item.total)?,
+                    policy: item.policy.clone(),
+                    period: item.period.clone(),
+                    status: item.status,
+                    refunded: Decimal::ZERO,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(super::TransactionRecord {
+            id: id.to_owned(),
+            provider_id: provider_id.to_owned(),
+            reference: self.reference.clone(),
+            status: self.status,
+            title: self.title.clone(),
+            currency: self.currency.clone(),
+            ref_ids: Default::default(),
+            note: None,
+            attachments: Vec::new(),
+            email: self.email.clone(),
+            payload: String::new(),
+            time_zone: Some(self.time_zone.clone()),
+            total: decimal(&self.total)?,
+            paid_amount: None,
+            refunded_amount: Decimal::ZERO,
+            paid_at: None,
+            payment: None,
+            items,
+            cancellations: Vec::new(),
+            created_at: self.at.clone(),
+            updated_at: self.at.clone(),
+            payment_link_expires_at: self.payment_link_expires_at.clone(),
+            mails: Vec::new(),
+            version: 0,
+        })
+    }
 }
 
 /// The summary of a transaction being created.
@@ -127,11 +286,16 @@ pub fn new_summary(transaction: &super::NewTransaction, reference: &str) -> Tran
     }
 }
 
-/// An instant as the stores write it (`format_instant`), read back.
-pub fn instant(text: &str) -> DateTime<Utc> {
+/// An instant as the stores write it (`format_instant`), read back; text that is no RFC 3339
+/// instant is a corrupt `column`, as every other reader reports it (never "now": an event
+/// stamped with the moment it was read would misstate when its change happened).
+pub fn instant(column: &'static str, text: &str) -> Result<DateTime<Utc>, StoreError> {
     DateTime::parse_from_rfc3339(text)
         .map(|at| at.with_timezone(&Utc))
-        .unwrap_or_else(|_| Utc::now())
+        .map_err(|e| StoreError::Corrupt {
+            column,
+            detail: format!("{text:?}: {e}"),
+        })
 }
 
 fn new_id() -> String {
@@ -180,15 +344,29 @@ fn event(
         at,
         mail: None,
         recipients: Vec::new(),
+        mail_snapshot: None,
     })
 }
 
-/// `transaction.created`, with the contract e-mail when the checkout has recipients.
-pub fn created(summary: &TransactionSummary, at: DateTime<Utc>) -> Result<NewEvent, StoreError> {
-    let mut new = event(types::CREATED, summary, None, None, at)?;
+/// `transaction.created` of a transaction being created with this reference, with the
+/// contract e-mail (and its [`MailSnapshot`]) when the checkout has recipients.
+pub fn created(
+    transaction: &super::NewTransaction,
+    reference: &str,
+) -> Result<NewEvent, StoreError> {
+    let summary = new_summary(transaction, reference);
+    let mut new = event(types::CREATED, &summary, None, None, transaction.created_at)?;
     if !summary.recipients.is_empty() {
         new.mail = Some((mail_kinds::CONTRACT, None));
-        new.recipients = summary.recipients.clone();
+        new.recipients = summary.recipients;
+        let snapshot = MailSnapshot::created(transaction, reference);
+        new.mail_snapshot =
+            Some(
+                serde_json::to_string(&snapshot).map_err(|e| StoreError::Corrupt {
+                    column: "email_messages.snapshot",
+                    detail: e.to_string(),
+                })?,
+            );
     }
     Ok(new)
 }
@@ -302,6 +480,9 @@ pub struct MailJob {
     pub message_id: String,
     /// Attempts made before this one.
     pub attempts: u32,
+    /// The transaction as the e-mail shows it, taken at its event ([`MailSnapshot`] JSON);
+    /// `None` for receipts and e-mails queued before snapshots existed.
+    pub snapshot: Option<String>,
 }
 
 /// What an attempt came to.
@@ -382,12 +563,17 @@ pub trait OutboxStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Takes the lease of up to `limit` due deliveries, oldest event first, skipping any whose
     /// endpoint still waits for an earlier event of the same transaction (order per
-    /// transaction) and any another instance holds.
+    /// transaction) and any another instance holds; and so that no endpoint has more than
+    /// `per_endpoint` deliveries under a lease that has not run out (counted over every
+    /// instance on the database, the ones claimed here included). An endpoint that does not
+    /// answer therefore holds at most `per_endpoint` attempts, and the due deliveries of every
+    /// other endpoint are claimed past its backlog.
     fn claim_deliveries(
         &self,
         lease: Lease,
         now: DateTime<Utc>,
         limit: u32,
+        per_endpoint: u32,
     ) -> BoxFuture<'_, Result<Vec<DeliveryJob>, StoreError>>;
 
     /// Records an attempt of a delivery this owner holds.
@@ -419,4 +605,65 @@ pub trait OutboxStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Backlog figures at `now`.
     fn outbox_stats(&self, now: DateTime<Utc>) -> BoxFuture<'_, Result<OutboxStats, StoreError>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_reads_back_as_the_transaction_it_was_taken_of() {
+        let snapshot = MailSnapshot {
+            at: "2026-11-23T10:00:00.000000Z".to_owned(),
+            status: TransactionStatus::Pending,
+            title: "Trip".to_owned(),
+            reference: "CHK-ABCDEFGH".to_owned(),
+            currency: "EUR".to_owned(),
+            total: "199.00".to_owned(),
+            email: None,
+            time_zone: "Europe/Berlin".to_owned(),
+            payment_link_expires_at: Some("2026-11-30T10:00:00.000000Z".to_owned()),
+            items: vec![MailSnapshotItem {
+                order: 1,
+                name: Some("Flight".to_owned()),
+                category: Some(Category::Flight),
+                total: "119.00".to_owned(),
+                policy: None,
+                period: None,
+                status: ItemStatus::Active,
+            }],
+        };
+        let text = serde_json::to_string(&snapshot).unwrap();
+        let read = MailSnapshot::parse(&text).unwrap();
+        assert_eq!(read, snapshot);
+        let record = read.record("tx", "p").unwrap();
+        assert_eq!(record.total.to_string(), "199.00");
+        assert_eq!(record.items[0].total.to_string(), "119.00");
+        assert_eq!(record.items[0].status, ItemStatus::Active);
+        assert_eq!(record.time_zone.as_deref(), Some("Europe/Berlin"));
+        assert_eq!(format_instant(read.at().unwrap()), snapshot.at);
+        assert!(matches!(
+            MailSnapshot::parse("{}"),
+            Err(StoreError::Corrupt {
+                column: "email_messages.snapshot",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn an_unreadable_instant_is_a_corrupt_column_not_now() {
+        let at = instant("cancellations.completed_at", "2026-11-23T10:00:00.000000Z")
+            .expect("a stored instant");
+        assert_eq!(format_instant(at), "2026-11-23T10:00:00.000000Z");
+        for text in ["yesterday", "", "2026-11-23 10:00"] {
+            match instant("cancellations.completed_at", text) {
+                Err(StoreError::Corrupt { column, detail }) => {
+                    assert_eq!(column, "cancellations.completed_at");
+                    assert!(detail.contains(&format!("{text:?}")), "{detail}");
+                }
+                other => panic!("{text:?} read as {other:?}"),
+            }
+        }
+    }
 }

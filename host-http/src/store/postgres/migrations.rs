@@ -380,6 +380,20 @@ CREATE TRIGGER transactions_version AFTER INSERT OR UPDATE OR DELETE ON transact
     },
     Migration {
         version: 9,
+        description: "outbox: deliveries under a lease, by lease end",
+        // As SQLite's migration 12: a claim counts each endpoint's deliveries under a live
+        // lease; only attempts in flight (or left by a stopped instance) have one.
+        sql: "CREATE INDEX webhook_deliveries_leased ON webhook_deliveries(lease_until) \
+              WHERE lease_until IS NOT NULL;",
+    },
+    Migration {
+        version: 10,
+        description: "e-mails keep what they show of their transaction as it was at their event",
+        // As SQLite's migration 13; NULL for e-mails queued before (rendered when sent).
+        sql: "ALTER TABLE email_messages ADD COLUMN snapshot jsonb;",
+    },
+    Migration {
+        version: 11,
         description: "payment attempts: one in flight per transaction, counted before sent",
         // Every writer locks the transaction's row first, so the partial unique index is a
         // second line: two attempts in flight on one transaction cannot both be stored.

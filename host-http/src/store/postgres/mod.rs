@@ -704,7 +704,7 @@ impl PgStore {
                 "WITH c AS ( \
                    SELECT 1 FROM idempotency_keys WHERE provider_id = $2 AND key = $24 \
                    AND state = 'running' \
-                   AND ($34::timestamptz IS NULL OR created_at = $34) FOR UPDATE), \
+                   AND ($35::timestamptz IS NULL OR created_at = $35) FOR UPDATE), \
                  t AS ( \
                    INSERT INTO transactions (id, provider_id, reference, status, title, \
                    currency, ref_ids, note, attachments, email, payload, total, \
@@ -741,10 +741,10 @@ impl PgStore {
                  m AS ( \
                    INSERT INTO email_messages (id, event_seq, provider_id, transaction_id, \
                    kind, receipt_number, recipients, message_id, status, attempts, \
-                   next_attempt_at, created_at, updated_at) \
+                   next_attempt_at, created_at, updated_at, snapshot) \
                    SELECT $29::text, e.seq, $2, $1, $30::text, $31::text, $32::text::jsonb, \
                    $33::text, 'QUEUED', 0, \
-                   $28, $28, $28 FROM e WHERE $30::text IS NOT NULL) \
+                   $28, $28, $28, $34::text::jsonb FROM e WHERE $30::text IS NOT NULL) \
                  SELECT (SELECT count(*) FROM t), \
                  $24::text IS NULL OR EXISTS (SELECT 1 FROM c)",
             )
@@ -780,8 +780,7 @@ impl PgStore {
             // 25 random bits per second (R-3.2): a collision is rare, and the unique index
             // settles it.
             let reference = super::new_reference(transaction.created_at);
-            let summary = events::new_summary(transaction, &reference);
-            let event = events::created(&summary, transaction.created_at)?;
+            let event = events::created(transaction, &reference)?;
             let (mail_kind, receipt_number) = match &event.mail {
                 Some((kind, receipt_number)) => (Some(*kind), receipt_number.as_deref()),
                 None => (None, None),
@@ -831,6 +830,7 @@ impl PgStore {
                         &receipt_number,
                         &recipients,
                         &message_id,
+                        &event.mail_snapshot,
                         &claimed_at,
                     ],
                 )

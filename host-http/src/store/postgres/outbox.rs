@@ -22,6 +22,9 @@ use crate::store::outbox::{
 /// events are held back behind them, and how often it looks again.
 const EVENTS_SETTLE_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 const EVENTS_SETTLE_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+/// Key of the transaction-level advisory lock under which deliveries are claimed (one claim at
+/// a time over every instance; see `claim_deliveries`). Beside the migration lock's key.
+const CLAIM_DELIVERIES_LOCK: i64 = 0x0C4E_C0D7_5EC0_0002;
 
 fn corrupt(column: &'static str, detail: impl Into<String>) -> StoreError {
     StoreError::Corrupt {
@@ -110,8 +113,9 @@ pub(crate) async fn write_event(
             .prepare_cached(
                 "INSERT INTO email_messages (id, event_seq, provider_id, transaction_id, kind, \
                  receipt_number, recipients, message_id, status, attempts, next_attempt_at, \
-                 created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7::text::jsonb, $8, 'QUEUED', 0, $9, $9, $9)",
+                 created_at, updated_at, snapshot) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7::text::jsonb, $8, 'QUEUED', 0, $9, $9, $9, \
+                 $10::text::jsonb)",
             )
             .await?;
         client
@@ -127,6 +131,7 @@ pub(crate) async fn write_event(
                     &recipients,
                     &message_id(&event.id, kind),
                     &event.at,
+                    &event.mail_snapshot,
                 ],
             )
             .await?;
@@ -247,21 +252,44 @@ impl OutboxStore for PgStore {
         lease: Lease,
         now: DateTime<Utc>,
         limit: u32,
+        per_endpoint: u32,
     ) -> BoxFuture<'_, Result<Vec<DeliveryJob>, StoreError>> {
         Box::pin(async move {
             let mut client = self.client().await?;
             let tx = client.transaction().await?;
-            // Due rows another instance is claiming right now are skipped, never waited for.
+            // Claims take turns over every instance (a claim is one short statement), so that
+            // each counts the leases the previous one took: in READ COMMITTED the claiming
+            // statement's snapshot is taken after the lock is held. Without the turns, two
+            // instances claiming at once would each see the other's leases missing and could
+            // together exceed the per-endpoint bound.
+            tx.execute(
+                "SELECT pg_advisory_xact_lock($1)",
+                &[&CLAIM_DELIVERIES_LOCK],
+            )
+            .await?;
+            // Due rows being changed right now (a removed endpoint's) are skipped, never
+            // waited for.
             let rows = tx
                 .query(
-                    "WITH due AS ( \
-                       SELECT d.event_seq, d.endpoint_id FROM webhook_deliveries d \
+                    "WITH busy AS ( \
+                       SELECT endpoint_id, count(*) AS n FROM webhook_deliveries \
+                       WHERE lease_until >= $1 AND status = 'QUEUED' GROUP BY endpoint_id), \
+                     ranked AS ( \
+                       SELECT d.event_seq, d.endpoint_id, row_number() OVER ( \
+                         PARTITION BY d.endpoint_id ORDER BY d.event_seq) AS rank \
+                       FROM webhook_deliveries d \
                        WHERE d.status = 'QUEUED' AND d.next_attempt_at <= $1 \
                        AND (d.lease_until IS NULL OR d.lease_until < $1) \
                        AND NOT EXISTS (SELECT 1 FROM webhook_deliveries p \
                            WHERE p.endpoint_id = d.endpoint_id \
                            AND p.transaction_id = d.transaction_id \
-                           AND p.status = 'QUEUED' AND p.event_seq < d.event_seq) \
+                           AND p.status = 'QUEUED' AND p.event_seq < d.event_seq)), \
+                     due AS ( \
+                       SELECT d.event_seq, d.endpoint_id FROM webhook_deliveries d \
+                       JOIN ranked r ON r.event_seq = d.event_seq \
+                         AND r.endpoint_id = d.endpoint_id \
+                       LEFT JOIN busy b ON b.endpoint_id = d.endpoint_id \
+                       WHERE r.rank + COALESCE(b.n, 0) <= $5 \
                        ORDER BY d.event_seq LIMIT $2 FOR UPDATE OF d SKIP LOCKED) \
                      UPDATE webhook_deliveries d SET lease_owner = $3, lease_until = $4 \
                      FROM due, events e, webhook_endpoints w \
@@ -270,7 +298,13 @@ impl OutboxStore for PgStore {
                      RETURNING d.event_seq, e.id, d.endpoint_id, w.url, w.secret, \
                      w.previous_secret, w.previous_until, e.payload, d.attempts, \
                      d.first_attempt_at",
-                    &[&now, &i64::from(limit), &lease.owner, &lease.until],
+                    &[
+                        &now,
+                        &i64::from(limit),
+                        &lease.owner,
+                        &lease.until,
+                        &i64::from(per_endpoint),
+                    ],
                 )
                 .await?;
             tx.commit().await?;
@@ -356,7 +390,8 @@ impl OutboxStore for PgStore {
                      UPDATE email_messages m SET lease_owner = $3, lease_until = $4 \
                      FROM due, events e WHERE m.id = due.id AND e.seq = m.event_seq \
                      RETURNING m.id, e.id, m.kind, m.transaction_id, m.provider_id, \
-                     m.receipt_number, m.recipients::text, m.message_id, m.attempts, m.event_seq",
+                     m.receipt_number, m.recipients::text, m.message_id, m.attempts, m.event_seq, \
+                     m.snapshot::text",
                     &[&now, &i64::from(limit), &lease.owner, &lease.until],
                 )
                 .await?;
@@ -376,6 +411,7 @@ impl OutboxStore for PgStore {
                             recipients: recipients(row.try_get(6)?)?,
                             message_id: row.try_get(7)?,
                             attempts: u32::try_from(row.try_get::<_, i32>(8)?).unwrap_or(0),
+                            snapshot: row.try_get(10)?,
                         },
                     ))
                 })

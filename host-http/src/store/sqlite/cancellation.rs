@@ -409,7 +409,7 @@ fn settled_events(conn: &Connection, view: &CancellationView, now: &str) -> Resu
         .prepare_cached("SELECT unknown_since IS NOT NULL FROM cancellations WHERE id = ?1")?
         .query_row([&view.refund_id], |r| r.get(0))?;
     let summary = super::outbox::summary(conn, &view.transaction_id)?;
-    let at = events::instant(now);
+    let at = events::instant("cancellations.completed_at", now)?;
     let kind = if view.outcome == outcome::SUCCESS {
         events::types::CANCELLATION_SUCCEEDED
     } else {
@@ -442,7 +442,7 @@ fn refund_unknown(conn: &Connection, refund_id: &str, now: &str) -> Result<(), S
                 events::types::REFUND_PENDING,
                 &summary,
                 &view,
-                events::instant(now),
+                events::instant("cancellations.unknown_since", now)?,
             )?,
         )?;
     }

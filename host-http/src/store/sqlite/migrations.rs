@@ -190,6 +190,23 @@ CREATE TABLE service_keys (
     },
     Migration {
         version: 12,
+        description: "outbox: deliveries under a lease, by lease end",
+        // A claim counts each endpoint's deliveries under a live lease (at most
+        // `--webhook-endpoint-concurrency` at a time); only attempts in flight, or left by an
+        // instance that stopped, have a lease, so the index holds few rows however long the
+        // backlog is.
+        sql: "CREATE INDEX webhook_deliveries_leased ON webhook_deliveries(lease_until) \
+              WHERE lease_until IS NOT NULL;",
+    },
+    Migration {
+        version: 13,
+        description: "e-mails keep what they show of their transaction as it was at their event",
+        // JSON of `store::outbox::MailSnapshot`. E-mails queued before have NULL and are
+        // rendered from the transaction as it is when sent, as they were.
+        sql: "ALTER TABLE email_messages ADD COLUMN snapshot TEXT;",
+    },
+    Migration {
+        version: 14,
         description: "payment attempts: one in flight per transaction, counted before sent",
         sql: r#"
 CREATE TABLE payment_attempts (

@@ -1034,8 +1034,7 @@ fn insert_transaction(
     if let Some(response) = response {
         finish_idempotency(conn, response)?;
     }
-    let summary = events::new_summary(transaction, &reference);
-    outbox::write_event(conn, &events::created(&summary, transaction.created_at)?)?;
+    outbox::write_event(conn, &events::created(transaction, &reference)?)?;
     Ok(reference)
 }
 
@@ -1153,7 +1152,11 @@ fn update(
     let summary = outbox::summary(conn, id)?;
     outbox::write_event(
         conn,
-        &events::changed(events::types::UPDATED, &summary, events::instant(now))?,
+        &events::changed(
+            events::types::UPDATED,
+            &summary,
+            events::instant("transactions.updated_at", now)?,
+        )?,
     )?;
     Ok(Owned::Done(()))
 }
@@ -1213,7 +1216,11 @@ fn pay(
     let summary = outbox::summary(conn, id)?;
     outbox::write_event(
         conn,
-        &events::changed(events::types::PAID, &summary, events::instant(now))?,
+        &events::changed(
+            events::types::PAID,
+            &summary,
+            events::instant("transactions.updated_at", now)?,
+        )?,
     )?;
     Ok(Owned::Done(PayOutcome::Paid(paid)))
 }

@@ -98,8 +98,8 @@ pub(crate) fn write_event(conn: &Connection, event: &NewEvent) -> Result<(), Sto
         conn.prepare_cached(
             "INSERT INTO email_messages (id, event_seq, provider_id, transaction_id, kind, \
              receipt_number, recipients, message_id, status, attempts, next_attempt_at, \
-             created_at, updated_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'QUEUED', 0, ?9, ?9, ?9)",
+             created_at, updated_at, snapshot) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'QUEUED', 0, ?9, ?9, ?9, ?10)",
         )?
         .execute(params![
             format!("mail_{}", uuid::Uuid::now_v7().simple()),
@@ -110,7 +110,8 @@ pub(crate) fn write_event(conn: &Connection, event: &NewEvent) -> Result<(), Sto
             receipt_number,
             to_json(&event.recipients)?,
             message_id(&event.id, kind),
-            at
+            at,
+            event.mail_snapshot
         ])?;
     }
     Ok(())
@@ -230,26 +231,40 @@ impl OutboxStore for SqliteStore {
         lease: Lease,
         now: DateTime<Utc>,
         limit: u32,
+        per_endpoint: u32,
     ) -> BoxFuture<'_, Result<Vec<DeliveryJob>, StoreError>> {
         let now = format_instant(now);
         Box::pin(self.writer.execute(move |conn| {
+            // The writer thread runs one claim at a time, so the leases counted here are every
+            // instance's (another process on the file writes under SQLite's own lock).
             let rows = conn
                 .prepare_cached(
-                    "SELECT d.event_seq, e.id, d.endpoint_id, w.url, w.secret, \
+                    "WITH busy AS ( \
+                       SELECT endpoint_id, count(*) AS n FROM webhook_deliveries \
+                       WHERE lease_until >= ?1 AND status = 'QUEUED' GROUP BY endpoint_id), \
+                     due AS ( \
+                       SELECT d.event_seq, d.endpoint_id, row_number() OVER ( \
+                         PARTITION BY d.endpoint_id ORDER BY d.event_seq) AS rank \
+                       FROM webhook_deliveries d \
+                       WHERE d.status = 'QUEUED' AND d.next_attempt_at <= ?1 \
+                       AND (d.lease_until IS NULL OR d.lease_until < ?1) \
+                       AND NOT EXISTS (SELECT 1 FROM webhook_deliveries p \
+                           WHERE p.endpoint_id = d.endpoint_id \
+                           AND p.transaction_id = d.transaction_id \
+                           AND p.status = 'QUEUED' AND p.event_seq < d.event_seq)) \
+                     SELECT d.event_seq, e.id, d.endpoint_id, w.url, w.secret, \
                      w.previous_secret, w.previous_until, e.payload, d.attempts, \
                      d.first_attempt_at \
-                     FROM webhook_deliveries d \
+                     FROM due \
+                     JOIN webhook_deliveries d \
+                       ON d.event_seq = due.event_seq AND d.endpoint_id = due.endpoint_id \
                      JOIN events e ON e.seq = d.event_seq \
                      JOIN webhook_endpoints w ON w.id = d.endpoint_id \
-                     WHERE d.status = 'QUEUED' AND d.next_attempt_at <= ?1 \
-                     AND (d.lease_until IS NULL OR d.lease_until < ?1) \
-                     AND NOT EXISTS (SELECT 1 FROM webhook_deliveries p \
-                         WHERE p.endpoint_id = d.endpoint_id \
-                         AND p.transaction_id = d.transaction_id \
-                         AND p.status = 'QUEUED' AND p.event_seq < d.event_seq) \
+                     LEFT JOIN busy b ON b.endpoint_id = d.endpoint_id \
+                     WHERE due.rank + COALESCE(b.n, 0) <= ?3 \
                      ORDER BY d.event_seq LIMIT ?2",
                 )?
-                .query_map(params![now, limit], |r| {
+                .query_map(params![now, limit, per_endpoint], |r| {
                     Ok((
                         r.get::<_, i64>(0)?,
                         r.get::<_, String>(1)?,
@@ -349,7 +364,7 @@ impl OutboxStore for SqliteStore {
             let rows = conn
                 .prepare_cached(
                     "SELECT m.id, e.id, m.kind, m.transaction_id, m.provider_id, \
-                     m.receipt_number, m.recipients, m.message_id, m.attempts \
+                     m.receipt_number, m.recipients, m.message_id, m.attempts, m.snapshot \
                      FROM email_messages m JOIN events e ON e.seq = m.event_seq \
                      WHERE m.status = 'QUEUED' AND m.next_attempt_at <= ?1 \
                      AND (m.lease_until IS NULL OR m.lease_until < ?1) \
@@ -366,6 +381,7 @@ impl OutboxStore for SqliteStore {
                         r.get::<_, String>(6)?,
                         r.get::<_, String>(7)?,
                         r.get::<_, u32>(8)?,
+                        r.get::<_, Option<String>>(9)?,
                     ))
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
@@ -384,6 +400,7 @@ impl OutboxStore for SqliteStore {
                 recipients,
                 message_id,
                 attempts,
+                snapshot,
             ) in rows
             {
                 take.execute(params![id, lease.owner, until])?;
@@ -397,6 +414,7 @@ impl OutboxStore for SqliteStore {
                     recipients: from_json("email_messages.recipients", &recipients)?,
                     message_id,
                     attempts,
+                    snapshot,
                 });
             }
             Ok(jobs)
