@@ -18,7 +18,7 @@ use rust_decimal::Decimal;
 
 use super::cancellations::{contract_zone, refund_context};
 use super::{Error, Resource, Services};
-use crate::payments::{CardData, Charge, ChargeOutcome, luhn_valid, token_hash};
+use crate::payments::{CardData, Charge, ChargeOutcome, PageToken, luhn_valid, token_hash};
 use crate::store::{Owned, PayOutcome, PaymentDetails, TransactionRecord};
 
 /// Failed attempts (declines and invalid card data) allowed per transaction in
@@ -221,7 +221,7 @@ pub enum PayAttempt {
 impl Services {
     /// The page of a token at `now`, or [`Error::NotFound`] for a token that names nothing.
     pub async fn payment_page(&self, token: &str, now: DateTime<Utc>) -> Result<PageView, Error> {
-        let record = self.page_transaction(token).await?;
+        let record = self.page_transaction(token, now).await?;
         self.page_view(record, now).await
     }
 
@@ -234,7 +234,7 @@ impl Services {
         form: CardForm,
         now: DateTime<Utc>,
     ) -> Result<PayAttempt, Error> {
-        let record = self.page_transaction(token).await?;
+        let record = self.page_transaction(token, now).await?;
         let id = record.id.clone();
         if !self
             .pages
@@ -305,7 +305,7 @@ impl Services {
             Owned::Done(PayOutcome::Paid(_)) => Ok(PayAttempt::Paid),
             // Another submission paid first (R-3.3 allows one payment): show its confirmation.
             Owned::Done(PayOutcome::NotPayable(_)) => {
-                let record = self.page_transaction(token).await?;
+                let record = self.page_transaction(token, now).await?;
                 match page_state(&record, now)? {
                     PageState::Paid => Ok(PayAttempt::Paid),
                     other => Ok(PayAttempt::NotOpen(other)),
@@ -320,19 +320,21 @@ impl Services {
         self.sandbox && self.pages.processor.takes_card_data()
     }
 
-    async fn page_transaction(&self, token: &str) -> Result<TransactionRecord, Error> {
-        // Tokens are 43 base64url characters; anything else cannot name a page.
-        if token.len() != 43
-            || !token
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    async fn page_transaction(
+        &self,
+        token: &str,
+        now: DateTime<Utc>,
+    ) -> Result<TransactionRecord, Error> {
+        // The MAC is checked before any store is asked: a forged token costs no lookup.
+        let id = match self
+            .pages
+            .key
+            .read_page_token(token, now.timestamp_millis())
         {
-            return Err(Error::NotFound(Resource::PaymentPage));
-        }
-        let id = match self.pages.key.page_transaction(token) {
-            Some(id) => id.hyphenated().to_string(),
+            PageToken::Names(id) => id.hyphenated().to_string(),
+            PageToken::Nothing => return Err(Error::NotFound(Resource::PaymentPage)),
             // A link sent before tokens carried their transaction's id: found by its hash.
-            None => self
+            PageToken::MaybeFirstForm => self
                 .store
                 .payment_link(token_hash(token))
                 .await?
