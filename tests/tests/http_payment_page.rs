@@ -2,6 +2,10 @@
 //! page shows, its security headers, and every outcome of the card form. What a real browser
 //! makes of the page is tested in `http_payment_browser.rs`.
 
+use std::net::TcpListener;
+use std::time::Duration;
+
+use host_http::events::testing::SmtpSink;
 use hyper::Method;
 use serde_json::Value;
 use tests::http::{Creds, PUBLIC_URL, Reply, TestServer, sqlite_only};
@@ -702,4 +706,155 @@ async fn outside_sandbox_mode_the_page_takes_no_card_data() {
     let refused = submit(&server, &path, &form("4242424242424242", "")).await;
     assert_eq!(refused.status, 403);
     assert_eq!(status(&server, &acme, &id).await["status"], "PENDING");
+}
+
+/// Every `href`, `src` and `action` value of a page.
+fn links(page: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for name in ["href", "src", "action"] {
+        let marker = format!(" {name}=\"");
+        let mut rest = page;
+        while let Some(at) = rest.find(&marker) {
+            rest = &rest[at + marker.len()..];
+            found.push(rest.split('"').next().unwrap_or_default().to_owned());
+        }
+    }
+    found
+}
+
+/// A free loopback port, for a server whose public URL names its own address.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// `submit` with more headers.
+async fn submit_with(
+    server: &TestServer,
+    path: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> Reply {
+    let mut all = vec![("content-type", "application/x-www-form-urlencoded")];
+    all.extend_from_slice(headers);
+    server
+        .send(Method::POST, path, None, &all, Some(body))
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_public_url_with_a_path_every_rendered_link_carries_it() {
+    // The service behind a reverse proxy that serves it under /base and strips /base from each
+    // request: the test plays the proxy, and sends the paths without the prefix.
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}/base");
+    let sink = SmtpSink::start(0).await;
+    let (public, smtp) = (base.clone(), sink.url());
+    let server = TestServer::start_configured(move |config| {
+        config.listen = format!("127.0.0.1:{port}").parse().expect("address");
+        config.public_url = Some(public.clone());
+        config.smtp = Some(host_http::events::MailSettings::new(
+            smtp.clone(),
+            "Acme Checkout <checkout@acme.example>",
+        ));
+    })
+    .await;
+    let acme = server.provider("acme");
+    let mut body: Value = serde_json::from_str(BERLIN_TRIP).unwrap();
+    body["email"] = serde_json::json!({"recipients": ["ada@example.com"]});
+    let created = server
+        .json(Method::POST, "/initialize", &acme, &body.to_string())
+        .await;
+    assert_eq!(created.status, 201, "{}", text(&created));
+    let created = created.json();
+    let id = created["transactionId"].as_str().unwrap().to_owned();
+    let url = created["paymentUrl"].as_str().unwrap().to_owned();
+    assert!(url.starts_with(&format!("{base}/pay/")), "{url}");
+    assert_eq!(
+        status(&server, &acme, &id).await["paymentUrl"],
+        url.as_str()
+    );
+    let path = url.strip_prefix(&base).unwrap().to_owned();
+    let token = path.strip_prefix("/pay/").unwrap().to_owned();
+
+    // The e-mail carries the link as the API answered it.
+    let mails = sink.wait_for(1, Duration::from_secs(15)).await;
+    let data = mails[0].data.replace("=\r\n", "").replace("\r\n", "\n");
+    assert!(data.contains(&format!("Pay here: {url}")), "{data}");
+
+    // The page: every link of the service under /base (fragments and the provider's own
+    // absolute links aside).
+    let check = |page: &str| {
+        let found = links(page);
+        assert!(!found.is_empty());
+        for link in &found {
+            assert!(
+                link.starts_with("/base/")
+                    || link.starts_with('#')
+                    || link.starts_with("https://example.com/"),
+                "{link} in\n{page}"
+            );
+        }
+        found
+    };
+    let reply = open(&server, &path, &[]).await;
+    assert_eq!(reply.status, 200, "{}", text(&reply));
+    let page = text(&reply);
+    let found = check(&page);
+    for expected in [
+        "/base/assets/checkout.css".to_owned(),
+        format!("/base/pay/{token}?lang=en"),
+        format!("/base/pay/{token}?lang=de"),
+    ] {
+        assert!(found.contains(&expected), "{expected} in {found:?}");
+    }
+    // The service serves its own paths; the prefix is the proxy's.
+    assert_eq!(open(&server, "/assets/checkout.css", &[]).await.status, 200);
+    assert_eq!(
+        open(&server, "/base/assets/checkout.css", &[]).await.status,
+        404
+    );
+
+    // Refused fields: the page again, its links under /base.
+    let refused = submit(
+        &server,
+        &path,
+        &form("4242 4242 4242 4241", &form_token(&page)),
+    )
+    .await;
+    assert_eq!(refused.status, 422);
+    check(&text(&refused));
+
+    // A payment from the page's own origin: redirected to the page under /base.
+    let own_origin = format!("http://127.0.0.1:{port}");
+    let paid = submit_with(
+        &server,
+        &path,
+        &form("4242 4242 4242 4242", &form_token(&page)),
+        &[
+            ("origin", own_origin.as_str()),
+            ("sec-fetch-site", "same-origin"),
+        ],
+    )
+    .await;
+    assert_eq!(paid.status, 303, "{}", text(&paid));
+    assert_eq!(
+        paid.header("location"),
+        Some(format!("/base/pay/{token}?lang=en").as_str())
+    );
+    let confirmation = open(&server, &path, &[]).await;
+    assert!(text(&confirmation).contains("Payment received"));
+    check(&text(&confirmation));
+    // The not-found page keeps its stylesheet under /base and a relative language link.
+    let missing = text(&open(&server, "/pay/short", &[]).await);
+    assert!(
+        links(&missing).contains(&"/base/assets/checkout.css".to_owned()),
+        "{missing}"
+    );
+    assert!(
+        links(&missing).contains(&"?lang=de".to_owned()),
+        "{missing}"
+    );
 }

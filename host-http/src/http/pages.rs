@@ -5,6 +5,9 @@
 //! Like every handler, these only translate: [`crate::app::payments`] decides what a page shows
 //! and what a payment does; this module chooses the language, writes the words and sets the
 //! headers that keep the page safe (CSP, no referrer, no caching, no framing).
+//!
+//! Every link it renders is a path under the public base (`--public-url`'s path, which a
+//! reverse proxy strips before the request reaches this server).
 
 use askama::Template;
 use bytes::Bytes;
@@ -36,6 +39,7 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 'self'; img
 #[template(path = "payment_page.html")]
 struct PageTemplate {
     lang: &'static str,
+    stylesheet_href: String,
     t: &'static Texts,
     html_title: String,
     provider: String,
@@ -226,7 +230,7 @@ pub async fn page(
                 render(services, lang, token, &view, submitted),
             )
         }
-        Err(error) => failure_page(lang, &error),
+        Err(error) => failure_page(services, lang, &error),
     })
 }
 
@@ -243,6 +247,7 @@ pub async fn submit(
         Ok(form) => form,
         Err(status) => {
             return Ok(message_page(
+                services,
                 status,
                 lang,
                 texts.failure_heading,
@@ -258,10 +263,10 @@ pub async fn submit(
     };
     let attempt = match services.pay_by_card(token, form, now).await {
         Ok(attempt) => attempt,
-        Err(error) => return Ok(failure_page(lang, &error)),
+        Err(error) => return Ok(failure_page(services, lang, &error)),
     };
     let (status, submitted) = match attempt {
-        PayAttempt::Paid => return Ok(see_other(token, lang)),
+        PayAttempt::Paid => return Ok(see_other(services, token, lang)),
         PayAttempt::NotOpen(_) => (None, Submitted::default()),
         PayAttempt::Forged => (
             Some(StatusCode::FORBIDDEN),
@@ -317,7 +322,7 @@ pub async fn submit(
                 render(services, lang, token, &view, submitted),
             )
         }
-        Err(error) => failure_page(lang, &error),
+        Err(error) => failure_page(services, lang, &error),
     })
 }
 
@@ -457,12 +462,9 @@ fn render(
     let shows_booking = matches!(view.state, PageState::Open | PageState::Paid);
     let open = view.state == PageState::Open;
     let accepts = open && view.accepts_cards;
+    let page_path = services.pages.page_path(token);
     let form = (accepts && !submitted.hide_form).then(|| FormView {
-        action: format!(
-            "{}{token}?lang={}",
-            crate::app::PAYMENT_PAGE_PREFIX,
-            lang.tag()
-        ),
+        action: format!("{page_path}?lang={}", lang.tag()),
         token: view.form_token.clone(),
         card: fields(lang, &CARD_FIELDS, &submitted),
         customer: fields(lang, &CUSTOMER_FIELDS, &submitted),
@@ -470,11 +472,12 @@ fn render(
     });
     let page = PageTemplate {
         lang: lang.tag(),
+        stylesheet_href: services.pages.asset_path("checkout.css"),
         t,
         html_title: format!("{heading} – {}", view.provider_name),
         provider: view.provider_name.clone(),
         sandbox: services.sandbox,
-        other_lang_href: format!("?lang={}", other.tag()),
+        other_lang_href: format!("{page_path}?lang={}", other.tag()),
         other_lang_tag: other.tag(),
         other_lang_name: t.other_language,
         heading,
@@ -621,8 +624,15 @@ fn item_view(lang: Lang, currency: &str, item: &PageItem) -> ItemView {
     }
 }
 
-/// A page that only says something: unknown link, failure, refused request.
-fn message_page(status: StatusCode, lang: Lang, heading: &str, text: &str) -> HttpResponse {
+/// A page that only says something: unknown link, failure, refused request. Its language link
+/// is relative (`?lang=…`), so it stays under whatever path the browser asked for.
+fn message_page(
+    services: &Services,
+    status: StatusCode,
+    lang: Lang,
+    heading: &str,
+    text: &str,
+) -> HttpResponse {
     let t = lang.texts();
     let other = match lang {
         Lang::En => Lang::De,
@@ -630,6 +640,7 @@ fn message_page(status: StatusCode, lang: Lang, heading: &str, text: &str) -> Ht
     };
     let page = PageTemplate {
         lang: lang.tag(),
+        stylesheet_href: services.pages.asset_path("checkout.css"),
         t,
         html_title: heading.to_owned(),
         provider: String::new(),
@@ -655,16 +666,18 @@ fn message_page(status: StatusCode, lang: Lang, heading: &str, text: &str) -> Ht
 
 /// The page of an application error: an unknown token is a 404 in words; anything else is
 /// logged with its cause and shown as a generic failure, never a trace.
-fn failure_page(lang: Lang, error: &Error) -> HttpResponse {
+fn failure_page(services: &Services, lang: Lang, error: &Error) -> HttpResponse {
     let t = lang.texts();
     match error {
         Error::NotFound(Resource::PaymentPage) => message_page(
+            services,
             StatusCode::NOT_FOUND,
             lang,
             t.not_found_heading,
             t.not_found_text,
         ),
         Error::Store(store) if store.is_unavailable() => message_page(
+            services,
             StatusCode::SERVICE_UNAVAILABLE,
             lang,
             t.failure_heading,
@@ -673,6 +686,7 @@ fn failure_page(lang: Lang, error: &Error) -> HttpResponse {
         other => {
             tracing::error!(error = %other, "payment page failed");
             message_page(
+                services,
                 StatusCode::INTERNAL_SERVER_ERROR,
                 lang,
                 t.failure_heading,
@@ -682,12 +696,13 @@ fn failure_page(lang: Lang, error: &Error) -> HttpResponse {
     }
 }
 
-/// After a payment: see the page again by GET, so that a reload never submits twice.
-fn see_other(token: &str, lang: Lang) -> HttpResponse {
+/// After a payment: see the page again by GET, so that a reload never submits twice. The
+/// location is a path under the public base, so that the browser stays on the origin it used.
+fn see_other(services: &Services, token: &str, lang: Lang) -> HttpResponse {
     let mut response = html(StatusCode::SEE_OTHER, lang, String::new());
     if let Ok(location) = HeaderValue::from_str(&format!(
-        "{}{token}?lang={}",
-        crate::app::PAYMENT_PAGE_PREFIX,
+        "{}?lang={}",
+        services.pages.page_path(token),
         lang.tag()
     )) {
         response.headers_mut().insert(header::LOCATION, location);
