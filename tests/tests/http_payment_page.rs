@@ -199,6 +199,8 @@ async fn the_page_shows_items_totals_terms_and_documents_without_credentials() {
     for (header, value) in [
         ("content-type", "text/html; charset=utf-8"),
         ("referrer-policy", "no-referrer"),
+        // The public base is https: browsers are told to use nothing else (a year).
+        ("strict-transport-security", "max-age=31536000"),
         ("cache-control", "no-store"),
         ("x-frame-options", "DENY"),
         ("content-language", "en"),
@@ -816,6 +818,8 @@ async fn under_a_public_url_with_a_path_every_rendered_link_carries_it() {
         open(&server, "/base/assets/checkout.css", &[]).await.status,
         404
     );
+    // A plain-http base asks for no HTTPS.
+    assert_eq!(reply.header("strict-transport-security"), None);
 
     // Refused fields: the page again, its links under /base.
     let refused = submit(
@@ -857,4 +861,29 @@ async fn under_a_public_url_with_a_path_every_rendered_link_carries_it() {
         links(&missing).contains(&"?lang=de".to_owned()),
         "{missing}"
     );
+}
+
+#[tokio::test]
+async fn an_https_public_url_makes_every_page_ask_for_https_only() {
+    // PUBLIC_URL is https; the requests are plain loopback HTTP: the header is what the page
+    // says, for the browser that reached it through the public URL.
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let (_, path) = trip(&server, &acme).await;
+    let page = open(&server, &path, &[]).await;
+    let refused = submit(&server, &path, &form("4242424242424242", "1.forged")).await;
+    assert_eq!(refused.status, 403);
+    for reply in [
+        &page,
+        &refused,
+        &open(&server, "/pay/short", &[]).await,
+        &open(&server, "/assets/checkout.css", &[]).await,
+    ] {
+        assert_eq!(
+            reply.header("strict-transport-security"),
+            Some("max-age=31536000"),
+            "{:?}",
+            reply.headers
+        );
+    }
 }

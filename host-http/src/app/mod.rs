@@ -111,6 +111,14 @@ impl PaymentPages {
         format!("{}/assets/{name}", self.base_path())
     }
 
+    /// Whether the public base is `https://`: then the pages ask browsers to use HTTPS only
+    /// (`Strict-Transport-Security`).
+    pub fn is_https(&self) -> bool {
+        self.public_url
+            .get(..8)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"))
+    }
+
     /// The absolute URL of the payment page of the transaction `transaction_id`.
     pub fn url_of(&self, transaction_id: uuid::Uuid) -> String {
         format!(

@@ -4,7 +4,8 @@
 //!
 //! Like every handler, these only translate: [`crate::app::payments`] decides what a page shows
 //! and what a payment does; this module chooses the language, writes the words and sets the
-//! headers that keep the page safe (CSP, no referrer, no caching, no framing).
+//! headers that keep the page safe (CSP, no referrer, no caching, no framing, HTTPS only under
+//! an `https://` public base).
 //!
 //! Every link it renders is a path under the public base (`--public-url`'s path, which a
 //! reverse proxy strips before the request reaches this server).
@@ -225,6 +226,7 @@ pub async fn page(
                 ..Submitted::default()
             };
             html(
+                services,
                 status,
                 lang,
                 render(services, lang, token, &view, submitted),
@@ -317,6 +319,7 @@ pub async fn submit(
                 ..submitted
             };
             html(
+                services,
                 status,
                 lang,
                 render(services, lang, token, &view, submitted),
@@ -327,7 +330,7 @@ pub async fn submit(
 }
 
 /// `GET /assets/checkout.css`.
-pub fn stylesheet() -> HttpResponse {
+pub fn stylesheet(services: &Services) -> HttpResponse {
     let mut response = Response::new(Full::new(Bytes::from_static(STYLESHEET.as_bytes())));
     let headers = response.headers_mut();
     headers.insert(
@@ -342,6 +345,7 @@ pub fn stylesheet() -> HttpResponse {
         "x-content-type-options",
         HeaderValue::from_static("nosniff"),
     );
+    transport_security(services, headers);
     response
 }
 
@@ -661,7 +665,7 @@ fn message_page(
         link_expires: None,
         form: None,
     };
-    html(status, lang, page.render().unwrap_or_default())
+    html(services, status, lang, page.render().unwrap_or_default())
 }
 
 /// The page of an application error: an unknown token is a 404 in words; anything else is
@@ -699,7 +703,7 @@ fn failure_page(services: &Services, lang: Lang, error: &Error) -> HttpResponse 
 /// After a payment: see the page again by GET, so that a reload never submits twice. The
 /// location is a path under the public base, so that the browser stays on the origin it used.
 fn see_other(services: &Services, token: &str, lang: Lang) -> HttpResponse {
-    let mut response = html(StatusCode::SEE_OTHER, lang, String::new());
+    let mut response = html(services, StatusCode::SEE_OTHER, lang, String::new());
     if let Ok(location) = HeaderValue::from_str(&format!(
         "{}?lang={}",
         services.pages.page_path(token),
@@ -710,7 +714,7 @@ fn see_other(services: &Services, token: &str, lang: Lang) -> HttpResponse {
     response
 }
 
-fn html(status: StatusCode, lang: Lang, body: String) -> HttpResponse {
+fn html(services: &Services, status: StatusCode, lang: Lang, body: String) -> HttpResponse {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
     let headers = response.headers_mut();
@@ -736,5 +740,20 @@ fn html(status: StatusCode, lang: Lang, body: String) -> HttpResponse {
         HeaderValue::from_static("nosniff"),
     );
     headers.insert("x-frame-options", HeaderValue::from_static("DENY"));
+    transport_security(services, headers);
     response
+}
+
+/// What an `https://` public base asks of browsers: HTTPS only to this host for a year. Not
+/// `includeSubDomains` or `preload`: the service does not own the domains around its host.
+/// Browsers heed it over HTTPS only, so a plain-HTTP base sends none.
+const STRICT_TRANSPORT_SECURITY: &str = "max-age=31536000";
+
+fn transport_security(services: &Services, headers: &mut hyper::HeaderMap) {
+    if services.pages.is_https() {
+        headers.insert(
+            header::STRICT_TRANSPORT_SECURITY,
+            HeaderValue::from_static(STRICT_TRANSPORT_SECURITY),
+        );
+    }
 }
