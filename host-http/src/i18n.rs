@@ -370,6 +370,8 @@ pub struct Texts {
     pub declined_hint: &'static str,
     /// The form was stale or forged.
     pub form_expired: &'static str,
+    /// The form was posted from another site (its `Origin` or `Sec-Fetch-Site`).
+    pub form_elsewhere: &'static str,
     /// Too many failed attempts.
     pub too_many_attempts: &'static str,
     /// Cards are not taken on this server.
@@ -500,6 +502,7 @@ static EN: Texts = Texts {
     error_prefix: "Error:",
     declined_hint: "Your card was declined. No money was taken. Try again or use another card.",
     form_expired: "This form has expired. Check your details and submit it again.",
+    form_elsewhere: "This form was not sent from this payment page, so nothing was charged. Fill it in here to pay.",
     too_many_attempts: "Too many failed payment attempts. For your security, try again in an hour.",
     cards_not_accepted: "Card payments are not taken on this page. Contact the provider to pay.",
     link_expires: "This payment link works until {at}.",
@@ -613,6 +616,7 @@ static DE: Texts = Texts {
     error_prefix: "Fehler:",
     declined_hint: "Ihre Karte wurde abgelehnt. Es wurde nichts abgebucht. Versuchen Sie es erneut oder nutzen Sie eine andere Karte.",
     form_expired: "Dieses Formular ist abgelaufen. Prüfen Sie Ihre Angaben und senden Sie es erneut.",
+    form_elsewhere: "Dieses Formular wurde nicht von dieser Zahlungsseite gesendet, daher wurde nichts abgebucht. Füllen Sie es hier aus, um zu bezahlen.",
     too_many_attempts: "Zu viele fehlgeschlagene Zahlungsversuche. Zu Ihrer Sicherheit versuchen Sie es in einer Stunde erneut.",
     cards_not_accepted: "Auf dieser Seite werden keine Kartenzahlungen angenommen. Wenden Sie sich zum Bezahlen an den Anbieter.",
     link_expires: "Dieser Zahlungslink gilt bis {at}.",

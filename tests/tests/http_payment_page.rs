@@ -198,7 +198,8 @@ async fn the_page_shows_items_totals_terms_and_documents_without_credentials() {
     assert!(!page.contains("<script"), "{page}");
     for (header, value) in [
         ("content-type", "text/html; charset=utf-8"),
-        ("referrer-policy", "no-referrer"),
+        // The page's URL never leaves its origin; its own form still sends its true `Origin`.
+        ("referrer-policy", "same-origin"),
         // The public base is https: browsers are told to use nothing else (a year).
         ("strict-transport-security", "max-age=31536000"),
         ("cache-control", "no-store"),
@@ -886,4 +887,104 @@ async fn an_https_public_url_makes_every_page_ask_for_https_only() {
             reply.headers
         );
     }
+}
+
+#[tokio::test]
+async fn a_form_posted_from_another_origin_is_refused_and_nothing_is_charged() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let (id, path) = trip(&server, &acme).await;
+    let own = PUBLIC_URL;
+    for headers in [
+        vec![("origin", "https://evil.example")],
+        vec![("origin", "null")],
+        // Another scheme or port is another origin.
+        vec![("origin", "http://pay.checkout.test")],
+        vec![("origin", "https://pay.checkout.test:8443")],
+        vec![("sec-fetch-site", "cross-site")],
+        vec![("sec-fetch-site", "same-site")],
+        vec![("origin", own), ("sec-fetch-site", "cross-site")],
+    ] {
+        let token = form_token(&text(&open(&server, &path, &[]).await));
+        let reply = submit_with(&server, &path, &form("4242424242424242", &token), &headers).await;
+        assert_eq!(reply.status, 403, "{headers:?}");
+        let page = text(&reply);
+        assert!(
+            page.contains("This form was not sent from this payment page"),
+            "{page}"
+        );
+        // The page again with a fresh form, and nothing the other site sent shown back.
+        assert!(page.contains("name=\"form_token\""), "{page}");
+        assert!(!page.contains("Analytical Engines"), "{page}");
+        assert_eq!(
+            status(&server, &acme, &id).await["status"],
+            "PENDING",
+            "{headers:?}"
+        );
+    }
+    // German as the page's language says it too.
+    let token = form_token(&text(&open(&server, &path, &[]).await));
+    let german = submit_with(
+        &server,
+        &format!("{path}?lang=de"),
+        &form("4242424242424242", &token),
+        &[("origin", "https://evil.example")],
+    )
+    .await;
+    assert_eq!(german.status, 403);
+    assert!(text(&german).contains("nicht von dieser Zahlungsseite"));
+
+    // The page's own origin (as browsers send it), and a client that sends neither header.
+    let token = form_token(&text(&open(&server, &path, &[]).await));
+    let paid = submit_with(
+        &server,
+        &path,
+        &form("4242424242424242", &token),
+        &[("origin", own), ("sec-fetch-site", "same-origin")],
+    )
+    .await;
+    assert_eq!(paid.status, 303, "{}", text(&paid));
+    let (other, other_path) = trip(&server, &acme).await;
+    let token = form_token(&text(&open(&server, &other_path, &[]).await));
+    let plain = submit(&server, &other_path, &form("4242424242424242", &token)).await;
+    assert_eq!(plain.status, 303, "{}", text(&plain));
+    assert_eq!(status(&server, &acme, &other).await["status"], "PAID");
+}
+
+#[tokio::test]
+async fn without_a_public_url_the_servers_own_origin_is_the_pages() {
+    let server = TestServer::start_configured(|config| config.public_url = None).await;
+    let acme = server.provider("acme");
+    let origin = format!("http://{}", server.addr);
+    let created = server
+        .json(Method::POST, "/initialize", &acme, BERLIN_TRIP)
+        .await
+        .json();
+    let url = created["paymentUrl"].as_str().unwrap();
+    let path = url
+        .strip_prefix(&origin)
+        .unwrap_or_else(|| panic!("{url}"))
+        .to_owned();
+    let token = form_token(&text(&open(&server, &path, &[]).await));
+    let refused = submit_with(
+        &server,
+        &path,
+        &form("4242424242424242", &token),
+        &[("origin", PUBLIC_URL)],
+    )
+    .await;
+    assert_eq!(refused.status, 403);
+    // Nor does a page under a plain-http base ask for HTTPS.
+    assert_eq!(refused.header("strict-transport-security"), None);
+    let paid = submit_with(
+        &server,
+        &path,
+        &form("4242424242424242", &token),
+        &[
+            ("origin", origin.as_str()),
+            ("sec-fetch-site", "same-origin"),
+        ],
+    )
+    .await;
+    assert_eq!(paid.status, 303, "{}", text(&paid));
 }

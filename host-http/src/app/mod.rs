@@ -111,6 +111,17 @@ impl PaymentPages {
         format!("{}/assets/{name}", self.base_path())
     }
 
+    /// The origin (`https://pay.example.com`, no path, default port left out) a browser sends
+    /// in `Origin` when the page's own form is posted: the public base's. `None` only for a base
+    /// that is not a URL, which `--public-url` never lets through.
+    pub fn origin(&self) -> Option<String> {
+        url::Url::parse(&self.public_url)
+            .ok()
+            .map(|url| url.origin())
+            .filter(url::Origin::is_tuple)
+            .map(|origin| origin.ascii_serialization())
+    }
+
     /// Whether the public base is `https://`: then the pages ask browsers to use HTTPS only
     /// (`Strict-Transport-Security`).
     pub fn is_https(&self) -> bool {

@@ -4,8 +4,8 @@
 //!
 //! Like every handler, these only translate: [`crate::app::payments`] decides what a page shows
 //! and what a payment does; this module chooses the language, writes the words and sets the
-//! headers that keep the page safe (CSP, no referrer, no caching, no framing, HTTPS only under
-//! an `https://` public base).
+//! headers that keep the page safe (CSP, no referrer beyond its origin, no caching, no framing,
+//! HTTPS only under an `https://` public base), and refuses a form posted from another origin.
 //!
 //! Every link it renders is a path under the public base (`--public-url`'s path, which a
 //! reverse proxy strips before the request reaches this server).
@@ -245,6 +245,22 @@ pub async fn submit(
 ) -> Result<HttpResponse, ApiError> {
     let lang = language(&request);
     let texts = lang.texts();
+    if !posted_from_own_page(services, request.headers()) {
+        // Behind the form token, a second line: nothing is read, checked or charged, and what
+        // the other site sent is not shown back.
+        return Ok(render_now(
+            services,
+            lang,
+            token,
+            now,
+            Some(StatusCode::FORBIDDEN),
+            Submitted {
+                notice: Some(texts.form_elsewhere.to_owned()),
+                ..Submitted::default()
+            },
+        )
+        .await);
+    }
     let form = match read_form(request).await {
         Ok(form) => form,
         Err(status) => {
@@ -308,8 +324,20 @@ pub async fn submit(
             },
         ),
     };
-    // The page as it is now, with a fresh anti-forgery token, and the outcome on it.
-    Ok(match services.payment_page(token, now).await {
+    Ok(render_now(services, lang, token, now, status, submitted).await)
+}
+
+/// The page as it is now, with a fresh anti-forgery token, and the outcome of a submission on
+/// it: `status` while the page is open, else the page's own.
+async fn render_now(
+    services: &Services,
+    lang: Lang,
+    token: &str,
+    now: DateTime<Utc>,
+    status: Option<StatusCode>,
+    submitted: Submitted,
+) -> HttpResponse {
+    match services.payment_page(token, now).await {
         Ok(view) => {
             let status = status
                 .filter(|_| view.state == PageState::Open)
@@ -326,7 +354,25 @@ pub async fn submit(
             )
         }
         Err(error) => failure_page(services, lang, &error),
-    })
+    }
+}
+
+/// Whether a posted form can only have come from the page itself, as far as the browser says:
+/// no `Sec-Fetch-Site` of another origin (`cross-site`, `same-site`), and no `Origin` but the
+/// public base's (a browser sends its page's origin with every POST; `null` from a sandboxed
+/// frame or an opaque page is another origin). A request that carries neither (an old browser,
+/// curl) is left to the form token.
+fn posted_from_own_page(services: &Services, headers: &hyper::HeaderMap) -> bool {
+    let fetch_site = headers.get_all("sec-fetch-site").iter().all(|site| {
+        !site.as_bytes().eq_ignore_ascii_case(b"cross-site")
+            && !site.as_bytes().eq_ignore_ascii_case(b"same-site")
+    });
+    let own = services.pages.origin();
+    let origin = headers.get_all(header::ORIGIN).iter().all(|origin| {
+        own.as_deref()
+            .is_some_and(|own| origin.as_bytes().eq_ignore_ascii_case(own.as_bytes()))
+    });
+    fetch_site && origin
 }
 
 /// `GET /assets/checkout.css`.
@@ -730,9 +776,12 @@ fn html(services: &Services, status: StatusCode, lang: Lang, body: String) -> Ht
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(CONTENT_SECURITY_POLICY),
     );
+    // `same-origin`, not `no-referrer`: the page's URL (its capability) still never leaves its
+    // origin, and the browser sends the page's true `Origin` with the form (under `no-referrer`
+    // it sends `Origin: null`, which the form could not tell from another site's).
     headers.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(
