@@ -637,6 +637,38 @@ static DE: Texts = Texts {
     footer: "Zahlungen werden sicher verarbeitet. Ihre Kartennummer wird nie gespeichert.",
 };
 
+/// Whether `c` is an explicit bidirectional formatting character (Unicode Bidirectional
+/// Algorithm, UAX #9): the embeddings and overrides U+202A–U+202E and the isolates
+/// U+2066–U+2069. Each can reorder text beyond the word it stands in.
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// A provider's or customer's text with its explicit bidirectional formatting characters
+/// removed, so that it cannot reorder what stands around it (a name that reverses the amount
+/// after it). The marks U+200E, U+200F and U+061C stay: each acts as one invisible letter of
+/// its direction and opens no scope, and inside an isolate ([`isolate`], `<bdi>`), where every
+/// provider text is shown, that letter reaches no further than the text — as a Hebrew or
+/// Arabic letter of the name itself would.
+pub fn without_bidi_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().any(is_bidi_control) {
+        text.chars()
+            .filter(|c| !is_bidi_control(*c))
+            .collect::<String>()
+            .into()
+    } else {
+        text.into()
+    }
+}
+
+/// A provider's text for plain text (e-mails, a page's `<title>`), where no `<bdi>` exists:
+/// its explicit bidirectional formatting characters removed, and the rest between U+2068 FIRST
+/// STRONG ISOLATE and U+2069 POP DIRECTIONAL ISOLATE, so that its direction (a Hebrew or
+/// Arabic name) applies to it alone and never to the amount or text around it.
+pub fn isolate(text: &str) -> String {
+    format!("\u{2068}{}\u{2069}", without_bidi_controls(text))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

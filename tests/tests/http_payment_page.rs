@@ -157,7 +157,8 @@ async fn the_page_shows_items_totals_terms_and_documents_without_credentials() {
     let page = text(&reply);
     for expected in [
         "<html lang=\"en\">",
-        "Checkout from</span> <span class=\"provider-name\">acme</span>",
+        // Every provider text isolated (bidi).
+        "Checkout from</span> <span class=\"provider-name\"><bdi>acme</bdi></span>",
         "Berlin trip",
         "Flight BER",
         "Flight",
@@ -987,4 +988,52 @@ async fn without_a_public_url_the_servers_own_origin_is_the_pages() {
     )
     .await;
     assert_eq!(paid.status, 303, "{}", text(&paid));
+}
+
+#[tokio::test]
+async fn provider_texts_on_the_page_are_isolated_and_lose_their_bidi_controls() {
+    let server = TestServer::start().await;
+    // U+202E RIGHT-TO-LEFT OVERRIDE in the provider's name, the title, an item's name and
+    // description, with every other explicit control beside them.
+    let acme = server.provider("Acme \u{202E}levarT\u{202C}");
+    let body = serde_json::json!({
+        "title": "Trip \u{202E}fdp.exe\u{2069} 100 EUR",
+        "currency": "EUR",
+        "items": [{
+            "name": "\u{202A}\u{202B}\u{202D}Flight\u{2066}\u{2067}\u{2068}",
+            "description": "Seat \u{202E}A1\u{200F}",
+            "price": 100
+        }]
+    });
+    let created = server
+        .json(Method::POST, "/initialize", &acme, &body.to_string())
+        .await;
+    assert_eq!(created.status, 201, "{}", text(&created));
+    let url = created.json()["paymentUrl"].as_str().unwrap().to_owned();
+    let path = url.strip_prefix(PUBLIC_URL).unwrap().to_owned();
+    let page = text(&open(&server, &path, &[]).await);
+    let controls: Vec<(usize, char)> = page
+        .char_indices()
+        .filter(|(_, c)| host_http::i18n::is_bidi_control(*c))
+        .collect();
+    // Only the isolates of <title>, which knows no <bdi>: two texts, each FSI … PDI.
+    let title = "<title>\u{2068}Trip fdp.exe 100 EUR\u{2069} – \u{2068}Acme levarT\u{2069}</title>";
+    assert!(page.contains(title), "{page}");
+    assert_eq!(controls.len(), 4, "{controls:?}");
+    let title_at = page.find(title).unwrap();
+    assert!(
+        controls
+            .iter()
+            .all(|(at, _)| (title_at..title_at + title.len()).contains(at)),
+        "{controls:?}"
+    );
+    for isolated in [
+        "<span class=\"provider-name\"><bdi>Acme levarT</bdi></span>",
+        "<h1><bdi>Trip fdp.exe 100 EUR</bdi></h1>",
+        "<h3 class=\"item-name\"><bdi>Flight</bdi></h3>",
+        // The marks stay, inside the isolate.
+        "<p class=\"item-description\"><bdi>Seat A1\u{200F}</bdi></p>",
+    ] {
+        assert!(page.contains(isolated), "missing {isolated:?} in\n{page}");
+    }
 }

@@ -8,7 +8,8 @@
 //! HTTPS only under an `https://` public base), and refuses a form posted from another origin.
 //!
 //! Every link it renders is a path under the public base (`--public-url`'s path, which a
-//! reverse proxy strips before the request reaches this server).
+//! reverse proxy strips before the request reaches this server), and every text of a provider
+//! is isolated from its surroundings (`<bdi>`, explicit bidi controls removed).
 
 use askama::Template;
 use bytes::Bytes;
@@ -24,7 +25,7 @@ use super::request::query_param;
 use super::response::HttpResponse;
 use crate::app::payments::{CardForm, Field, PageItem, PageState, PageView, PayAttempt};
 use crate::app::{Error, Resource, Services};
-use crate::i18n::{Lang, Texts};
+use crate::i18n::{Lang, Texts, isolate, without_bidi_controls};
 
 /// Largest payment form accepted: eight short fields and a token.
 pub const MAX_FORM_BYTES: usize = 16 * 1024;
@@ -480,7 +481,11 @@ fn render(
     };
     let money = |amount| lang.money(amount, &view.currency);
     let (heading, lead, confirmation) = match view.state {
-        PageState::Open => (view.title.clone(), None, Vec::new()),
+        PageState::Open => (
+            without_bidi_controls(&view.title).into_owned(),
+            None,
+            Vec::new(),
+        ),
         PageState::Paid => {
             let mut entries = vec![
                 (t.reference.to_owned(), view.reference.clone()),
@@ -520,12 +525,18 @@ fn render(
         customer: fields(lang, &CUSTOMER_FIELDS, &submitted),
         button: t.pay_button.replace("{amount}", &money(view.amount_due)),
     });
+    // The title is the provider's text on an open page: isolated in `<title>`, which knows no
+    // `<bdi>`; the page's own headings need no isolate.
+    let html_title = match view.state {
+        PageState::Open => isolate(&heading),
+        _ => heading.clone(),
+    };
     let page = PageTemplate {
         lang: lang.tag(),
         stylesheet_href: services.pages.asset_path("checkout.css"),
         t,
-        html_title: format!("{heading} – {}", view.provider_name),
-        provider: view.provider_name.clone(),
+        html_title: format!("{html_title} – {}", isolate(&view.provider_name)),
+        provider: without_bidi_controls(&view.provider_name).into_owned(),
         sandbox: services.sandbox,
         other_lang_href: format!("{page_path}?lang={}", other.tag()),
         other_lang_tag: other.tag(),
@@ -659,15 +670,18 @@ fn item_view(lang: Lang, currency: &str, item: &PageItem) -> ItemView {
     let terms = lang.terms(&item.terms, item.zone, currency);
     ItemView {
         order: item.order,
-        name: item
-            .name
-            .clone()
-            .unwrap_or_else(|| format!("#{}", item.order)),
+        name: item.name.as_deref().map_or_else(
+            || format!("#{}", item.order),
+            |name| without_bidi_controls(name).into_owned(),
+        ),
         meta: item
             .category
             .map(|c| lang.category(c).to_owned())
             .unwrap_or_default(),
-        description: item.description.clone(),
+        description: item
+            .description
+            .as_deref()
+            .map(|description| without_bidi_controls(description).into_owned()),
         lines,
         total: money(item.total),
         terms,
