@@ -370,6 +370,8 @@ pub struct Texts {
     pub declined_hint: &'static str,
     /// The form was stale or forged.
     pub form_expired: &'static str,
+    /// The form was posted from another site (its `Origin` or `Sec-Fetch-Site`).
+    pub form_elsewhere: &'static str,
     /// Too many failed attempts.
     pub too_many_attempts: &'static str,
     /// Another payment of the same page is being processed (another tab, a double click).
@@ -502,6 +504,7 @@ static EN: Texts = Texts {
     error_prefix: "Error:",
     declined_hint: "Your card was declined. No money was taken. Try again or use another card.",
     form_expired: "This form has expired. Check your details and submit it again.",
+    form_elsewhere: "This form was not sent from this payment page, so nothing was charged. Fill it in here to pay.",
     too_many_attempts: "Too many failed payment attempts. For your security, try again in an hour.",
     attempt_in_progress: "A payment for this checkout is already being processed. Wait a moment, then reload this page.",
     cards_not_accepted: "Card payments are not taken on this page. Contact the provider to pay.",
@@ -616,6 +619,7 @@ static DE: Texts = Texts {
     error_prefix: "Fehler:",
     declined_hint: "Ihre Karte wurde abgelehnt. Es wurde nichts abgebucht. Versuchen Sie es erneut oder nutzen Sie eine andere Karte.",
     form_expired: "Dieses Formular ist abgelaufen. Prüfen Sie Ihre Angaben und senden Sie es erneut.",
+    form_elsewhere: "Dieses Formular wurde nicht von dieser Zahlungsseite gesendet, daher wurde nichts abgebucht. Füllen Sie es hier aus, um zu bezahlen.",
     too_many_attempts: "Zu viele fehlgeschlagene Zahlungsversuche. Zu Ihrer Sicherheit versuchen Sie es in einer Stunde erneut.",
     attempt_in_progress: "Eine Zahlung für diesen Checkout wird bereits verarbeitet. Warten Sie einen Moment und laden Sie die Seite dann neu.",
     cards_not_accepted: "Auf dieser Seite werden keine Kartenzahlungen angenommen. Wenden Sie sich zum Bezahlen an den Anbieter.",
@@ -636,6 +640,38 @@ static DE: Texts = Texts {
     other_language: "English",
     footer: "Zahlungen werden sicher verarbeitet. Ihre Kartennummer wird nie gespeichert.",
 };
+
+/// Whether `c` is an explicit bidirectional formatting character (Unicode Bidirectional
+/// Algorithm, UAX #9): the embeddings and overrides U+202A–U+202E and the isolates
+/// U+2066–U+2069. Each can reorder text beyond the word it stands in.
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// A provider's or customer's text with its explicit bidirectional formatting characters
+/// removed, so that it cannot reorder what stands around it (a name that reverses the amount
+/// after it). The marks U+200E, U+200F and U+061C stay: each acts as one invisible letter of
+/// its direction and opens no scope, and inside an isolate ([`isolate`], `<bdi>`), where every
+/// provider text is shown, that letter reaches no further than the text — as a Hebrew or
+/// Arabic letter of the name itself would.
+pub fn without_bidi_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().any(is_bidi_control) {
+        text.chars()
+            .filter(|c| !is_bidi_control(*c))
+            .collect::<String>()
+            .into()
+    } else {
+        text.into()
+    }
+}
+
+/// A provider's text for plain text (e-mails, a page's `<title>`), where no `<bdi>` exists:
+/// its explicit bidirectional formatting characters removed, and the rest between U+2068 FIRST
+/// STRONG ISOLATE and U+2069 POP DIRECTIONAL ISOLATE, so that its direction (a Hebrew or
+/// Arabic name) applies to it alone and never to the amount or text around it.
+pub fn isolate(text: &str) -> String {
+    format!("\u{2068}{}\u{2069}", without_bidi_controls(text))
+}
 
 #[cfg(test)]
 mod tests {

@@ -16,7 +16,7 @@ use std::time::Duration;
 use fantoccini::{Client, ClientBuilder, Locator};
 use hyper::Method;
 use serde_json::{Value, json};
-use tests::http::{Creds, PUBLIC_URL, TestServer};
+use tests::http::{Creds, TestServer};
 use tokio::process::{Child, Command};
 use tokio::sync::Mutex;
 
@@ -305,6 +305,12 @@ impl Browser {
     }
 }
 
+/// A sandbox server whose public URL is its own address (no `--public-url`): the browser opens
+/// the page where the link points, and its form's `Origin` is the page's, as behind a proxy.
+async fn start_server() -> TestServer {
+    TestServer::start_configured(|config| config.public_url = None).await
+}
+
 /// Creates the trip; returns (transaction id, path of its payment page).
 async fn trip(server: &TestServer, creds: &Creds) -> (String, String) {
     let reply = server.json(Method::POST, "/initialize", creds, TRIP).await;
@@ -313,7 +319,9 @@ async fn trip(server: &TestServer, creds: &Creds) -> (String, String) {
     let url = body["paymentUrl"].as_str().expect("paymentUrl");
     (
         body["transactionId"].as_str().unwrap().to_owned(),
-        url.strip_prefix(PUBLIC_URL).expect("public URL").to_owned(),
+        url.strip_prefix(&format!("http://{}", server.addr))
+            .expect("public URL")
+            .to_owned(),
     )
 }
 
@@ -336,7 +344,7 @@ async fn a_customer_checks_the_booking_pays_and_sees_the_confirmation() {
     let Some(browser) = Browser::start("a_customer_pays", "en-GB,en").await else {
         return;
     };
-    let server = TestServer::start().await;
+    let server = start_server().await;
     let acme = server.provider("Acme Travel");
     let (id, path) = trip(&server, &acme).await;
     browser.open(&server, &path).await;
@@ -437,7 +445,7 @@ async fn a_declined_card_then_a_good_one() {
     let Some(browser) = Browser::start("a_declined_card", "en").await else {
         return;
     };
-    let server = TestServer::start().await;
+    let server = start_server().await;
     let acme = server.provider("Acme Travel");
     let (id, path) = trip(&server, &acme).await;
     browser.open(&server, &path).await;
@@ -489,7 +497,7 @@ async fn field_errors_stand_next_to_their_fields() {
     let Some(browser) = Browser::start("field_errors", "en").await else {
         return;
     };
-    let server = TestServer::start().await;
+    let server = start_server().await;
     let acme = server.provider("Acme Travel");
     let (id, path) = trip(&server, &acme).await;
     browser.open(&server, &path).await;
@@ -538,7 +546,7 @@ async fn an_expired_link_says_so() {
     let Some(browser) = Browser::start("an_expired_link", "en").await else {
         return;
     };
-    let server = TestServer::start().await;
+    let server = start_server().await;
     let acme = server.provider("Acme Travel");
     let (id, path) = trip(&server, &acme).await;
     server.execute_sql(&format!(
@@ -557,7 +565,7 @@ async fn the_german_page_follows_the_browser_language() {
     let Some(browser) = Browser::start("the_german_page", "de-DE,de").await else {
         return;
     };
-    let server = TestServer::start().await;
+    let server = start_server().await;
     let acme = server.provider("Acme Travel");
     let (id, path) = trip(&server, &acme).await;
     browser.open(&server, &path).await;

@@ -2,6 +2,10 @@
 //! page shows, its security headers, and every outcome of the card form. What a real browser
 //! makes of the page is tested in `http_payment_browser.rs`.
 
+use std::net::TcpListener;
+use std::time::Duration;
+
+use host_http::events::testing::SmtpSink;
 use hyper::Method;
 use serde_json::Value;
 use tests::http::{Creds, PUBLIC_URL, Reply, TestServer, sqlite_only};
@@ -153,7 +157,8 @@ async fn the_page_shows_items_totals_terms_and_documents_without_credentials() {
     let page = text(&reply);
     for expected in [
         "<html lang=\"en\">",
-        "Checkout from</span> <span class=\"provider-name\">acme</span>",
+        // Every provider text isolated (bidi).
+        "Checkout from</span> <span class=\"provider-name\"><bdi>acme</bdi></span>",
         "Berlin trip",
         "Flight BER",
         "Flight",
@@ -194,7 +199,10 @@ async fn the_page_shows_items_totals_terms_and_documents_without_credentials() {
     assert!(!page.contains("<script"), "{page}");
     for (header, value) in [
         ("content-type", "text/html; charset=utf-8"),
-        ("referrer-policy", "no-referrer"),
+        // The page's URL never leaves its origin; its own form still sends its true `Origin`.
+        ("referrer-policy", "same-origin"),
+        // The public base is https: browsers are told to use nothing else (a year).
+        ("strict-transport-security", "max-age=31536000"),
         ("cache-control", "no-store"),
         ("x-frame-options", "DENY"),
         ("content-language", "en"),
@@ -702,4 +710,330 @@ async fn outside_sandbox_mode_the_page_takes_no_card_data() {
     let refused = submit(&server, &path, &form("4242424242424242", "")).await;
     assert_eq!(refused.status, 403);
     assert_eq!(status(&server, &acme, &id).await["status"], "PENDING");
+}
+
+/// Every `href`, `src` and `action` value of a page.
+fn links(page: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for name in ["href", "src", "action"] {
+        let marker = format!(" {name}=\"");
+        let mut rest = page;
+        while let Some(at) = rest.find(&marker) {
+            rest = &rest[at + marker.len()..];
+            found.push(rest.split('"').next().unwrap_or_default().to_owned());
+        }
+    }
+    found
+}
+
+/// A free loopback port, for a server whose public URL names its own address.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// `submit` with more headers.
+async fn submit_with(
+    server: &TestServer,
+    path: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> Reply {
+    let mut all = vec![("content-type", "application/x-www-form-urlencoded")];
+    all.extend_from_slice(headers);
+    server
+        .send(Method::POST, path, None, &all, Some(body))
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_public_url_with_a_path_every_rendered_link_carries_it() {
+    // The service behind a reverse proxy that serves it under /base and strips /base from each
+    // request: the test plays the proxy, and sends the paths without the prefix.
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}/base");
+    let sink = SmtpSink::start(0).await;
+    let (public, smtp) = (base.clone(), sink.url());
+    let server = TestServer::start_configured(move |config| {
+        config.listen = format!("127.0.0.1:{port}").parse().expect("address");
+        config.public_url = Some(public.clone());
+        config.smtp = Some(host_http::events::MailSettings::new(
+            smtp.clone(),
+            "Acme Checkout <checkout@acme.example>",
+        ));
+    })
+    .await;
+    let acme = server.provider("acme");
+    let mut body: Value = serde_json::from_str(BERLIN_TRIP).unwrap();
+    body["email"] = serde_json::json!({"recipients": ["ada@example.com"]});
+    let created = server
+        .json(Method::POST, "/initialize", &acme, &body.to_string())
+        .await;
+    assert_eq!(created.status, 201, "{}", text(&created));
+    let created = created.json();
+    let id = created["transactionId"].as_str().unwrap().to_owned();
+    let url = created["paymentUrl"].as_str().unwrap().to_owned();
+    assert!(url.starts_with(&format!("{base}/pay/")), "{url}");
+    assert_eq!(
+        status(&server, &acme, &id).await["paymentUrl"],
+        url.as_str()
+    );
+    let path = url.strip_prefix(&base).unwrap().to_owned();
+    let token = path.strip_prefix("/pay/").unwrap().to_owned();
+
+    // The e-mail carries the link as the API answered it.
+    let mails = sink.wait_for(1, Duration::from_secs(15)).await;
+    let data = mails[0].data.replace("=\r\n", "").replace("\r\n", "\n");
+    assert!(data.contains(&format!("Pay here: {url}")), "{data}");
+
+    // The page: every link of the service under /base (fragments and the provider's own
+    // absolute links aside).
+    let check = |page: &str| {
+        let found = links(page);
+        assert!(!found.is_empty());
+        for link in &found {
+            assert!(
+                link.starts_with("/base/")
+                    || link.starts_with('#')
+                    || link.starts_with("https://example.com/"),
+                "{link} in\n{page}"
+            );
+        }
+        found
+    };
+    let reply = open(&server, &path, &[]).await;
+    assert_eq!(reply.status, 200, "{}", text(&reply));
+    let page = text(&reply);
+    let found = check(&page);
+    for expected in [
+        "/base/assets/checkout.css".to_owned(),
+        format!("/base/pay/{token}?lang=en"),
+        format!("/base/pay/{token}?lang=de"),
+    ] {
+        assert!(found.contains(&expected), "{expected} in {found:?}");
+    }
+    // The service serves its own paths; the prefix is the proxy's.
+    assert_eq!(open(&server, "/assets/checkout.css", &[]).await.status, 200);
+    assert_eq!(
+        open(&server, "/base/assets/checkout.css", &[]).await.status,
+        404
+    );
+    // A plain-http base asks for no HTTPS.
+    assert_eq!(reply.header("strict-transport-security"), None);
+
+    // Refused fields: the page again, its links under /base.
+    let refused = submit(
+        &server,
+        &path,
+        &form("4242 4242 4242 4241", &form_token(&page)),
+    )
+    .await;
+    assert_eq!(refused.status, 422);
+    check(&text(&refused));
+
+    // A payment from the page's own origin: redirected to the page under /base.
+    let own_origin = format!("http://127.0.0.1:{port}");
+    let paid = submit_with(
+        &server,
+        &path,
+        &form("4242 4242 4242 4242", &form_token(&page)),
+        &[
+            ("origin", own_origin.as_str()),
+            ("sec-fetch-site", "same-origin"),
+        ],
+    )
+    .await;
+    assert_eq!(paid.status, 303, "{}", text(&paid));
+    assert_eq!(
+        paid.header("location"),
+        Some(format!("/base/pay/{token}?lang=en").as_str())
+    );
+    let confirmation = open(&server, &path, &[]).await;
+    assert!(text(&confirmation).contains("Payment received"));
+    check(&text(&confirmation));
+    // The not-found page keeps its stylesheet under /base and a relative language link.
+    let missing = text(&open(&server, "/pay/short", &[]).await);
+    assert!(
+        links(&missing).contains(&"/base/assets/checkout.css".to_owned()),
+        "{missing}"
+    );
+    assert!(
+        links(&missing).contains(&"?lang=de".to_owned()),
+        "{missing}"
+    );
+}
+
+#[tokio::test]
+async fn an_https_public_url_makes_every_page_ask_for_https_only() {
+    // PUBLIC_URL is https; the requests are plain loopback HTTP: the header is what the page
+    // says, for the browser that reached it through the public URL.
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let (_, path) = trip(&server, &acme).await;
+    let page = open(&server, &path, &[]).await;
+    let refused = submit(&server, &path, &form("4242424242424242", "1.forged")).await;
+    assert_eq!(refused.status, 403);
+    for reply in [
+        &page,
+        &refused,
+        &open(&server, "/pay/short", &[]).await,
+        &open(&server, "/assets/checkout.css", &[]).await,
+    ] {
+        assert_eq!(
+            reply.header("strict-transport-security"),
+            Some("max-age=31536000"),
+            "{:?}",
+            reply.headers
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_form_posted_from_another_origin_is_refused_and_nothing_is_charged() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let (id, path) = trip(&server, &acme).await;
+    let own = PUBLIC_URL;
+    for headers in [
+        vec![("origin", "https://evil.example")],
+        vec![("origin", "null")],
+        // Another scheme or port is another origin.
+        vec![("origin", "http://pay.checkout.test")],
+        vec![("origin", "https://pay.checkout.test:8443")],
+        vec![("sec-fetch-site", "cross-site")],
+        vec![("sec-fetch-site", "same-site")],
+        vec![("origin", own), ("sec-fetch-site", "cross-site")],
+    ] {
+        let token = form_token(&text(&open(&server, &path, &[]).await));
+        let reply = submit_with(&server, &path, &form("4242424242424242", &token), &headers).await;
+        assert_eq!(reply.status, 403, "{headers:?}");
+        let page = text(&reply);
+        assert!(
+            page.contains("This form was not sent from this payment page"),
+            "{page}"
+        );
+        // The page again with a fresh form, and nothing the other site sent shown back.
+        assert!(page.contains("name=\"form_token\""), "{page}");
+        assert!(!page.contains("Analytical Engines"), "{page}");
+        assert_eq!(
+            status(&server, &acme, &id).await["status"],
+            "PENDING",
+            "{headers:?}"
+        );
+    }
+    // German as the page's language says it too.
+    let token = form_token(&text(&open(&server, &path, &[]).await));
+    let german = submit_with(
+        &server,
+        &format!("{path}?lang=de"),
+        &form("4242424242424242", &token),
+        &[("origin", "https://evil.example")],
+    )
+    .await;
+    assert_eq!(german.status, 403);
+    assert!(text(&german).contains("nicht von dieser Zahlungsseite"));
+
+    // The page's own origin (as browsers send it), and a client that sends neither header.
+    let token = form_token(&text(&open(&server, &path, &[]).await));
+    let paid = submit_with(
+        &server,
+        &path,
+        &form("4242424242424242", &token),
+        &[("origin", own), ("sec-fetch-site", "same-origin")],
+    )
+    .await;
+    assert_eq!(paid.status, 303, "{}", text(&paid));
+    let (other, other_path) = trip(&server, &acme).await;
+    let token = form_token(&text(&open(&server, &other_path, &[]).await));
+    let plain = submit(&server, &other_path, &form("4242424242424242", &token)).await;
+    assert_eq!(plain.status, 303, "{}", text(&plain));
+    assert_eq!(status(&server, &acme, &other).await["status"], "PAID");
+}
+
+#[tokio::test]
+async fn without_a_public_url_the_servers_own_origin_is_the_pages() {
+    let server = TestServer::start_configured(|config| config.public_url = None).await;
+    let acme = server.provider("acme");
+    let origin = format!("http://{}", server.addr);
+    let created = server
+        .json(Method::POST, "/initialize", &acme, BERLIN_TRIP)
+        .await
+        .json();
+    let url = created["paymentUrl"].as_str().unwrap();
+    let path = url
+        .strip_prefix(&origin)
+        .unwrap_or_else(|| panic!("{url}"))
+        .to_owned();
+    let token = form_token(&text(&open(&server, &path, &[]).await));
+    let refused = submit_with(
+        &server,
+        &path,
+        &form("4242424242424242", &token),
+        &[("origin", PUBLIC_URL)],
+    )
+    .await;
+    assert_eq!(refused.status, 403);
+    // Nor does a page under a plain-http base ask for HTTPS.
+    assert_eq!(refused.header("strict-transport-security"), None);
+    let paid = submit_with(
+        &server,
+        &path,
+        &form("4242424242424242", &token),
+        &[
+            ("origin", origin.as_str()),
+            ("sec-fetch-site", "same-origin"),
+        ],
+    )
+    .await;
+    assert_eq!(paid.status, 303, "{}", text(&paid));
+}
+
+#[tokio::test]
+async fn provider_texts_on_the_page_are_isolated_and_lose_their_bidi_controls() {
+    let server = TestServer::start().await;
+    // U+202E RIGHT-TO-LEFT OVERRIDE in the provider's name, the title, an item's name and
+    // description, with every other explicit control beside them.
+    let acme = server.provider("Acme \u{202E}levarT\u{202C}");
+    let body = serde_json::json!({
+        "title": "Trip \u{202E}fdp.exe\u{2069} 100 EUR",
+        "currency": "EUR",
+        "items": [{
+            "name": "\u{202A}\u{202B}\u{202D}Flight\u{2066}\u{2067}\u{2068}",
+            "description": "Seat \u{202E}A1\u{200F}",
+            "price": 100
+        }]
+    });
+    let created = server
+        .json(Method::POST, "/initialize", &acme, &body.to_string())
+        .await;
+    assert_eq!(created.status, 201, "{}", text(&created));
+    let url = created.json()["paymentUrl"].as_str().unwrap().to_owned();
+    let path = url.strip_prefix(PUBLIC_URL).unwrap().to_owned();
+    let page = text(&open(&server, &path, &[]).await);
+    let controls: Vec<(usize, char)> = page
+        .char_indices()
+        .filter(|(_, c)| host_http::i18n::is_bidi_control(*c))
+        .collect();
+    // Only the isolates of <title>, which knows no <bdi>: two texts, each FSI … PDI.
+    let title = "<title>\u{2068}Trip fdp.exe 100 EUR\u{2069} – \u{2068}Acme levarT\u{2069}</title>";
+    assert!(page.contains(title), "{page}");
+    assert_eq!(controls.len(), 4, "{controls:?}");
+    let title_at = page.find(title).unwrap();
+    assert!(
+        controls
+            .iter()
+            .all(|(at, _)| (title_at..title_at + title.len()).contains(at)),
+        "{controls:?}"
+    );
+    for isolated in [
+        "<span class=\"provider-name\"><bdi>Acme levarT</bdi></span>",
+        "<h1><bdi>Trip fdp.exe 100 EUR</bdi></h1>",
+        "<h3 class=\"item-name\"><bdi>Flight</bdi></h3>",
+        // The marks stay, inside the isolate.
+        "<p class=\"item-description\"><bdi>Seat A1\u{200F}</bdi></p>",
+    ] {
+        assert!(page.contains(isolated), "missing {isolated:?} in\n{page}");
+    }
 }

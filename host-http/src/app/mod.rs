@@ -88,6 +88,51 @@ impl PaymentPages {
             .map(|id| self.url_of(id))
     }
 
+    /// The path `--public-url` puts in front of every path of the service (`/base` of
+    /// `https://pay.example.com/base`), empty when it has none. A reverse proxy strips it before
+    /// a request reaches the service, which serves its own paths only; every link the service
+    /// renders carries it.
+    pub fn base_path(&self) -> &str {
+        let after_scheme = self
+            .public_url
+            .split_once("://")
+            .map_or("", |(_, rest)| rest);
+        after_scheme
+            .find('/')
+            .map_or("", |at| &after_scheme[at..])
+            .trim_end_matches('/')
+    }
+
+    /// The path of a payment page as a browser requests it through the public base:
+    /// `{base}/pay/{token}`.
+    pub fn page_path(&self, token: &str) -> String {
+        format!("{}{PAYMENT_PAGE_PREFIX}{token}", self.base_path())
+    }
+
+    /// The path of one of the page's assets through the public base: `{base}/assets/{name}`.
+    pub fn asset_path(&self, name: &str) -> String {
+        format!("{}/assets/{name}", self.base_path())
+    }
+
+    /// The origin (`https://pay.example.com`, no path, default port left out) a browser sends
+    /// in `Origin` when the page's own form is posted: the public base's. `None` only for a base
+    /// that is not a URL, which `--public-url` never lets through.
+    pub fn origin(&self) -> Option<String> {
+        url::Url::parse(&self.public_url)
+            .ok()
+            .map(|url| url.origin())
+            .filter(url::Origin::is_tuple)
+            .map(|origin| origin.ascii_serialization())
+    }
+
+    /// Whether the public base is `https://`: then the pages ask browsers to use HTTPS only
+    /// (`Strict-Transport-Security`).
+    pub fn is_https(&self) -> bool {
+        self.public_url
+            .get(..8)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"))
+    }
+
     /// The absolute URL of the payment page of the transaction `transaction_id`.
     pub fn url_of(&self, transaction_id: uuid::Uuid) -> String {
         format!(

@@ -18,7 +18,9 @@ use rust_decimal::Decimal;
 
 use super::cancellations::{contract_zone, refund_context};
 use super::{Error, Resource, Services};
-use crate::payments::{CardData, Charge, ChargeOutcome, VoidCharge, luhn_valid, token_hash};
+use crate::payments::{
+    CardData, Charge, ChargeOutcome, PageToken, VoidCharge, luhn_valid, token_hash,
+};
 use crate::store::{
     AttemptEnd, AttemptStart, NewPaymentAttempt, Owned, PayOutcome, PaymentDetails,
     TransactionRecord,
@@ -232,7 +234,7 @@ pub enum PayAttempt {
 impl Services {
     /// The page of a token at `now`, or [`Error::NotFound`] for a token that names nothing.
     pub async fn payment_page(&self, token: &str, now: DateTime<Utc>) -> Result<PageView, Error> {
-        let record = self.page_transaction(token).await?;
+        let record = self.page_transaction(token, now).await?;
         self.page_view(record, now).await
     }
 
@@ -245,7 +247,7 @@ impl Services {
         form: CardForm,
         now: DateTime<Utc>,
     ) -> Result<PayAttempt, Error> {
-        let record = self.page_transaction(token).await?;
+        let record = self.page_transaction(token, now).await?;
         let id = record.id.clone();
         if !self
             .pages
@@ -369,7 +371,7 @@ impl Services {
     /// The outcome of a post whose transaction stopped being PENDING meanwhile: the
     /// confirmation when it is paid, the page's state otherwise.
     async fn page_outcome(&self, token: &str, now: DateTime<Utc>) -> Result<PayAttempt, Error> {
-        let record = self.page_transaction(token).await?;
+        let record = self.page_transaction(token, now).await?;
         match page_state(&record, now)? {
             PageState::Paid => Ok(PayAttempt::Paid),
             other => Ok(PayAttempt::NotOpen(other)),
@@ -432,19 +434,21 @@ impl Services {
         self.sandbox && self.pages.processor.takes_card_data()
     }
 
-    async fn page_transaction(&self, token: &str) -> Result<TransactionRecord, Error> {
-        // Tokens are 43 base64url characters; anything else cannot name a page.
-        if token.len() != 43
-            || !token
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    async fn page_transaction(
+        &self,
+        token: &str,
+        now: DateTime<Utc>,
+    ) -> Result<TransactionRecord, Error> {
+        // The MAC is checked before any store is asked: a forged token costs no lookup.
+        let id = match self
+            .pages
+            .key
+            .read_page_token(token, now.timestamp_millis())
         {
-            return Err(Error::NotFound(Resource::PaymentPage));
-        }
-        let id = match self.pages.key.page_transaction(token) {
-            Some(id) => id.hyphenated().to_string(),
+            PageToken::Names(id) => id.hyphenated().to_string(),
+            PageToken::Nothing => return Err(Error::NotFound(Resource::PaymentPage)),
             // A link sent before tokens carried their transaction's id: found by its hash.
-            None => self
+            PageToken::MaybeFirstForm => self
                 .store
                 .payment_link(token_hash(token))
                 .await?

@@ -2,6 +2,12 @@
 //! items, the total, the cancellation terms and the payment link, and the receipt of each
 //! successful cancellation; rendered as plain text with an HTML alternative (the provider's
 //! content escaped), sent over SMTP with lettre.
+//!
+//! Every short text of a provider shown among the e-mail's own words (title, provider name,
+//! item names, invoice title and number) is isolated, so that its direction cannot reorder
+//! the amounts and words around it: its explicit bidi controls removed, then between FSI and
+//! PDI in the plain text ([`isolate`]) and in `<bdi>` in the HTML ([`bdi`]). The subject has its
+//! controls removed only (see `docs/DECISIONS-payment-page.md`).
 
 use std::time::Duration;
 
@@ -9,7 +15,7 @@ use lettre::message::header::ContentType;
 use lettre::message::{Mailbox, MultiPart, SinglePart};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 
-use crate::i18n::Lang;
+use crate::i18n::{Lang, isolate, without_bidi_controls};
 use crate::store::TransactionRecord;
 use crate::store::cancellation::CancellationView;
 
@@ -146,6 +152,11 @@ fn escape(text: &str) -> String {
     out
 }
 
+/// A provider's text in the HTML part: escaped, explicit bidi controls removed, in `<bdi>`.
+fn bdi(text: &str) -> String {
+    format!("<bdi>{}</bdi>", escape(&without_bidi_controls(text)))
+}
+
 fn paragraphs(text: &str) -> String {
     text.split("\n\n")
         .map(|p| format!("<p>{}</p>", escape(p).replace('\n', "<br>\n")))
@@ -183,7 +194,8 @@ pub fn contract(
         subject: None,
         content: None,
     });
-    let subject = email.subject.unwrap_or_else(|| record.title.clone());
+    let subject =
+        without_bidi_controls(email.subject.as_deref().unwrap_or(&record.title)).into_owned();
     let content = email.content.unwrap_or_default();
     let total = lang.money(record.total, &record.currency);
 
@@ -193,8 +205,10 @@ pub fn contract(
         text.push_str("\n\n");
     }
     text.push_str(&format!(
-        "{} — {provider_name}, reference {}\n\n",
-        record.title, record.reference
+        "{} — {}, reference {}\n\n",
+        isolate(&record.title),
+        isolate(provider_name),
+        record.reference
     ));
     for item in items {
         let category = item
@@ -205,7 +219,7 @@ pub fn contract(
         text.push_str(&format!(
             "{}. {}{category}: {}\n   Cancellation terms: {}\n",
             item.order,
-            item.name,
+            isolate(&item.name),
             item.total,
             item.terms.join("; ")
         ));
@@ -222,8 +236,8 @@ pub fn contract(
     }
     html.push_str(&format!(
         "<h2>{} — {}</h2>\n<p>Reference {}</p>\n<ol>\n",
-        escape(&record.title),
-        escape(provider_name),
+        bdi(&record.title),
+        bdi(provider_name),
         escape(&record.reference)
     ));
     for item in items {
@@ -235,7 +249,7 @@ pub fn contract(
         let terms: Vec<String> = item.terms.iter().map(|t| escape(t)).collect();
         html.push_str(&format!(
             "<li><strong>{}</strong>{category}: {}<br>Cancellation terms: {}</li>\n",
-            escape(&item.name),
+            bdi(&item.name),
             escape(&item.total),
             terms.join("; ")
         ));
@@ -272,7 +286,10 @@ pub fn receipt(
     let lang = Lang::En;
     let money = |amount| lang.money(amount, &view.currency);
     let number = view.receipt_number.clone().unwrap_or_default();
-    let subject = format!("Cancellation receipt {number}: {}", record.title);
+    let subject = format!(
+        "Cancellation receipt {number}: {}",
+        without_bidi_controls(&record.title)
+    );
     let name_of = |order: u32| {
         record
             .items
@@ -282,21 +299,23 @@ pub fn receipt(
             .unwrap_or_else(|| format!("#{order}"))
     };
     let mut text = format!(
-        "Cancellation receipt {number}\n{} — {provider_name}, reference {}\n\n",
-        record.title, record.reference
+        "Cancellation receipt {number}\n{} — {}, reference {}\n\n",
+        isolate(&record.title),
+        isolate(provider_name),
+        record.reference
     );
     if let Some(title) = &view.invoice_title {
-        text.push_str(&format!("Invoice: {title}\n"));
+        text.push_str(&format!("Invoice: {}\n", isolate(title)));
     }
     if let Some(invoice) = &view.invoice_number {
-        text.push_str(&format!("Invoice number: {invoice}\n"));
+        text.push_str(&format!("Invoice number: {}\n", isolate(invoice)));
     }
     let mut rows = String::new();
     for line in &view.items {
         text.push_str(&format!(
             "{}. {}: total {}, penalty {}, refunded {}\n",
             line.order,
-            name_of(line.order),
+            isolate(&name_of(line.order)),
             money(line.total),
             money(line.penalty),
             money(line.refund)
@@ -304,7 +323,7 @@ pub fn receipt(
         rows.push_str(&format!(
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
             line.order,
-            escape(&name_of(line.order)),
+            bdi(&name_of(line.order)),
             escape(&money(line.total)),
             escape(&money(line.penalty)),
             escape(&money(line.refund))
@@ -321,8 +340,8 @@ pub fn receipt(
          <th>Penalty</th><th>Refunded</th></tr>\n{rows}</table>\n\
          <p><strong>Refund: {}</strong></p>\n<p>Status of the booking: {}</p>\n</body></html>\n",
         escape(&number),
-        escape(&record.title),
-        escape(provider_name),
+        bdi(&record.title),
+        bdi(provider_name),
         escape(&record.reference),
         escape(&money(view.refund)),
         view.transaction_status.as_str()
@@ -346,6 +365,104 @@ mod tests {
             paragraphs("Hello <b>you</b>\nline two\n\nnext & last"),
             "<p>Hello &lt;b&gt;you&lt;/b&gt;<br>\nline two</p>\n<p>next &amp; last</p>"
         );
+    }
+
+    /// A transaction whose title, provider and item names carry every explicit bidi control.
+    fn hostile_record() -> TransactionRecord {
+        TransactionRecord {
+            id: "0190a0a0-0000-7000-8000-000000000001".to_owned(),
+            provider_id: "p".to_owned(),
+            reference: "CHK-ABC123".to_owned(),
+            status: engine::api::TransactionStatus::Pending,
+            title: "Trip \u{202E}gnp.exe\u{202C} to \u{2067}Tel Aviv".to_owned(),
+            currency: "EUR".to_owned(),
+            ref_ids: Default::default(),
+            note: None,
+            attachments: Vec::new(),
+            email: None,
+            payload: String::new(),
+            time_zone: None,
+            total: rust_decimal::Decimal::new(11900, 2),
+            paid_amount: None,
+            refunded_amount: rust_decimal::Decimal::ZERO,
+            paid_at: None,
+            payment: None,
+            items: vec![crate::store::ItemRecord {
+                order_no: 1,
+                name: Some("\u{202D}Flight\u{2069}\u{202B}\u{202A}\u{2066}\u{2068}".to_owned()),
+                category: None,
+                total: rust_decimal::Decimal::new(11900, 2),
+                policy: None,
+                period: None,
+                status: engine::api::ItemStatus::Active,
+                refunded: rust_decimal::Decimal::ZERO,
+            }],
+            cancellations: Vec::new(),
+            created_at: String::new(),
+            updated_at: String::new(),
+            payment_link_expires_at: None,
+            mails: Vec::new(),
+            version: 0,
+        }
+    }
+
+    #[test]
+    fn provider_texts_are_isolated_and_carry_no_bidi_controls() {
+        let item = MailItem {
+            order: 1,
+            name: hostile_record().items[0].name.clone().unwrap(),
+            category: Some("Flight".to_owned()),
+            total: "EUR 119.00".to_owned(),
+            terms: vec!["Free cancellation at any time".to_owned()],
+        };
+        let mail = contract(
+            &hostile_record(),
+            "Acme \u{202E}lavarT",
+            &[item],
+            Some("https://pay.example.com/base/pay/t"),
+            "<m@x>",
+            vec!["ada@example.com".to_owned()],
+        );
+        let controls = |text: &str| {
+            text.chars()
+                .filter(|c| crate::i18n::is_bidi_control(*c))
+                .collect::<String>()
+        };
+        // The text: no control of the provider's left, each text between FSI and PDI.
+        let isolates = mail.text.replace(['\u{2068}', '\u{2069}'], "");
+        assert_eq!(controls(&isolates), "", "{:?}", mail.text);
+        for isolated in [
+            "\u{2068}Trip gnp.exe to Tel Aviv\u{2069} — \u{2068}Acme lavarT\u{2069}, reference CHK-ABC123",
+            "1. \u{2068}Flight\u{2069} (Flight): EUR 119.00",
+            "Pay here: https://pay.example.com/base/pay/t",
+        ] {
+            assert!(
+                mail.text.contains(isolated),
+                "{isolated:?} in {:?}",
+                mail.text
+            );
+        }
+        // Every FSI closed by its PDI, nothing else.
+        assert_eq!(
+            controls(&mail.text),
+            "\u{2068}\u{2069}".repeat(3),
+            "{:?}",
+            mail.text
+        );
+        // The HTML: in <bdi>, no control at all.
+        assert_eq!(controls(&mail.html), "", "{:?}", mail.html);
+        for isolated in [
+            "<h2><bdi>Trip gnp.exe to Tel Aviv</bdi> — <bdi>Acme lavarT</bdi></h2>",
+            "<li><strong><bdi>Flight</bdi></strong> (Flight): EUR 119.00",
+        ] {
+            assert!(
+                mail.html.contains(isolated),
+                "{isolated:?} in {:?}",
+                mail.html
+            );
+        }
+        // The subject (the title here): controls removed.
+        assert_eq!(mail.subject, "Trip gnp.exe to Tel Aviv");
     }
 
     // The transport's pool runs on the runtime, as in the server.

@@ -66,7 +66,7 @@ pub async fn dispatch(
         Route::SharedFile(token) => files::shared(services, &token, now).await,
         Route::PaymentPage(token) => pages::page(services, request, &token, now).await,
         Route::PaymentSubmit(token) => pages::submit(services, request, &token, now).await,
-        Route::Stylesheet => Ok(pages::stylesheet()),
+        Route::Stylesheet => Ok(pages::stylesheet(services)),
         Route::Events => transactions::events(services, request).await,
     }
 }

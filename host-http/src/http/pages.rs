@@ -4,7 +4,12 @@
 //!
 //! Like every handler, these only translate: [`crate::app::payments`] decides what a page shows
 //! and what a payment does; this module chooses the language, writes the words and sets the
-//! headers that keep the page safe (CSP, no referrer, no caching, no framing).
+//! headers that keep the page safe (CSP, no referrer beyond its origin, no caching, no framing,
+//! HTTPS only under an `https://` public base), and refuses a form posted from another origin.
+//!
+//! Every link it renders is a path under the public base (`--public-url`'s path, which a
+//! reverse proxy strips before the request reaches this server), and every text of a provider
+//! is isolated from its surroundings (`<bdi>`, explicit bidi controls removed).
 
 use askama::Template;
 use bytes::Bytes;
@@ -20,7 +25,7 @@ use super::request::query_param;
 use super::response::HttpResponse;
 use crate::app::payments::{CardForm, Field, PageItem, PageState, PageView, PayAttempt};
 use crate::app::{Error, Resource, Services};
-use crate::i18n::{Lang, Texts};
+use crate::i18n::{Lang, Texts, isolate, without_bidi_controls};
 
 /// Largest payment form accepted: eight short fields and a token.
 pub const MAX_FORM_BYTES: usize = 16 * 1024;
@@ -36,6 +41,7 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 'self'; img
 #[template(path = "payment_page.html")]
 struct PageTemplate {
     lang: &'static str,
+    stylesheet_href: String,
     t: &'static Texts,
     html_title: String,
     provider: String,
@@ -221,12 +227,13 @@ pub async fn page(
                 ..Submitted::default()
             };
             html(
+                services,
                 status,
                 lang,
                 render(services, lang, token, &view, submitted),
             )
         }
-        Err(error) => failure_page(lang, &error),
+        Err(error) => failure_page(services, lang, &error),
     })
 }
 
@@ -239,10 +246,27 @@ pub async fn submit(
 ) -> Result<HttpResponse, ApiError> {
     let lang = language(&request);
     let texts = lang.texts();
+    if !posted_from_own_page(services, request.headers()) {
+        // Behind the form token, a second line: nothing is read, checked or charged, and what
+        // the other site sent is not shown back.
+        return Ok(render_now(
+            services,
+            lang,
+            token,
+            now,
+            Some(StatusCode::FORBIDDEN),
+            Submitted {
+                notice: Some(texts.form_elsewhere.to_owned()),
+                ..Submitted::default()
+            },
+        )
+        .await);
+    }
     let form = match read_form(request).await {
         Ok(form) => form,
         Err(status) => {
             return Ok(message_page(
+                services,
                 status,
                 lang,
                 texts.failure_heading,
@@ -258,10 +282,10 @@ pub async fn submit(
     };
     let attempt = match services.pay_by_card(token, form, now).await {
         Ok(attempt) => attempt,
-        Err(error) => return Ok(failure_page(lang, &error)),
+        Err(error) => return Ok(failure_page(services, lang, &error)),
     };
     let (status, submitted) = match attempt {
-        PayAttempt::Paid => return Ok(see_other(token, lang)),
+        PayAttempt::Paid => return Ok(see_other(services, token, lang)),
         PayAttempt::NotOpen(_) => (None, Submitted::default()),
         PayAttempt::Forged => (
             Some(StatusCode::FORBIDDEN),
@@ -309,8 +333,20 @@ pub async fn submit(
             },
         ),
     };
-    // The page as it is now, with a fresh anti-forgery token, and the outcome on it.
-    Ok(match services.payment_page(token, now).await {
+    Ok(render_now(services, lang, token, now, status, submitted).await)
+}
+
+/// The page as it is now, with a fresh anti-forgery token, and the outcome of a submission on
+/// it: `status` while the page is open, else the page's own.
+async fn render_now(
+    services: &Services,
+    lang: Lang,
+    token: &str,
+    now: DateTime<Utc>,
+    status: Option<StatusCode>,
+    submitted: Submitted,
+) -> HttpResponse {
+    match services.payment_page(token, now).await {
         Ok(view) => {
             let status = status
                 .filter(|_| view.state == PageState::Open)
@@ -320,17 +356,36 @@ pub async fn submit(
                 ..submitted
             };
             html(
+                services,
                 status,
                 lang,
                 render(services, lang, token, &view, submitted),
             )
         }
-        Err(error) => failure_page(lang, &error),
-    })
+        Err(error) => failure_page(services, lang, &error),
+    }
+}
+
+/// Whether a posted form can only have come from the page itself, as far as the browser says:
+/// no `Sec-Fetch-Site` of another origin (`cross-site`, `same-site`), and no `Origin` but the
+/// public base's (a browser sends its page's origin with every POST; `null` from a sandboxed
+/// frame or an opaque page is another origin). A request that carries neither (an old browser,
+/// curl) is left to the form token.
+fn posted_from_own_page(services: &Services, headers: &hyper::HeaderMap) -> bool {
+    let fetch_site = headers.get_all("sec-fetch-site").iter().all(|site| {
+        !site.as_bytes().eq_ignore_ascii_case(b"cross-site")
+            && !site.as_bytes().eq_ignore_ascii_case(b"same-site")
+    });
+    let own = services.pages.origin();
+    let origin = headers.get_all(header::ORIGIN).iter().all(|origin| {
+        own.as_deref()
+            .is_some_and(|own| origin.as_bytes().eq_ignore_ascii_case(own.as_bytes()))
+    });
+    fetch_site && origin
 }
 
 /// `GET /assets/checkout.css`.
-pub fn stylesheet() -> HttpResponse {
+pub fn stylesheet(services: &Services) -> HttpResponse {
     let mut response = Response::new(Full::new(Bytes::from_static(STYLESHEET.as_bytes())));
     let headers = response.headers_mut();
     headers.insert(
@@ -345,6 +400,7 @@ pub fn stylesheet() -> HttpResponse {
         "x-content-type-options",
         HeaderValue::from_static("nosniff"),
     );
+    transport_security(services, headers);
     response
 }
 
@@ -433,7 +489,11 @@ fn render(
     };
     let money = |amount| lang.money(amount, &view.currency);
     let (heading, lead, confirmation) = match view.state {
-        PageState::Open => (view.title.clone(), None, Vec::new()),
+        PageState::Open => (
+            without_bidi_controls(&view.title).into_owned(),
+            None,
+            Vec::new(),
+        ),
         PageState::Paid => {
             let mut entries = vec![
                 (t.reference.to_owned(), view.reference.clone()),
@@ -465,24 +525,28 @@ fn render(
     let shows_booking = matches!(view.state, PageState::Open | PageState::Paid);
     let open = view.state == PageState::Open;
     let accepts = open && view.accepts_cards;
+    let page_path = services.pages.page_path(token);
     let form = (accepts && !submitted.hide_form).then(|| FormView {
-        action: format!(
-            "{}{token}?lang={}",
-            crate::app::PAYMENT_PAGE_PREFIX,
-            lang.tag()
-        ),
+        action: format!("{page_path}?lang={}", lang.tag()),
         token: view.form_token.clone(),
         card: fields(lang, &CARD_FIELDS, &submitted),
         customer: fields(lang, &CUSTOMER_FIELDS, &submitted),
         button: t.pay_button.replace("{amount}", &money(view.amount_due)),
     });
+    // The title is the provider's text on an open page: isolated in `<title>`, which knows no
+    // `<bdi>`; the page's own headings need no isolate.
+    let html_title = match view.state {
+        PageState::Open => isolate(&heading),
+        _ => heading.clone(),
+    };
     let page = PageTemplate {
         lang: lang.tag(),
+        stylesheet_href: services.pages.asset_path("checkout.css"),
         t,
-        html_title: format!("{heading} – {}", view.provider_name),
-        provider: view.provider_name.clone(),
+        html_title: format!("{html_title} – {}", isolate(&view.provider_name)),
+        provider: without_bidi_controls(&view.provider_name).into_owned(),
         sandbox: services.sandbox,
-        other_lang_href: format!("?lang={}", other.tag()),
+        other_lang_href: format!("{page_path}?lang={}", other.tag()),
         other_lang_tag: other.tag(),
         other_lang_name: t.other_language,
         heading,
@@ -614,23 +678,33 @@ fn item_view(lang: Lang, currency: &str, item: &PageItem) -> ItemView {
     let terms = lang.terms(&item.terms, item.zone, currency);
     ItemView {
         order: item.order,
-        name: item
-            .name
-            .clone()
-            .unwrap_or_else(|| format!("#{}", item.order)),
+        name: item.name.as_deref().map_or_else(
+            || format!("#{}", item.order),
+            |name| without_bidi_controls(name).into_owned(),
+        ),
         meta: item
             .category
             .map(|c| lang.category(c).to_owned())
             .unwrap_or_default(),
-        description: item.description.clone(),
+        description: item
+            .description
+            .as_deref()
+            .map(|description| without_bidi_controls(description).into_owned()),
         lines,
         total: money(item.total),
         terms,
     }
 }
 
-/// A page that only says something: unknown link, failure, refused request.
-fn message_page(status: StatusCode, lang: Lang, heading: &str, text: &str) -> HttpResponse {
+/// A page that only says something: unknown link, failure, refused request. Its language link
+/// is relative (`?lang=…`), so it stays under whatever path the browser asked for.
+fn message_page(
+    services: &Services,
+    status: StatusCode,
+    lang: Lang,
+    heading: &str,
+    text: &str,
+) -> HttpResponse {
     let t = lang.texts();
     let other = match lang {
         Lang::En => Lang::De,
@@ -638,6 +712,7 @@ fn message_page(status: StatusCode, lang: Lang, heading: &str, text: &str) -> Ht
     };
     let page = PageTemplate {
         lang: lang.tag(),
+        stylesheet_href: services.pages.asset_path("checkout.css"),
         t,
         html_title: heading.to_owned(),
         provider: String::new(),
@@ -658,21 +733,23 @@ fn message_page(status: StatusCode, lang: Lang, heading: &str, text: &str) -> Ht
         link_expires: None,
         form: None,
     };
-    html(status, lang, page.render().unwrap_or_default())
+    html(services, status, lang, page.render().unwrap_or_default())
 }
 
 /// The page of an application error: an unknown token is a 404 in words; anything else is
 /// logged with its cause and shown as a generic failure, never a trace.
-fn failure_page(lang: Lang, error: &Error) -> HttpResponse {
+fn failure_page(services: &Services, lang: Lang, error: &Error) -> HttpResponse {
     let t = lang.texts();
     match error {
         Error::NotFound(Resource::PaymentPage) => message_page(
+            services,
             StatusCode::NOT_FOUND,
             lang,
             t.not_found_heading,
             t.not_found_text,
         ),
         Error::Store(store) if store.is_unavailable() => message_page(
+            services,
             StatusCode::SERVICE_UNAVAILABLE,
             lang,
             t.failure_heading,
@@ -681,6 +758,7 @@ fn failure_page(lang: Lang, error: &Error) -> HttpResponse {
         other => {
             tracing::error!(error = %other, "payment page failed");
             message_page(
+                services,
                 StatusCode::INTERNAL_SERVER_ERROR,
                 lang,
                 t.failure_heading,
@@ -690,12 +768,13 @@ fn failure_page(lang: Lang, error: &Error) -> HttpResponse {
     }
 }
 
-/// After a payment: see the page again by GET, so that a reload never submits twice.
-fn see_other(token: &str, lang: Lang) -> HttpResponse {
-    let mut response = html(StatusCode::SEE_OTHER, lang, String::new());
+/// After a payment: see the page again by GET, so that a reload never submits twice. The
+/// location is a path under the public base, so that the browser stays on the origin it used.
+fn see_other(services: &Services, token: &str, lang: Lang) -> HttpResponse {
+    let mut response = html(services, StatusCode::SEE_OTHER, lang, String::new());
     if let Ok(location) = HeaderValue::from_str(&format!(
-        "{}{token}?lang={}",
-        crate::app::PAYMENT_PAGE_PREFIX,
+        "{}?lang={}",
+        services.pages.page_path(token),
         lang.tag()
     )) {
         response.headers_mut().insert(header::LOCATION, location);
@@ -703,7 +782,7 @@ fn see_other(token: &str, lang: Lang) -> HttpResponse {
     response
 }
 
-fn html(status: StatusCode, lang: Lang, body: String) -> HttpResponse {
+fn html(services: &Services, status: StatusCode, lang: Lang, body: String) -> HttpResponse {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
     let headers = response.headers_mut();
@@ -719,9 +798,12 @@ fn html(status: StatusCode, lang: Lang, body: String) -> HttpResponse {
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(CONTENT_SECURITY_POLICY),
     );
+    // `same-origin`, not `no-referrer`: the page's URL (its capability) still never leaves its
+    // origin, and the browser sends the page's true `Origin` with the form (under `no-referrer`
+    // it sends `Origin: null`, which the form could not tell from another site's).
     headers.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(
@@ -729,5 +811,20 @@ fn html(status: StatusCode, lang: Lang, body: String) -> HttpResponse {
         HeaderValue::from_static("nosniff"),
     );
     headers.insert("x-frame-options", HeaderValue::from_static("DENY"));
+    transport_security(services, headers);
     response
+}
+
+/// What an `https://` public base asks of browsers: HTTPS only to this host for a year. Not
+/// `includeSubDomains` or `preload`: the service does not own the domains around its host.
+/// Browsers heed it over HTTPS only, so a plain-HTTP base sends none.
+const STRICT_TRANSPORT_SECURITY: &str = "max-age=31536000";
+
+fn transport_security(services: &Services, headers: &mut hyper::HeaderMap) {
+    if services.pages.is_https() {
+        headers.insert(
+            header::STRICT_TRANSPORT_SECURITY,
+            HeaderValue::from_static(STRICT_TRANSPORT_SECURITY),
+        );
+    }
 }
