@@ -99,7 +99,8 @@ pub mod rules {
         }
     }
 
-    /// A map of identifiers: keys of 1–2,000 characters, values bounded strings.
+    /// A map of identifiers: keys of 1–2,000 characters without control characters (the one
+    /// text rule, [`TEXT_PATTERN`], as for values), values bounded strings.
     fn string_map_values(schema: &mut Schema, name: &str) {
         set(
             schema,
@@ -111,7 +112,7 @@ pub mod rules {
             schema,
             name,
             "propertyNames",
-            json!({ "minLength": 1, "maxLength": MAX_STRING_CHARS }),
+            json!({ "minLength": 1, "maxLength": MAX_STRING_CHARS, "pattern": TEXT_PATTERN }),
         );
     }
 
