@@ -310,6 +310,7 @@ async fn outbox_events_deliveries_and_mails_in_order(opened: &Opened, db: &Db) {
         &acme.provider_id,
         "https://hooks.example/all",
         &[],
+        false,
         t0(),
     )
     .expect("endpoint");
@@ -318,6 +319,7 @@ async fn outbox_events_deliveries_and_mails_in_order(opened: &Opened, db: &Db) {
         &acme.provider_id,
         "https://hooks.example/paid",
         &[types::PAID.to_owned()],
+        false,
         t0(),
     )
     .expect("endpoint");
@@ -617,7 +619,7 @@ async fn outbox_events_deliveries_and_mails_in_order(opened: &Opened, db: &Db) {
 async fn outbox_rotated_secret_signs_for_24_hours_only(opened: &Opened, db: &Db) {
     use host_http::store::outbox::Attempt;
     let acme = provider(db, "acme");
-    let hook = providers::set_webhook(db, &acme.provider_id, "https://hooks.example/in", &[], t0())
+    let hook = providers::set_webhook(db, &acme.provider_id, "https://hooks.example/in", &[], false, t0())
         .expect("endpoint");
     create(opened, &acme.provider_id, &["10.00"]).await;
     let rotated = providers::rotate_webhook_secret(db, &hook.endpoint_id, at(0)).unwrap();
@@ -668,7 +670,7 @@ async fn outbox_rotated_secret_signs_for_24_hours_only(opened: &Opened, db: &Db)
 async fn outbox_stats_count_pending_refunds_and_age_the_oldest_entry(opened: &Opened, db: &Db) {
     use host_http::store::outbox::Attempt;
     let acme = provider(db, "acme");
-    providers::set_webhook(db, &acme.provider_id, "https://hooks.example/in", &[], t0())
+    providers::set_webhook(db, &acme.provider_id, "https://hooks.example/in", &[], false, t0())
         .expect("endpoint");
     let outbox = &opened.outbox;
     let empty = outbox.outbox_stats(at(0)).await.unwrap();
@@ -735,7 +737,7 @@ async fn execute_sql(db: &Db, sqlite: &str, postgres: &str) {
 /// again, the change is written with exactly its events.
 async fn outbox_a_change_that_rolls_back_leaves_no_event(opened: &Opened, db: &Db) {
     let acme = provider(db, "acme");
-    providers::set_webhook(db, &acme.provider_id, "https://hooks.example/in", &[], t0())
+    providers::set_webhook(db, &acme.provider_id, "https://hooks.example/in", &[], false, t0())
         .expect("endpoint");
     let outbox = &opened.outbox;
     let events = || async {
