@@ -99,7 +99,8 @@ pub mod rules {
         }
     }
 
-    /// A map of identifiers: keys of 1–2,000 characters, values bounded strings.
+    /// A map of identifiers: keys of 1–2,000 characters without control characters (the one
+    /// text rule, [`TEXT_PATTERN`], as for values), values bounded strings.
     fn string_map_values(schema: &mut Schema, name: &str) {
         set(
             schema,
@@ -111,7 +112,7 @@ pub mod rules {
             schema,
             name,
             "propertyNames",
-            json!({ "minLength": 1, "maxLength": MAX_STRING_CHARS }),
+            json!({ "minLength": 1, "maxLength": MAX_STRING_CHARS, "pattern": TEXT_PATTERN }),
         );
     }
 
@@ -695,6 +696,8 @@ impl Operation<'_> {
         let mut responses = Map::new();
         responses.insert(self.ok.0.clone(), self.ok.1.clone());
         responses.extend(errors(self.errors));
+        // Every operation refuses a query parameter it does not document.
+        responses.extend(errors(&[400]));
         let mut op = json!({
             "operationId": self.id,
             "summary": self.summary,
@@ -1281,6 +1284,7 @@ pub fn openapi() -> Value {
                             }
                         }
                     },
+                    "400": error_response("BadRequest"),
                     "404": error_response("NotFound"),
                     "410": error_response("Gone"),
                     "500": error_response("InternalServerError")
@@ -1306,7 +1310,7 @@ pub fn openapi() -> Value {
         "info": {
             "title": "Corporate checkout transaction service",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "Creates corporate checkout transactions, reports their status, updates them and cancels items with refunds by their cancellation policies. Every error body has message, error and statusCode (R-8.1); for 400, message lists every violation."
+            "description": "Creates corporate checkout transactions, reports their status, updates them and cancels items with refunds by their cancellation policies. Every error body has message, error and statusCode (R-8.1); for 400, message lists every violation. An operation takes only the query parameters it documents, each at most once: any other is a 400 that names it (`query parameter foo should not exist`), as an unknown body property is (R-8.2)."
         },
         "servers": [{ "url": "/" }],
         "security": [{ "basicAuth": [] }],
@@ -1377,7 +1381,7 @@ pub fn openapi() -> Value {
                 }
             },
             "responses": {
-                "BadRequest": error_body("Invalid request data: message lists every violation (R-8.1, R-8.9)."),
+                "BadRequest": error_body("Invalid request data, or a query parameter the operation does not document: message lists every violation (R-8.1, R-8.2, R-8.9)."),
                 "Unauthorized": unauthorized,
                 "Forbidden": error_body("The credential lacks the scope of the route (R-7.3)."),
                 "NotFound": error_body("Contract (or route, file, receipt) not found (R-7.4, R-8.3)."),

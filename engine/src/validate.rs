@@ -183,6 +183,15 @@ pub fn cancellation_req_full(bytes: &[u8]) -> Result<CancellationReq, Validation
     })
 }
 
+/// Whether `text` breaks the one text rule of request strings (R-8.10,
+/// [`schema::TEXT_PATTERN`]): it holds a control character other than tab, line feed and
+/// carriage return (U+0000–U+001F, U+007F–U+009F). For the texts that come in other forms than
+/// a JSON body (multipart fields, the payment page's form), so that they are refused as a JSON
+/// string is.
+pub fn has_control_characters(text: &str) -> bool {
+    !fast::no_control_characters(text)
+}
+
 /// Validates an update body.
 pub fn update(bytes: &[u8]) -> Result<UpdateTransaction, ValidationErrors> {
     run(bytes, &UPDATE, |_, _| {})
@@ -878,6 +887,10 @@ fn schema_violations(error: &ValidationError<'_>, report: &mut Report) {
                 &path,
                 &format!("must not have a key longer than {limit} characters"),
             ),
+            // The one text rule, for keys as for values.
+            ValidationErrorKind::Pattern { pattern } if pattern == schema::TEXT_PATTERN => {
+                report.push(&path, "must not have a key with control characters");
+            }
             other => report.push(&path, &format!("has an invalid key ({})", other.keyword())),
         },
         other => report.push(&path, &format!("is invalid ({})", other.keyword())),

@@ -262,6 +262,11 @@ pub enum ProviderCommand {
         /// Comma-separated event types to deliver (default: every type).
         #[arg(long)]
         events: Option<String>,
+        /// Accept a URL whose host is an internal IP literal (loopback, private, link-local,
+        /// …), which only a server run with --allow-private-webhooks delivers to; refused
+        /// without it. Host names are checked at each delivery.
+        #[arg(long, action = ArgAction::SetTrue)]
+        allow_private_webhooks: bool,
     },
     /// Give an endpoint a new secret; the old one signs beside it for 24 hours.
     RotateWebhookSecret {
@@ -546,6 +551,7 @@ pub fn provider(command: ProviderCommand) -> ExitCode {
             provider,
             url,
             events,
+            allow_private_webhooks,
         } => {
             let events: Vec<String> = events
                 .as_deref()
@@ -556,7 +562,12 @@ pub fn provider(command: ProviderCommand) -> ExitCode {
                 .map(str::to_owned)
                 .collect();
             Ok(print_json(&providers::set_webhook(
-                &db.db, &provider, &url, &events, now,
+                &db.db,
+                &provider,
+                &url,
+                &events,
+                allow_private_webhooks,
+                now,
             )?))
         }
         ProviderCommand::RotateWebhookSecret { db, endpoint } => Ok(print_json(

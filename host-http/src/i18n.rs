@@ -230,6 +230,7 @@ impl Lang {
         match problem {
             FieldProblem::Required => texts.required.replace("{field}", label),
             FieldProblem::TooLong => texts.too_long.replace("{field}", label),
+            FieldProblem::ControlCharacters => texts.control_characters.replace("{field}", label),
             FieldProblem::CardNumber => texts.card_number_invalid.to_owned(),
             FieldProblem::ExpiryFormat => texts.expiry_format.to_owned(),
             FieldProblem::Expired => texts.expiry_past.to_owned(),
@@ -290,6 +291,8 @@ pub struct Texts {
     pub required: &'static str,
     /// `{field}` is too long.
     pub too_long: &'static str,
+    /// `{field}` holds a control character.
+    pub control_characters: &'static str,
     /// Not a card number.
     pub card_number_invalid: &'static str,
     /// Not MM/YY.
@@ -460,6 +463,7 @@ static EN: Texts = Texts {
     ],
     required: "Enter the {field}",
     too_long: "{field} must be 2,000 characters or fewer",
+    control_characters: "{field} must not contain control characters",
     card_number_invalid: "Enter a valid card number",
     expiry_format: "Enter the expiry date as MM/YY, for example 04/29",
     expiry_past: "The card has expired: check the expiry date",
@@ -575,6 +579,7 @@ static DE: Texts = Texts {
     ],
     required: "Geben Sie {field} an",
     too_long: "{field} darf höchstens 2.000 Zeichen lang sein",
+    control_characters: "{field} darf keine Steuerzeichen enthalten",
     card_number_invalid: "Geben Sie eine gültige Kartennummer ein",
     expiry_format: "Geben Sie das Ablaufdatum als MM/JJ ein, zum Beispiel 04/29",
     expiry_past: "Die Karte ist abgelaufen: Prüfen Sie das Ablaufdatum",

@@ -274,11 +274,19 @@ pub struct IssuedWebhook {
 /// Adds a webhook endpoint to a provider (`provider set-webhook`). The URL must be an absolute
 /// `https://` URL (`http://` is taken too, for servers run with `--allow-private-webhooks`,
 /// which alone may deliver to it); `events` lists the types delivered (all when empty).
+///
+/// A host that is an IP literal is checked now as every delivery would check it
+/// ([`crate::events::webhooks::check_url`]): an internal address (loopback, private,
+/// link-local, …, also in an IPv6 form that carries one) is refused unless `allow_private`
+/// (the command's `--allow-private-webhooks`, the flag `serve` needs to deliver to it), instead
+/// of an endpoint whose every delivery fails. A host name is checked when it is resolved, at
+/// each delivery, as before.
 pub fn set_webhook(
     db: impl Into<Db>,
     provider_id: &str,
     url: &str,
     events: &[String],
+    allow_private: bool,
     now: DateTime<Utc>,
 ) -> Result<IssuedWebhook, AdminError> {
     let parsed = url::Url::parse(url).map_err(|e| AdminError::Webhook(format!("{url}: {e}")))?;
@@ -286,6 +294,22 @@ pub fn set_webhook(
         return Err(AdminError::Webhook(format!(
             "{url}: must be an https:// URL with a host"
         )));
+    }
+    let literal = match parsed.host() {
+        Some(url::Host::Ipv4(ip)) => Some(std::net::IpAddr::V4(ip)),
+        Some(url::Host::Ipv6(ip)) => Some(std::net::IpAddr::V6(ip)),
+        _ => None,
+    };
+    if let Some(ip) = literal {
+        if !allow_private && crate::events::webhooks::is_internal(ip) {
+            return Err(AdminError::Webhook(format!(
+                "{url}: {ip} is an internal address; deliveries reach it only from a server run \
+                 with --allow-private-webhooks: pass --allow-private-webhooks to add it"
+            )));
+        }
+        if let Err(refusal) = crate::events::webhooks::check_url(parsed.as_str(), allow_private) {
+            return Err(AdminError::Webhook(format!("{url}: {refusal}")));
+        }
     }
     if url.len() > 2000 {
         return Err(AdminError::Webhook(

@@ -26,6 +26,7 @@ async fn cut_off_by_sigkill(db: &str) {
         &issued.provider_id,
         &receiver.url(),
         &[],
+        true,
         chrono::Utc::now(),
     )
     .expect("endpoint");

@@ -251,6 +251,35 @@ fn webhook_endpoints_are_managed_from_the_command_line() {
         assert!(stderr.contains(message), "{args:?}: {stderr}");
     }
 
+    // A host that is an internal IP literal never gets a delivery from a server without
+    // --allow-private-webhooks: refused now, with the flag to name, unless the command is
+    // given the same flag. (Host names are checked at each delivery, as before.)
+    for url in [
+        "http://127.0.0.1:9/hook",
+        "https://127.0.0.1:9/hook",
+        "https://[::1]:9/hook",
+    ] {
+        let add = [
+            "provider",
+            "set-webhook",
+            "--provider",
+            &provider,
+            "--url",
+            url,
+        ];
+        let (ok, _, stderr) = run(&add);
+        assert!(!ok, "{url} was accepted without --allow-private-webhooks");
+        assert!(
+            stderr.contains("is an internal address")
+                && stderr.contains("--allow-private-webhooks"),
+            "{url}: {stderr}"
+        );
+        let (ok, added, stderr) = run(&[&add[..], &["--allow-private-webhooks"]].concat());
+        assert!(ok, "{url} with --allow-private-webhooks: {stderr}");
+        let loopback = json(&added)["endpointId"].as_str().unwrap().to_owned();
+        let (ok, _, _) = run(&["provider", "remove-webhook", "--endpoint", &loopback]);
+        assert!(ok);
+    }
     let (ok, _, _) = run(&["provider", "remove-webhook", "--endpoint", &endpoint]);
     assert!(ok);
     let (_, listed, _) = run(&["provider", "list-webhooks"]);

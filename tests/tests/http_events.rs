@@ -27,6 +27,7 @@ fn endpoint(server: &TestServer, creds: &Creds, url: &str, events: &[&str]) -> S
         &creds.provider_id,
         url,
         &events,
+        true,
         chrono::Utc::now(),
     )
     .expect("endpoint added")

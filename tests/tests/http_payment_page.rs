@@ -586,6 +586,56 @@ async fn field_errors_are_shown_next_to_their_fields() {
     assert_eq!(status(&server, &acme, &id).await["status"], "PENDING");
 }
 
+/// Control characters in the form's text fields are refused as in a JSON body: a NUL
+/// in `first_name` was stored and returned by the status record on SQLite and was a 500 on
+/// PostgreSQL, whose text cannot hold it. Now a 422 next to the field, nothing charged, on both
+/// stores.
+#[tokio::test]
+async fn control_characters_in_form_fields_are_refused_and_nothing_is_charged_r_8_10() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let (id, path) = trip(&server, &acme).await;
+    let token = form_token(&text(&open(&server, &path, &[]).await));
+    let good = form("4242 4242 4242 4242", &token);
+    let body = good.replace("first_name=Ada", "first_name=A%00B").replace(
+        "billing_name=Analytical",
+        "billing_name=%1B%5B31mAnalytical",
+    );
+    assert_ne!(body, good);
+    let reply = submit(&server, &path, &body).await;
+    assert_eq!(reply.status, 422, "{}", text(&reply));
+    let page = text(&reply);
+    for (id, message) in [
+        (
+            "first-name",
+            "First name must not contain control characters",
+        ),
+        (
+            "billing-name",
+            "Billing name must not contain control characters",
+        ),
+    ] {
+        assert!(
+            page.contains(&format!("<p id=\"{id}-error\" class=\"error-message\">")),
+            "no error next to {id}"
+        );
+        assert!(page.contains(message), "missing {message:?} in\n{page}");
+    }
+    let record = status(&server, &acme, &id).await;
+    assert_eq!(record["status"], "PENDING");
+    assert_eq!(record["checkout"]["customer"], Value::Null);
+    // The same form without them pays.
+    let token = form_token(&page);
+    let reply = submit(&server, &path, &form("4242 4242 4242 4242", &token)).await;
+    assert_eq!(reply.status, 303, "{}", text(&reply));
+    let record = status(&server, &acme, &id).await;
+    assert_eq!(record["checkout"]["customer"]["firstName"], "Ada");
+    assert_eq!(
+        record["checkout"]["billing"]["name"],
+        "Analytical Engines Ltd"
+    );
+}
+
 #[tokio::test]
 async fn a_forged_or_missing_form_token_is_refused_and_nothing_is_charged() {
     let server = TestServer::start().await;

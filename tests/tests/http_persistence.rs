@@ -103,3 +103,45 @@ async fn provider_policy_is_resolved_at_creation_and_kept_r_3_5() {
     let stored = &record["items"][0]["cancellationPolicy"]["penalties"][0]["value"]["amount"];
     assert_eq!(stored.to_string(), "90");
 }
+
+/// A statement that PostgreSQL cancels at the statement timeout (SQLSTATE 57014) is a 503 with
+/// `Retry-After` and an body, as a pool timeout is: the statement rolled back, nothing
+/// was written, and the client may retry (it was a 500 "internal server error"). Another
+/// session holds the transactions table locked for longer than the timeout. PostgreSQL only
+/// (`CHECKOUT_TEST_STORE=postgres`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_timeout_is_a_503_with_retry_after_as_a_pool_timeout() {
+    let server =
+        TestServer::start_configured(|config| config.pool.statement_timeout_ms = 1_000).await;
+    let Some(pg) = server.postgres() else {
+        eprintln!("skipped: PostgreSQL only (CHECKOUT_TEST_STORE=postgres)");
+        return;
+    };
+    let acme = server.provider("acme");
+    let id = server
+        .create(&acme, &tests::http::checkout_body("Slow"))
+        .await;
+    let (client, connection) = tokio_postgres::connect(pg.url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let driver = tokio::spawn(connection);
+    client
+        .batch_execute("BEGIN; LOCK TABLE transactions IN ACCESS EXCLUSIVE MODE")
+        .await
+        .expect("lock");
+    let reply = server.get(&format!("/status/{id}"), &acme).await;
+    client.batch_execute("ROLLBACK").await.expect("unlock");
+    let body = reply.expect_error(503);
+    assert_eq!(reply.header("retry-after"), Some("1"));
+    assert_eq!(
+        body["message"],
+        "service temporarily unavailable; retry the request"
+    );
+    // The lock gone, the same request is answered.
+    assert_eq!(
+        server.get(&format!("/status/{id}"), &acme).await.status,
+        200
+    );
+    drop(client);
+    let _ = driver.await;
+}

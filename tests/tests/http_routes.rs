@@ -419,3 +419,106 @@ async fn internal_errors_are_a_generic_500_body() {
     assert_eq!(body["message"], "internal server error");
     assert!(!String::from_utf8_lossy(&reply.body).contains("ref_ids"));
 }
+
+/// Every JSON route refuses a query parameter it does not take with a 400 R-8.1 body that
+/// names it, as a body refuses an unknown property (R-8.2); they all answered 200 before. The
+/// documented ones still work, a repeated one is refused, and the customer's HTML page ignores
+/// what a browser or a tracker adds (`utm_*`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_query_parameters_are_refused_by_name_r_8_1_r_8_2() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let reply = server
+        .json(Method::POST, "/initialize", &acme, &checkout_body("Q"))
+        .await;
+    assert_eq!(reply.status, 201);
+    let created = reply.json();
+    let id = created["transactionId"].as_str().unwrap().to_owned();
+    let page = created["paymentUrl"]
+        .as_str()
+        .unwrap()
+        .strip_prefix(tests::http::PUBLIC_URL)
+        .unwrap()
+        .to_owned();
+    let cancel = r#"{"itemsOrder":[1]}"#;
+    let creation = checkout_body("Q");
+    let requests: Vec<(Method, String, Option<&str>)> = vec![
+        (Method::GET, "/events?foo=1".to_owned(), None),
+        (Method::GET, format!("/status/{id}?foo=1"), None),
+        (Method::GET, "/status?foo=1".to_owned(), None),
+        (
+            Method::POST,
+            format!("/cancel/{id}/quote?foo=1"),
+            Some(cancel),
+        ),
+        (
+            Method::POST,
+            "/initialize?foo=1".to_owned(),
+            Some(&*creation),
+        ),
+        (
+            Method::PUT,
+            format!("/{id}?foo=1"),
+            Some(r#"{"title":"New"}"#),
+        ),
+        (Method::PATCH, format!("/cancel/{id}?foo=1"), Some(cancel)),
+        (Method::GET, "/healthz?foo=1".to_owned(), None),
+        (Method::GET, "/openapi.json?foo=1".to_owned(), None),
+    ];
+    for (method, path, body) in requests {
+        let reply = match body {
+            Some(body) => server.json(method.clone(), &path, &acme, body).await,
+            None => server.get(&path, &acme).await,
+        };
+        let body = reply.expect_error(400);
+        assert_eq!(
+            body["message"],
+            json!(["query parameter foo should not exist"]),
+            "{method} {path}"
+        );
+    }
+    // Nothing was changed by the refused requests.
+    let status = server.get(&format!("/status/{id}"), &acme).await.json();
+    assert_eq!(status["title"], "Q");
+    assert_eq!(status["status"], "PENDING");
+
+    // The documented parameters are taken; one given twice, or beside an unknown one, is not.
+    assert_eq!(
+        server.get("/events?limit=5&after=", &acme).await.status,
+        200
+    );
+    let quote = server
+        .json(
+            Method::POST,
+            &format!("/cancel/{id}/quote?at=2026-01-01T00:00:00Z"),
+            &acme,
+            cancel,
+        )
+        .await;
+    assert_eq!(quote.status, 200, "{:?}", quote.json());
+    let body = server
+        .get("/events?limit=5&limit=6&utm_source=x", &acme)
+        .await
+        .expect_error(400);
+    assert_eq!(
+        body["message"],
+        json!([
+            "query parameter limit must not appear more than once",
+            "query parameter utm_source should not exist"
+        ])
+    );
+    // The customer's page ignores what it does not read.
+    let reply = server
+        .send(
+            Method::GET,
+            &format!(
+                "{page}{}utm_source=newsletter&lang=de",
+                if page.contains('?') { '&' } else { '?' }
+            ),
+            None,
+            &[],
+            None,
+        )
+        .await;
+    assert_eq!(reply.status, 200);
+}

@@ -311,16 +311,18 @@ async fn outbox_events_deliveries_and_mails_in_order(opened: &Opened, db: &Db) {
     let all = providers::set_webhook(
         db,
         &acme.provider_id,
-        "https://hooks.example/all",
+        "https://127.0.0.1:9/all",
         &[],
+        true,
         t0(),
     )
     .expect("endpoint");
     let paid_only = providers::set_webhook(
         db,
         &acme.provider_id,
-        "https://hooks.example/paid",
+        "https://127.0.0.1:9/paid",
         &[types::PAID.to_owned()],
+        false,
         t0(),
     )
     .expect("endpoint");
@@ -482,7 +484,7 @@ async fn outbox_events_deliveries_and_mails_in_order(opened: &Opened, db: &Db) {
     );
     assert_eq!(claimed[0].secrets, vec![all.secret.clone()]);
     assert_eq!(claimed[0].payload, listed[0].payload);
-    assert_eq!(claimed[0].url, "https://hooks.example/all");
+    assert_eq!(claimed[0].url, "https://127.0.0.1:9/all");
     // Leased: another instance gets none of them.
     assert!(
         outbox
@@ -626,16 +628,18 @@ async fn outbox_claims_bound_each_endpoint_over_every_instance(opened: &Opened, 
     let slow = providers::set_webhook(
         db,
         &acme.provider_id,
-        "https://hooks.example/slow",
+        "https://127.0.0.1:9/slow",
         &[],
+        true,
         t0(),
     )
     .expect("endpoint");
     let quick = providers::set_webhook(
         db,
         &other.provider_id,
-        "https://hooks.example/quick",
+        "https://127.0.0.1:9/quick",
         &[],
+        true,
         t0(),
     )
     .expect("endpoint");
@@ -730,8 +734,15 @@ async fn outbox_claims_bound_each_endpoint_over_every_instance(opened: &Opened, 
 async fn outbox_rotated_secret_signs_for_24_hours_only(opened: &Opened, db: &Db) {
     use host_http::store::outbox::Attempt;
     let acme = provider(db, "acme");
-    let hook = providers::set_webhook(db, &acme.provider_id, "https://hooks.example/in", &[], t0())
-        .expect("endpoint");
+    let hook = providers::set_webhook(
+        db,
+        &acme.provider_id,
+        "https://127.0.0.1:9/in",
+        &[],
+        true,
+        t0(),
+    )
+    .expect("endpoint");
     create(opened, &acme.provider_id, &["10.00"]).await;
     let rotated = providers::rotate_webhook_secret(db, &hook.endpoint_id, at(0)).unwrap();
     let overlap_ends = at(0) + Duration::hours(24);
@@ -781,8 +792,15 @@ async fn outbox_rotated_secret_signs_for_24_hours_only(opened: &Opened, db: &Db)
 async fn outbox_stats_count_pending_refunds_and_age_the_oldest_entry(opened: &Opened, db: &Db) {
     use host_http::store::outbox::Attempt;
     let acme = provider(db, "acme");
-    providers::set_webhook(db, &acme.provider_id, "https://hooks.example/in", &[], t0())
-        .expect("endpoint");
+    providers::set_webhook(
+        db,
+        &acme.provider_id,
+        "https://127.0.0.1:9/in",
+        &[],
+        true,
+        t0(),
+    )
+    .expect("endpoint");
     let outbox = &opened.outbox;
     let empty = outbox.outbox_stats(at(0)).await.unwrap();
     assert_eq!((empty.refunds_pending, empty.oldest_age_secs), (0, 0));
@@ -848,8 +866,15 @@ async fn execute_sql(db: &Db, sqlite: &str, postgres: &str) {
 /// again, the change is written with exactly its events.
 async fn outbox_a_change_that_rolls_back_leaves_no_event(opened: &Opened, db: &Db) {
     let acme = provider(db, "acme");
-    providers::set_webhook(db, &acme.provider_id, "https://hooks.example/in", &[], t0())
-        .expect("endpoint");
+    providers::set_webhook(
+        db,
+        &acme.provider_id,
+        "https://127.0.0.1:9/in",
+        &[],
+        true,
+        t0(),
+    )
+    .expect("endpoint");
     let outbox = &opened.outbox;
     let events = || async {
         outbox

@@ -55,8 +55,8 @@ use crate::money::{fits_scale, is_accepted_currency, minor_units};
 
 /// Fingerprints of the creation body's schemas the checks below were written against (the date
 /// patterns with the calendar's days; the checks here match the patterns without the calendar
-/// and check the calendar as the code pass does).
-pub(super) const CHECKOUT_SCHEMAS: [u64; 1] = [0xa299_6443_f582_9d78];
+/// and check the calendar as the code pass does; `refIDs` keys without control characters).
+pub(super) const CHECKOUT_SCHEMAS: [u64; 1] = [0xb577_47ca_2b9c_a960];
 /// Fingerprints of the cancellation body's schemas the checks below were written against.
 pub(super) const CANCELLATION_SCHEMAS: [u64; 1] = [0xf5db_4190_807a_672c];
 
@@ -374,7 +374,7 @@ fn matches_schema(body: &CompiledBody, expected: &[u64]) -> bool {
 // Strings.
 
 /// `TEXT_PATTERN`: no U+0000–U+001F but tab, line feed and carriage return, no U+007F–U+009F.
-fn no_control_characters(text: &str) -> bool {
+pub(super) fn no_control_characters(text: &str) -> bool {
     let bytes = text.as_bytes();
     !bytes.iter().enumerate().any(|(i, &byte)| match byte {
         0x00..=0x08 | 0x0B | 0x0C | 0x0E..=0x1F | 0x7F => true,
@@ -502,7 +502,7 @@ pub(super) fn checkout_holds(
     checkout.ref_ids.as_ref().is_none_or(|ids| {
         ids.len() <= MAX_REF_IDS
             && ids.iter().all(|(key, value)| {
-                !key.is_empty() && at_most(key, MAX_STRING_CHARS) && plain(value, MAX_STRING_CHARS)
+                !key.is_empty() && plain(key, MAX_STRING_CHARS) && plain(value, MAX_STRING_CHARS)
             })
     }) && !checkout.title.is_empty()
         && plain(&checkout.title, MAX_STRING_CHARS)

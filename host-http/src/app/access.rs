@@ -87,6 +87,10 @@ impl Services {
             .get(&presented.widget_id, epoch);
         let known = match cached {
             Some(known) => Some(known),
+            // No credential holds a NUL (widget ids are generated; PostgreSQL text cannot even
+            // store one), so such a widget id is unknown without asking the store, on both
+            // stores: 401 as for any unknown credential, never a store error.
+            None if presented.widget_id.contains('\0') => None,
             None => {
                 let row = self.store.credential(presented.widget_id.clone()).await?;
                 row.map(|row| {

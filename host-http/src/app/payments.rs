@@ -164,6 +164,8 @@ pub enum FieldProblem {
     Required,
     /// Longer than the bound.
     TooLong,
+    /// Holds a control character (the text rule of request strings, R-8.10).
+    ControlCharacters,
     /// Not a card number (digits, 12–19, Luhn).
     CardNumber,
     /// Not MM/YY.
@@ -642,6 +644,10 @@ fn check_form(
             problems.push((field, FieldProblem::Required));
         } else if value.chars().count() > MAX_FIELD_CHARS {
             problems.push((field, FieldProblem::TooLong));
+        } else if engine::validate::has_control_characters(value) {
+            // As a JSON string of the API: a NUL never reaches the store, where
+            // PostgreSQL text cannot hold it, nor the status record or an e-mail.
+            problems.push((field, FieldProblem::ControlCharacters));
         }
     };
     text(Field::NameOnCard, &form.name_on_card, true);
@@ -683,7 +689,8 @@ fn check_form(
         problems.push((Field::Cvc, FieldProblem::Cvc));
     }
     let email = form.email.trim();
-    if !email.is_empty() && !email_address::EmailAddress::is_valid(email) {
+    let email_refused = problems.iter().any(|(field, _)| *field == Field::Email);
+    if !email_refused && !email.is_empty() && !email_address::EmailAddress::is_valid(email) {
         problems.push((Field::Email, FieldProblem::Email));
     }
     problems.sort_by_key(|(field, _)| *field);
@@ -823,6 +830,39 @@ mod tests {
                 (Field::Email, FieldProblem::Email),
             ]
         );
+    }
+
+    #[test]
+    fn control_characters_in_text_fields_are_refused_as_in_json_r_8_10() {
+        let bad = CardForm {
+            name_on_card: "Ada\u{1b}[31m".to_owned(),
+            first_name: "A\0B".to_owned(),
+            last_name: "Love\u{85}lace".to_owned(),
+            email: "ada\0@example.com".to_owned(),
+            billing_name: "ACME\u{7f}".to_owned(),
+            ..form()
+        };
+        let (_, problems) = check_form(&bad, now());
+        assert_eq!(
+            problems,
+            [
+                Field::NameOnCard,
+                Field::FirstName,
+                Field::LastName,
+                Field::Email,
+                Field::BillingName
+            ]
+            .map(|field| (field, FieldProblem::ControlCharacters))
+        );
+        // Tab, line feed and carriage return are text, as in JSON bodies.
+        let (_, problems) = check_form(
+            &CardForm {
+                billing_name: "ACME\tGmbH\r\n".to_owned(),
+                ..form()
+            },
+            now(),
+        );
+        assert!(problems.is_empty(), "{problems:?}");
     }
 
     #[test]

@@ -32,7 +32,8 @@ const OPENAPI_JSON: &str = include_str!("../../../schemas/openapi.json");
 
 /// Runs the handler of a matched route. `now` is the request's arrival (R-6.6).
 ///
-/// Order of checks on every route: route (404/405) → credentials (401) → scope (403) → path
+/// Order of checks on every route: route (404/405) → query parameters the route does not take
+/// (400, part of the request line like the route) → credentials (401) → scope (403) → path
 /// parameter (400) → ownership (401/404, R-7.4) → content type (415) → body size (413) →
 /// validation (400) → effect.
 pub async fn dispatch(
@@ -41,6 +42,9 @@ pub async fn dispatch(
     request: Request<Incoming>,
     now: DateTime<Utc>,
 ) -> Result<HttpResponse, ApiError> {
+    if let Some(known) = route.query_parameters() {
+        request::check_query(request.uri().query(), known)?;
+    }
     match route {
         Route::Liveness => Ok(json_text(StatusCode::OK, r#"{"status":"ok"}"#.to_owned())),
         Route::OpenApi => Ok(json_text(StatusCode::OK, OPENAPI_JSON.to_owned())),

@@ -549,12 +549,6 @@ fn amount(values: &[Vec<u8>], messages: &mut Vec<String>) -> Option<Decimal> {
     }
 }
 
-/// A control character that request text must not carry: U+0000–U+001F but tab, line feed
-/// and carriage return, and U+007F–U+009F, as `schema::TEXT_PATTERN` says for JSON bodies.
-fn is_refused_control(c: char) -> bool {
-    matches!(c, '\u{0}'..='\u{8}' | '\u{B}' | '\u{C}' | '\u{E}'..='\u{1F}' | '\u{7F}'..='\u{9F}')
-}
-
 /// An optional text field: one UTF-8 value of at most [`MAX_TEXT_CHARS`] characters, without
 /// control characters (R-8.10, as in a JSON body).
 fn text_field(name: &str, values: &[Vec<u8>], messages: &mut Vec<String>) -> Option<String> {
@@ -573,7 +567,7 @@ fn text_field(name: &str, values: &[Vec<u8>], messages: &mut Vec<String>) -> Opt
         ));
         return None;
     }
-    if text.chars().any(is_refused_control) {
+    if engine::validate::has_control_characters(text) {
         messages.push(format!("{name} must not contain control characters"));
         return None;
     }

@@ -163,6 +163,41 @@ pub fn query_param(query: Option<&str>, name: &str) -> Option<String> {
     })
 }
 
+/// Longest parameter name a refusal repeats.
+const MAX_NAMED_CHARS: usize = 100;
+
+/// Checks a query against the parameters a route takes (`known`): a parameter it does not take
+/// is refused as an unknown property of a body is (R-8.2, R-8.1: a 400 that names it,
+/// `query parameter foo should not exist`), and a known one given twice too (the first would
+/// win unseen, as a repeated key of a body would, which is refused the same way). Names are
+/// percent-decoded; empty pairs (`a=1&&b=2`, a trailing `&`) are nothing.
+pub fn check_query(query: Option<&str>, known: &[&str]) -> Result<(), ApiError> {
+    let mut seen: Vec<&str> = Vec::new();
+    let mut messages = Vec::new();
+    for pair in query
+        .unwrap_or("")
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+    {
+        let raw = pair.split_once('=').map_or(pair, |(name, _)| name);
+        let name = percent_decode(raw);
+        let shown: String = name.chars().take(MAX_NAMED_CHARS).collect();
+        match known.iter().find(|k| **k == name) {
+            None => messages.push(format!("query parameter {shown} should not exist")),
+            Some(k) if seen.contains(k) => messages.push(format!(
+                "query parameter {shown} must not appear more than once"
+            )),
+            Some(k) => seen.push(k),
+        }
+    }
+    if messages.is_empty() {
+        Ok(())
+    } else {
+        messages.dedup();
+        Err(ApiError::Validation(messages))
+    }
+}
+
 fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -204,6 +239,38 @@ mod tests {
         ] {
             assert!(transaction_id(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn unknown_and_repeated_query_parameters_are_named_r_8_1_r_8_2() {
+        let known = ["after", "limit"];
+        assert!(check_query(None, &known).is_ok());
+        assert!(check_query(Some(""), &known).is_ok());
+        assert!(check_query(Some("after=&limit=5&"), &known).is_ok());
+        assert!(check_query(Some("%61fter=x"), &known).is_ok());
+        let messages = |query| match check_query(Some(query), &known) {
+            Err(ApiError::Validation(messages)) => messages,
+            other => panic!("{query}: {other:?}"),
+        };
+        assert_eq!(messages("foo=1"), ["query parameter foo should not exist"]);
+        assert_eq!(
+            messages("limit=1&utm_source=x&flag&limit=2"),
+            [
+                "query parameter utm_source should not exist",
+                "query parameter flag should not exist",
+                "query parameter limit must not appear more than once",
+            ]
+        );
+        assert_eq!(
+            messages("a%20b=1"),
+            ["query parameter a b should not exist"]
+        );
+        assert!(check_query(Some("x=1"), &[]).is_err());
+        let long = "n".repeat(5000);
+        assert_eq!(
+            messages(&long)[0].len(),
+            "query parameter  should not exist".len() + MAX_NAMED_CHARS
+        );
     }
 
     #[test]

@@ -86,6 +86,21 @@ impl Route {
     }
 }
 
+impl Route {
+    /// The query parameters the route takes, as the OpenAPI document names them; any other is
+    /// refused ([`super::request::check_query`]), as an unknown property of a body is.
+    /// `None`: the route ignores what it does not read — the customer's HTML pages and their
+    /// stylesheet, whose links a browser, a mail client or a tracker may decorate (`utm_*`).
+    pub fn query_parameters(&self) -> Option<&'static [&'static str]> {
+        match self {
+            Route::PaymentPage(_) | Route::PaymentSubmit(_) | Route::Stylesheet => None,
+            Route::CancelQuote(_) => Some(&["at"]),
+            Route::Events => Some(&["after", "limit"]),
+            _ => Some(&[]),
+        }
+    }
+}
+
 /// Matches a request line to a route: unknown path → 404, known path with another method →
 /// 405 naming the allowed methods.
 pub fn route(method: &Method, path: &str, sandbox: bool) -> Result<Route, ApiError> {
@@ -203,6 +218,30 @@ mod tests {
             .unwrap(),
             Route::SandboxPay(id.to_owned())
         );
+    }
+
+    #[test]
+    fn html_pages_alone_ignore_unknown_query_parameters() {
+        let token = "abc";
+        for (method, path) in [
+            (Method::GET, format!("/pay/{token}")),
+            (Method::POST, format!("/pay/{token}")),
+            (Method::GET, "/assets/checkout.css".to_owned()),
+        ] {
+            let route = route(&method, &path, true).unwrap();
+            assert_eq!(route.query_parameters(), None, "{path}");
+        }
+        let id = "0190b6b0-7c3a-7d2e-9f00-000000000000";
+        for (method, path, known) in [
+            (Method::GET, "/events".to_owned(), &["after", "limit"][..]),
+            (Method::POST, format!("/cancel/{id}/quote"), &["at"][..]),
+            (Method::GET, format!("/status/{id}"), &[][..]),
+            (Method::GET, "/files/shared/x".to_owned(), &[][..]),
+            (Method::GET, "/healthz".to_owned(), &[][..]),
+        ] {
+            let route = route(&method, &path, true).unwrap();
+            assert_eq!(route.query_parameters(), Some(known), "{path}");
+        }
     }
 
     #[test]

@@ -74,13 +74,16 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// Whether the failure is the database being unreachable rather than a statement's fault:
-    /// a lost or refused connection, a server shutting down or starting, a pool timeout. Such a
-    /// request changed nothing (its transaction did not commit) and may be retried.
+    /// Whether the failure is the database being unreachable or too slow rather than a
+    /// statement's fault: a lost or refused connection, a server shutting down or starting, a
+    /// pool timeout, a statement cancelled by the statement timeout (57014). Such a request
+    /// changed nothing (its transaction did not commit) and may be retried.
     pub fn is_unavailable(&self) -> bool {
         match self {
             StoreError::Unavailable(_) => true,
-            StoreError::Postgres(error) => postgres::is_connection_error(error),
+            StoreError::Postgres(error) => {
+                postgres::is_connection_error(error) || postgres::is_query_canceled(error)
+            }
             _ => false,
         }
     }

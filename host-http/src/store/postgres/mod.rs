@@ -82,6 +82,15 @@ pub fn describe_error(error: &tokio_postgres::Error) -> String {
     text
 }
 
+/// Whether the server cancelled a statement (SQLSTATE 57014 `query_canceled`): the statement
+/// timeout (`--db-statement-timeout-ms`) ran out, or an operator cancelled the query. The
+/// statement and its transaction were rolled back, so nothing was written and the request may
+/// be retried, as after a pool timeout ([`StoreError::is_unavailable`]: 503 with
+/// `Retry-After`). Kept apart from [`is_connection_error`]: the connection itself is sound.
+pub fn is_query_canceled(error: &tokio_postgres::Error) -> bool {
+    error.code() == Some(&tokio_postgres::error::SqlState::QUERY_CANCELED)
+}
+
 /// The URL without its password, for logs and messages.
 pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -1317,6 +1326,37 @@ mod tests {
             redact_url("postgres://root@127.0.0.1/test"),
             "postgres://root@127.0.0.1/test"
         );
+    }
+
+    /// A statement cut by the statement timeout (57014) is "unavailable" (503 with
+    /// `Retry-After`, as a pool timeout), not a 500; a statement's own fault stays a 500 and
+    /// neither is a broken connection. Needs `CHECKOUT_TEST_PG_URL` (tokio-postgres makes no
+    /// server error without a server); skipped without it.
+    #[tokio::test]
+    async fn a_statement_timeout_is_unavailable_not_an_internal_error() {
+        let Ok(url) = std::env::var("CHECKOUT_TEST_PG_URL") else {
+            eprintln!("skipped: set CHECKOUT_TEST_PG_URL to run it");
+            return;
+        };
+        let (client, driver) = connect(&url).await.unwrap();
+        client
+            .batch_execute("SET statement_timeout = 50")
+            .await
+            .unwrap();
+        let timed_out = client
+            .batch_execute("SELECT pg_sleep(5)")
+            .await
+            .unwrap_err();
+        assert!(is_query_canceled(&timed_out), "{timed_out:?}");
+        assert!(!is_connection_error(&timed_out));
+        assert!(StoreError::Postgres(timed_out).is_unavailable());
+        // The connection is still good, and a statement's own fault is no outage.
+        let faulty = client.batch_execute("SELECT 1/0").await.unwrap_err();
+        assert!(!is_query_canceled(&faulty));
+        assert!(!StoreError::Postgres(faulty).is_unavailable());
+        client.batch_execute("SELECT 1").await.unwrap();
+        drop(client);
+        let _ = driver.await;
     }
 
     #[test]
