@@ -6,7 +6,7 @@
 //! Every short text of a provider shown among the e-mail's own words (title, provider name,
 //! item names, invoice title and number) is isolated, so that its direction cannot reorder
 //! the amounts and words around it: its explicit bidi controls removed, then between FSI and
-//! PDI in the plain text ([`isolate`]) and in `<bdi>` in the HTML ([`bdi`]). The subject has its
+//! PDI in the plain text (`isolate`) and in `<bdi>` in the HTML (`bdi`). The subject has its
 //! controls removed only (see `docs/DECISIONS-payment-page.md`).
 
 use std::time::Duration;

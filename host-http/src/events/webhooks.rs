@@ -125,7 +125,7 @@ fn is_local_nat64(v6: Ipv6Addr) -> bool {
 
 /// Whether an address is internal: loopback, private, link-local, shared (CGNAT),
 /// unspecified, multicast, documentation or unique-local. An IPv6 address that carries an IPv4
-/// one ([`embedded_ipv4`]) is internal when that IPv4 address is; the local-use NAT64 prefix
+/// one (`embedded_ipv4`) is internal when that IPv4 address is; the local-use NAT64 prefix
 /// always is.
 pub fn is_internal(ip: IpAddr) -> bool {
     match ip {
@@ -162,7 +162,7 @@ pub fn is_internal(ip: IpAddr) -> bool {
 /// range of RFC 6598 (CGNAT, used by private overlays) and IPv6 unique-local addresses. Not
 /// link-local (cloud metadata services live there), multicast, broadcast, documentation or
 /// unspecified addresses: those are internal but no private host. An IPv6 address that carries
-/// an IPv4 one ([`embedded_ipv4`]) is judged as that address; one of the local-use NAT64
+/// an IPv4 one (`embedded_ipv4`) is judged as that address; one of the local-use NAT64
 /// prefix, whose IPv4 address is not known here, is no private host.
 pub fn is_private_host(ip: IpAddr) -> bool {
     match ip {
