@@ -307,8 +307,7 @@ pub fn set_webhook(
                  with --allow-private-webhooks: pass --allow-private-webhooks to add it"
             )));
         }
-        if let Err(refusal) = crate::events::webhooks::check_url(parsed.as_str(), allow_private)
-        {
+        if let Err(refusal) = crate::events::webhooks::check_url(parsed.as_str(), allow_private) {
             return Err(AdminError::Webhook(format!("{url}: {refusal}")));
         }
     }

@@ -259,7 +259,14 @@ fn webhook_endpoints_are_managed_from_the_command_line() {
         "https://127.0.0.1:9/hook",
         "https://[::1]:9/hook",
     ] {
-        let add = ["provider", "set-webhook", "--provider", &provider, "--url", url];
+        let add = [
+            "provider",
+            "set-webhook",
+            "--provider",
+            &provider,
+            "--url",
+            url,
+        ];
         let (ok, _, stderr) = run(&add);
         assert!(!ok, "{url} was accepted without --allow-private-webhooks");
         assert!(

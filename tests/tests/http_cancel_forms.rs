@@ -277,7 +277,12 @@ async fn the_token_just_returned_opens_the_shared_file_as_the_openapi_link_says(
         let uploaded = upload(&server, &acme, "file.png", "application/octet-stream", png).await;
         let token = uploaded["token"].as_str().expect("token").to_owned();
         assert_eq!(token.len(), 64, "{uploaded}");
-        assert!(token.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')), "{token}");
+        assert!(
+            token
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+            "{token}"
+        );
         assert_eq!(shared_path(&uploaded), format!("/files/shared/{token}"));
         let reply = anonymous(&server, &format!("/files/shared/{token}")).await;
         assert_eq!(reply.status, 200, "round {round}: {token}");

@@ -589,16 +589,23 @@ async fn control_characters_in_form_fields_are_refused_and_nothing_is_charged_r_
     let (id, path) = trip(&server, &acme).await;
     let token = form_token(&text(&open(&server, &path, &[]).await));
     let good = form("4242 4242 4242 4242", &token);
-    let body = good
-        .replace("first_name=Ada", "first_name=A%00B")
-        .replace("billing_name=Analytical", "billing_name=%1B%5B31mAnalytical");
+    let body = good.replace("first_name=Ada", "first_name=A%00B").replace(
+        "billing_name=Analytical",
+        "billing_name=%1B%5B31mAnalytical",
+    );
     assert_ne!(body, good);
     let reply = submit(&server, &path, &body).await;
     assert_eq!(reply.status, 422, "{}", text(&reply));
     let page = text(&reply);
     for (id, message) in [
-        ("first-name", "First name must not contain control characters"),
-        ("billing-name", "Billing name must not contain control characters"),
+        (
+            "first-name",
+            "First name must not contain control characters",
+        ),
+        (
+            "billing-name",
+            "Billing name must not contain control characters",
+        ),
     ] {
         assert!(
             page.contains(&format!("<p id=\"{id}-error\" class=\"error-message\">")),
@@ -615,7 +622,10 @@ async fn control_characters_in_form_fields_are_refused_and_nothing_is_charged_r_
     assert_eq!(reply.status, 303, "{}", text(&reply));
     let record = status(&server, &acme, &id).await;
     assert_eq!(record["checkout"]["customer"]["firstName"], "Ada");
-    assert_eq!(record["checkout"]["billing"]["name"], "Analytical Engines Ltd");
+    assert_eq!(
+        record["checkout"]["billing"]["name"],
+        "Analytical Engines Ltd"
+    );
 }
 
 #[tokio::test]

@@ -138,7 +138,10 @@ async fn a_statement_timeout_is_a_503_with_retry_after_as_a_pool_timeout() {
         "service temporarily unavailable; retry the request"
     );
     // The lock gone, the same request is answered.
-    assert_eq!(server.get(&format!("/status/{id}"), &acme).await.status, 200);
+    assert_eq!(
+        server.get(&format!("/status/{id}"), &acme).await.status,
+        200
+    );
     drop(client);
     let _ = driver.await;
 }

@@ -446,9 +446,21 @@ async fn unknown_query_parameters_are_refused_by_name_r_8_1_r_8_2() {
         (Method::GET, "/events?foo=1".to_owned(), None),
         (Method::GET, format!("/status/{id}?foo=1"), None),
         (Method::GET, "/status?foo=1".to_owned(), None),
-        (Method::POST, format!("/cancel/{id}/quote?foo=1"), Some(cancel)),
-        (Method::POST, "/initialize?foo=1".to_owned(), Some(&*creation)),
-        (Method::PUT, format!("/{id}?foo=1"), Some(r#"{"title":"New"}"#)),
+        (
+            Method::POST,
+            format!("/cancel/{id}/quote?foo=1"),
+            Some(cancel),
+        ),
+        (
+            Method::POST,
+            "/initialize?foo=1".to_owned(),
+            Some(&*creation),
+        ),
+        (
+            Method::PUT,
+            format!("/{id}?foo=1"),
+            Some(r#"{"title":"New"}"#),
+        ),
         (Method::PATCH, format!("/cancel/{id}?foo=1"), Some(cancel)),
         (Method::GET, "/healthz?foo=1".to_owned(), None),
         (Method::GET, "/openapi.json?foo=1".to_owned(), None),
@@ -471,7 +483,10 @@ async fn unknown_query_parameters_are_refused_by_name_r_8_1_r_8_2() {
     assert_eq!(status["status"], "PENDING");
 
     // The documented parameters are taken; one given twice, or beside an unknown one, is not.
-    assert_eq!(server.get("/events?limit=5&after=", &acme).await.status, 200);
+    assert_eq!(
+        server.get("/events?limit=5&after=", &acme).await.status,
+        200
+    );
     let quote = server
         .json(
             Method::POST,

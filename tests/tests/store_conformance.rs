@@ -619,8 +619,15 @@ async fn outbox_events_deliveries_and_mails_in_order(opened: &Opened, db: &Db) {
 async fn outbox_rotated_secret_signs_for_24_hours_only(opened: &Opened, db: &Db) {
     use host_http::store::outbox::Attempt;
     let acme = provider(db, "acme");
-    let hook = providers::set_webhook(db, &acme.provider_id, "https://hooks.example/in", &[], false, t0())
-        .expect("endpoint");
+    let hook = providers::set_webhook(
+        db,
+        &acme.provider_id,
+        "https://hooks.example/in",
+        &[],
+        false,
+        t0(),
+    )
+    .expect("endpoint");
     create(opened, &acme.provider_id, &["10.00"]).await;
     let rotated = providers::rotate_webhook_secret(db, &hook.endpoint_id, at(0)).unwrap();
     let overlap_ends = at(0) + Duration::hours(24);
@@ -670,8 +677,15 @@ async fn outbox_rotated_secret_signs_for_24_hours_only(opened: &Opened, db: &Db)
 async fn outbox_stats_count_pending_refunds_and_age_the_oldest_entry(opened: &Opened, db: &Db) {
     use host_http::store::outbox::Attempt;
     let acme = provider(db, "acme");
-    providers::set_webhook(db, &acme.provider_id, "https://hooks.example/in", &[], false, t0())
-        .expect("endpoint");
+    providers::set_webhook(
+        db,
+        &acme.provider_id,
+        "https://hooks.example/in",
+        &[],
+        false,
+        t0(),
+    )
+    .expect("endpoint");
     let outbox = &opened.outbox;
     let empty = outbox.outbox_stats(at(0)).await.unwrap();
     assert_eq!((empty.refunds_pending, empty.oldest_age_secs), (0, 0));
@@ -737,8 +751,15 @@ async fn execute_sql(db: &Db, sqlite: &str, postgres: &str) {
 /// again, the change is written with exactly its events.
 async fn outbox_a_change_that_rolls_back_leaves_no_event(opened: &Opened, db: &Db) {
     let acme = provider(db, "acme");
-    providers::set_webhook(db, &acme.provider_id, "https://hooks.example/in", &[], false, t0())
-        .expect("endpoint");
+    providers::set_webhook(
+        db,
+        &acme.provider_id,
+        "https://hooks.example/in",
+        &[],
+        false,
+        t0(),
+    )
+    .expect("endpoint");
     let outbox = &opened.outbox;
     let events = || async {
         outbox

@@ -197,9 +197,9 @@ pub fn check_url(url: &str, allow_private: bool) -> Result<(hyper::Uri, Reach), 
     if let Some(ip) = ip_literal(host) {
         if !reach.allows(ip) {
             return Err(match reach {
-                Reach::PrivateOnly => format!(
-                    "{ip} is not a loopback or private address: http:// endpoints must be"
-                ),
+                Reach::PrivateOnly => {
+                    format!("{ip} is not a loopback or private address: http:// endpoints must be")
+                }
                 _ => format!("{ip} is an internal address"),
             });
         }
@@ -562,7 +562,11 @@ mod tests {
         assert!(is_internal(ip("::")) && !is_private_host(ip("::")));
         assert!(is_internal(ip("::1")) && is_private_host(ip("::1")));
         // The local-use NAT64 prefix: internal whatever it carries, and no private host.
-        for local in ["64:ff9b:1::808:808", "64:ff9b:1:808:8:800::", "64:ff9b:1::a00:1"] {
+        for local in [
+            "64:ff9b:1::808:808",
+            "64:ff9b:1:808:8:800::",
+            "64:ff9b:1::a00:1",
+        ] {
             assert!(is_internal(ip(local)), "{local}");
             assert!(!is_private_host(ip(local)), "{local}");
         }

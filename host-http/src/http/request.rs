@@ -174,7 +174,11 @@ const MAX_NAMED_CHARS: usize = 100;
 pub fn check_query(query: Option<&str>, known: &[&str]) -> Result<(), ApiError> {
     let mut seen: Vec<&str> = Vec::new();
     let mut messages = Vec::new();
-    for pair in query.unwrap_or("").split('&').filter(|pair| !pair.is_empty()) {
+    for pair in query
+        .unwrap_or("")
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+    {
         let raw = pair.split_once('=').map_or(pair, |(name, _)| name);
         let name = percent_decode(raw);
         let shown: String = name.chars().take(MAX_NAMED_CHARS).collect();
@@ -257,7 +261,10 @@ mod tests {
                 "query parameter limit must not appear more than once",
             ]
         );
-        assert_eq!(messages("a%20b=1"), ["query parameter a b should not exist"]);
+        assert_eq!(
+            messages("a%20b=1"),
+            ["query parameter a b should not exist"]
+        );
         assert!(check_query(Some("x=1"), &[]).is_err());
         let long = "n".repeat(5000);
         assert_eq!(

@@ -1170,7 +1170,10 @@ mod tests {
             .batch_execute("SET statement_timeout = 50")
             .await
             .unwrap();
-        let timed_out = client.batch_execute("SELECT pg_sleep(5)").await.unwrap_err();
+        let timed_out = client
+            .batch_execute("SELECT pg_sleep(5)")
+            .await
+            .unwrap_err();
         assert!(is_query_canceled(&timed_out), "{timed_out:?}");
         assert!(!is_connection_error(&timed_out));
         assert!(StoreError::Postgres(timed_out).is_unavailable());
