@@ -322,7 +322,7 @@ async fn outbox_events_deliveries_and_mails_in_order(opened: &Opened, db: &Db) {
         &acme.provider_id,
         "https://127.0.0.1:9/paid",
         &[types::PAID.to_owned()],
-        false,
+        true,
         t0(),
     )
     .expect("endpoint");
