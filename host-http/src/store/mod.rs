@@ -573,6 +573,29 @@ pub enum AttemptEnd {
     },
 }
 
+impl AttemptEnd {
+    /// The state and processor reference a finished attempt is stored with.
+    pub fn row(&self) -> (&'static str, Option<&str>) {
+        match self {
+            AttemptEnd::Approved { reference } => ("APPROVED", Some(reference)),
+            AttemptEnd::Declined { .. } => ("DECLINED", None),
+            AttemptEnd::Failed => ("FAILED", None),
+            AttemptEnd::Voided { reference } => ("VOIDED", Some(reference)),
+        }
+    }
+
+    /// Whether the attempt counts as a failed one (it reached the processor and took no
+    /// money): `Some` with the decline's reason, which also writes the
+    /// `transaction.payment_failed` event, or `Some(None)` for a processor failure.
+    pub fn failure(&self) -> Option<Option<&str>> {
+        match self {
+            AttemptEnd::Declined { message } => Some(Some(message)),
+            AttemptEnd::Failed => Some(None),
+            AttemptEnd::Approved { .. } | AttemptEnd::Voided { .. } => None,
+        }
+    }
+}
+
 /// Result of an operation on a transaction named by a provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Owned<T> {

@@ -1239,19 +1239,15 @@ impl Store for PgStore {
             let mut client = self.client().await?;
             let tx = client.transaction().await?;
             lock_transaction(&tx, &transaction_id).await?;
-            let (state, reference) = super::sqlite::attempt_end_row(&end);
+            let (state, reference) = end.row();
             tx.execute(
                 "UPDATE payment_attempts SET state = $3, finished_at = $4, reference = $5 \
                  WHERE id = $1 AND transaction_id = $2 AND state = 'IN_FLIGHT'",
                 &[&attempt_id, &transaction_id, &state, &at, &reference],
             )
             .await?;
-            match &end {
-                AttemptEnd::Declined { message } => {
-                    add_payment_failure(&tx, &transaction_id, at, Some(message)).await?;
-                }
-                AttemptEnd::Failed => add_payment_failure(&tx, &transaction_id, at, None).await?,
-                AttemptEnd::Approved { .. } | AttemptEnd::Voided { .. } => {}
+            if let Some(declined) = end.failure() {
+                add_payment_failure(&tx, &transaction_id, at, declined).await?;
             }
             tx.commit().await?;
             Ok(())

@@ -819,16 +819,6 @@ fn add_payment_failure(
     Ok(())
 }
 
-/// The state and processor reference a finished payment attempt is stored with.
-pub(super) fn attempt_end_row(end: &AttemptEnd) -> (&'static str, Option<&str>) {
-    match end {
-        AttemptEnd::Approved { reference } => ("APPROVED", Some(reference)),
-        AttemptEnd::Declined { .. } => ("DECLINED", None),
-        AttemptEnd::Failed => ("FAILED", None),
-        AttemptEnd::Voided { reference } => ("VOIDED", Some(reference)),
-    }
-}
-
 fn count_payment_failures(
     conn: &Connection,
     transaction_id: &str,
@@ -1492,7 +1482,7 @@ impl Store for SqliteStore {
         end: AttemptEnd,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(self.writer.execute(move |conn| {
-            let (state, reference) = attempt_end_row(&end);
+            let (state, reference) = end.row();
             conn.prepare_cached(
                 "UPDATE payment_attempts SET state = ?3, finished_at = ?4, reference = ?5 \
                  WHERE id = ?1 AND transaction_id = ?2 AND state = 'IN_FLIGHT'",
@@ -1504,12 +1494,8 @@ impl Store for SqliteStore {
                 format_instant(at),
                 reference
             ])?;
-            match &end {
-                AttemptEnd::Declined { message } => {
-                    add_payment_failure(conn, &transaction_id, at, Some(message))?;
-                }
-                AttemptEnd::Failed => add_payment_failure(conn, &transaction_id, at, None)?,
-                AttemptEnd::Approved { .. } | AttemptEnd::Voided { .. } => {}
+            if let Some(declined) = end.failure() {
+                add_payment_failure(conn, &transaction_id, at, declined)?;
             }
             Ok(())
         }))
