@@ -2,10 +2,10 @@
 # Fuzzes the parsers that read untrusted input with cargo-fuzz (libFuzzer, AddressSanitizer
 # with leak detection), one target after the other, each for SECONDS (default 600):
 #
-#   create_body   creation bodies through engine::validate::checkout, then the quote
+#   create_body   creation bodies through checkout_engine::validate::checkout, then the quote
 #   cancel_form   multipart cancellation forms through the streaming parser, boundary varied
 #   basic_auth    Basic Authorization headers through host_http::auth::parse_basic
-#   preview_line  JSON-Lines `preview` and `quote` lines through engine::lines
+#   preview_line  JSON-Lines `preview` and `quote` lines through checkout_engine::lines
 #
 # The committed corpus, fuzz/corpus/<target> (seeds from fixtures/ and hand-written samples,
 # plus a minimal cover of what earlier runs found), is only read; what a run finds goes into

@@ -7,11 +7,11 @@ use std::hint::black_box;
 
 use benches::{at, cancel_all, checkout, context, paid_at, typical_payload};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use engine::api::CorporateCheckout;
-use engine::money::Currency;
-use engine::penalty::{Anchors, ItemSchedule};
-use engine::policy::Policy;
-use engine::preview::preview_refund;
+use checkout_engine::api::CorporateCheckout;
+use checkout_engine::money::Currency;
+use checkout_engine::penalty::{Anchors, ItemSchedule};
+use checkout_engine::policy::Policy;
+use checkout_engine::preview::preview_refund;
 
 fn quote(c: &mut Criterion) {
     let mut group = c.benchmark_group("quote");
@@ -21,7 +21,7 @@ fn quote(c: &mut Criterion) {
         group.bench_with_input(
             BenchmarkId::from_parameter(items),
             &checkout,
-            |b, checkout| b.iter(|| engine::quote::quote(black_box(checkout))),
+            |b, checkout| b.iter(|| checkout_engine::quote::quote(black_box(checkout))),
         );
     }
     group.finish();
@@ -48,7 +48,7 @@ fn penalty(c: &mut Criterion) {
         .map(|p| Policy::parse(p, currency))
         .transpose()
         .unwrap_or_else(|e| panic!("{e}"));
-    let start = engine::time::parse_date_time(
+    let start = checkout_engine::time::parse_date_time(
         &state
             .period
             .as_ref()
@@ -89,16 +89,16 @@ fn validation(c: &mut Criterion) {
     let payload = typical_payload();
     let zone = "Europe/Berlin";
     assert!(
-        engine::validate::checkout_fast(&payload, zone).is_some(),
+        checkout_engine::validate::checkout_fast(&payload, zone).is_some(),
         "the bench payload must take the fast path"
     );
     let mut group = c.benchmark_group("validate");
     group.throughput(Throughput::Bytes(payload.len() as u64));
     group.bench_function("checkout_fast_path", |b| {
-        b.iter(|| engine::validate::checkout(black_box(&payload), zone))
+        b.iter(|| checkout_engine::validate::checkout(black_box(&payload), zone))
     });
     group.bench_function("checkout_full_path", |b| {
-        b.iter(|| engine::validate::checkout_full(black_box(&payload), zone))
+        b.iter(|| checkout_engine::validate::checkout_full(black_box(&payload), zone))
     });
     group.bench_function("serde_typed_same_bytes", |b| {
         b.iter(|| serde_json::from_slice::<CorporateCheckout>(black_box(&payload)))
@@ -115,13 +115,13 @@ fn lines(c: &mut Criterion) {
     for (line, answer, write) in [
         (
             &quote,
-            engine::lines::quote_line(&quote),
-            engine::lines::write_quote_line as fn(&[u8], &mut Vec<u8>),
+            checkout_engine::lines::quote_line(&quote),
+            checkout_engine::lines::write_quote_line as fn(&[u8], &mut Vec<u8>),
         ),
         (
             &preview,
-            engine::lines::preview_line(&preview),
-            engine::lines::write_preview_line,
+            checkout_engine::lines::preview_line(&preview),
+            checkout_engine::lines::write_preview_line,
         ),
     ] {
         assert!(
@@ -144,27 +144,27 @@ fn lines(c: &mut Criterion) {
     group.bench_function("quote_line_written", |b| {
         b.iter(|| {
             written.clear();
-            engine::lines::write_quote_line(black_box(&quote), &mut written);
+            checkout_engine::lines::write_quote_line(black_box(&quote), &mut written);
         })
     });
     group.bench_function("preview_line_written", |b| {
         b.iter(|| {
             written.clear();
-            engine::lines::write_preview_line(black_box(&preview), &mut written);
+            checkout_engine::lines::write_preview_line(black_box(&preview), &mut written);
         })
     });
     // The answer as a JSON value (tests and fixtures use it), by the fast path and the full path.
     group.bench_function("quote_line", |b| {
-        b.iter(|| engine::lines::quote_line(black_box(&quote)))
+        b.iter(|| checkout_engine::lines::quote_line(black_box(&quote)))
     });
     group.bench_function("quote_line_full_path", |b| {
-        b.iter(|| engine::lines::quote_line_full(black_box(&quote)))
+        b.iter(|| checkout_engine::lines::quote_line_full(black_box(&quote)))
     });
     group.bench_function("preview_line", |b| {
-        b.iter(|| engine::lines::preview_line(black_box(&preview)))
+        b.iter(|| checkout_engine::lines::preview_line(black_box(&preview)))
     });
     group.bench_function("preview_line_full_path", |b| {
-        b.iter(|| engine::lines::preview_line_full(black_box(&preview)))
+        b.iter(|| checkout_engine::lines::preview_line_full(black_box(&preview)))
     });
     group.finish();
 }

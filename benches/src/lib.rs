@@ -2,8 +2,8 @@
 //! payload, and a transaction with policies to preview.
 
 use chrono::{DateTime, TimeZone, Utc};
-use engine::api::{CancellationReq, CorporateCheckout, ProviderSettings};
-use engine::preview::RefundContext;
+use checkout_engine::api::{CancellationReq, CorporateCheckout, ProviderSettings};
+use checkout_engine::preview::RefundContext;
 use serde_json::{Value, json};
 
 /// One item of a typical accommodation or flight booking, with a tax and a four-step policy.

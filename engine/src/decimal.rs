@@ -56,7 +56,7 @@ fn scale_of(text: &str) -> i64 {
 /// Parses the text of a JSON number into a `Decimal` exactly, or says why it cannot (R-1.1).
 ///
 /// ```
-/// use engine::decimal::parse_json_number;
+/// use checkout_engine::decimal::parse_json_number;
 /// assert_eq!(parse_json_number("0.1").unwrap().to_string(), "0.1");
 /// assert_eq!(parse_json_number("1e2").unwrap().to_string(), "100");
 /// assert!(parse_json_number("1.2345678901234567890123456789").is_err());
@@ -95,7 +95,7 @@ pub fn serialize<S: Serializer>(value: &Decimal, serializer: S) -> Result<S::Ok,
 /// ```
 /// use rust_decimal::Decimal;
 /// let mut out = Vec::new();
-/// engine::decimal::write_text(&Decimal::new(-5, 3), &mut out);
+/// checkout_engine::decimal::write_text(&Decimal::new(-5, 3), &mut out);
 /// assert_eq!(out, b"-0.005");
 /// ```
 pub fn write_text(value: &Decimal, out: &mut Vec<u8>) {

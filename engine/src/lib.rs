@@ -22,7 +22,7 @@
 //! (R-3.5):
 //!
 //! ```
-//! use engine::api::ProviderSettings;
+//! use checkout_engine::api::ProviderSettings;
 //!
 //! let body = br#"{
 //!     "title": "Team offsite", "currency": "EUR",
@@ -40,8 +40,8 @@
 //!          "offset": {"amount": 7, "unit": "DAYS"}}]}
 //! }"#).unwrap();
 //!
-//! let checkout = engine::validate::checkout(body, &provider.time_zone).unwrap();
-//! let quote = engine::quote::quote(&checkout).unwrap();
+//! let checkout = checkout_engine::validate::checkout(body, &provider.time_zone).unwrap();
+//! let quote = checkout_engine::quote::quote(&checkout).unwrap();
 //! // 129.90 × 2 = 259.80, VAT 7 % = 18.186 → 18.19 (R-2.2), total 277.99.
 //! assert_eq!(quote.items[0].total.to_string(), "277.99");
 //! assert_eq!(quote.total.to_string(), "527.99");
@@ -49,7 +49,7 @@
 //! // The provider default is START_PERIOD: it applies to the hotel (it has a period) but not to
 //! // the flight, which therefore has no policy and is refundable in full (R-5.1).
 //! let policies: Vec<_> = checkout.items.iter()
-//!     .map(|item| engine::policy::effective_policy(item, &provider))
+//!     .map(|item| checkout_engine::policy::effective_policy(item, &provider))
 //!     .collect();
 //! assert!(policies[0].is_some() && policies[1].is_none());
 //! ```
@@ -61,8 +61,8 @@
 //!
 //! ```
 //! use chrono::{TimeZone, Utc};
-//! use engine::api::{CancellationReq, Period};
-//! use engine::preview::{ItemState, PreviewError, RefundContext, preview_refund};
+//! use checkout_engine::api::{CancellationReq, Period};
+//! use checkout_engine::preview::{ItemState, PreviewError, RefundContext, preview_refund};
 //! use rust_decimal::Decimal;
 //!
 //! let policy = serde_json::from_str(r#"{"reference": "START_PERIOD", "penalties": [

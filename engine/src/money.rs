@@ -64,7 +64,7 @@ impl Currency {
     /// Parses an ISO 4217 alphabetic code (R-1.2).
     ///
     /// ```
-    /// use engine::money::Currency;
+    /// use checkout_engine::money::Currency;
     /// assert_eq!(Currency::parse("JPY").unwrap().scale(), 0);
     /// assert!(Currency::parse("eur").is_err());
     /// ```

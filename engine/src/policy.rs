@@ -19,7 +19,7 @@ use crate::time::{CalendarStep, parse_date};
 /// it with the item (R-3.5).
 ///
 /// ```
-/// use engine::api::{Category, ProviderSettings};
+/// use checkout_engine::api::{Category, ProviderSettings};
 /// let provider: ProviderSettings = serde_json::from_str(r#"{
 ///     "timeZone": "Europe/Berlin",
 ///     "defaultPolicy": {"reference": "PAYMENT_DATE", "penalties": [
@@ -29,13 +29,13 @@ use crate::time::{CalendarStep, parse_date};
 ///         {"type": "OFFSET_PENALTY", "value": {"amount": 100, "unit": "PERCENTAGE"},
 ///          "offset": {"amount": 0, "unit": "HOURS"}}]}}
 /// }"#).unwrap();
-/// let flight: engine::api::Item =
+/// let flight: checkout_engine::api::Item =
 ///     serde_json::from_str(r#"{"price": 100, "category": "FLIGHT"}"#).unwrap();
-/// let hotel: engine::api::Item =
+/// let hotel: checkout_engine::api::Item =
 ///     serde_json::from_str(r#"{"price": 100, "category": "ACCOMMODATION"}"#).unwrap();
-/// let policy = engine::policy::effective_policy(&flight, &provider).unwrap();
+/// let policy = checkout_engine::policy::effective_policy(&flight, &provider).unwrap();
 /// assert_eq!(policy, provider.category_policies[&Category::Flight]);
-/// assert_eq!(engine::policy::effective_policy(&hotel, &provider), provider.default_policy);
+/// assert_eq!(checkout_engine::policy::effective_policy(&hotel, &provider), provider.default_policy);
 /// ```
 pub fn effective_policy(item: &Item, provider: &ProviderSettings) -> Option<CancellationPolicy> {
     // A provider's START_PERIOD policy is not applicable to an item without a period (spec:

@@ -19,14 +19,14 @@ use crate::money::{Currency, Money};
 /// decimals than the minor unit is refused with [`EngineError::TooManyDecimals`] (R-1.5).
 ///
 /// ```
-/// let checkout: engine::api::CorporateCheckout = serde_json::from_str(r#"{
+/// let checkout: checkout_engine::api::CorporateCheckout = serde_json::from_str(r#"{
 ///     "title": "Trip", "currency": "EUR",
 ///     "items": [
 ///         {"price": 19.99, "quantity": {"amount": 3}, "taxes": [{"value": 19}]},
 ///         {"price": 100, "total": 105}
 ///     ]
 /// }"#).unwrap();
-/// let quote = engine::quote::quote(&checkout).unwrap();
+/// let quote = checkout_engine::quote::quote(&checkout).unwrap();
 /// // net = 59.97, tax = round(59.97 × 19 / 100) = round(11.3943) = 11.39
 /// assert_eq!(quote.items[0].total.to_string(), "71.36");
 /// assert_eq!(quote.items[1].total.to_string(), "105"); // given, echoed as written (R-1.4)

@@ -15,9 +15,9 @@ use crate::error::EngineError;
 /// Parses an IANA zone name of the compiled-in database (R-6.1, R-6.7).
 ///
 /// ```
-/// let berlin = engine::time::parse_zone("Europe/Berlin").unwrap();
+/// let berlin = checkout_engine::time::parse_zone("Europe/Berlin").unwrap();
 /// assert_eq!(berlin, chrono_tz::Europe::Berlin);
-/// assert!(engine::time::parse_zone("Mars/Olympus").is_err());
+/// assert!(checkout_engine::time::parse_zone("Mars/Olympus").is_err());
 /// ```
 pub fn parse_zone(name: &str) -> Result<Tz, EngineError> {
     name.parse::<Tz>()
@@ -36,7 +36,7 @@ const GAP_SEARCH_STEP_MINUTES: i64 = 15;
 /// ```
 /// use chrono::NaiveDate;
 /// let local = NaiveDate::from_ymd_opt(2026, 3, 29).unwrap().and_hms_opt(2, 30, 0).unwrap();
-/// let instant = engine::time::resolve_local(chrono_tz::Europe::Berlin, local).unwrap();
+/// let instant = checkout_engine::time::resolve_local(chrono_tz::Europe::Berlin, local).unwrap();
 /// assert_eq!(instant.to_rfc3339(), "2026-03-29T01:30:00+00:00"); // 03:30 CEST
 /// ```
 pub fn resolve_local(zone: Tz, local: NaiveDateTime) -> Result<DateTime<Utc>, EngineError> {
@@ -81,10 +81,10 @@ pub fn wall_clock(zone: Tz, instant: DateTime<Utc>) -> NaiveDateTime {
 ///
 /// ```
 /// use chrono_tz::America::New_York;
-/// let fixed = engine::time::parse_date_time("2026-12-01T15:00:00+01:00", New_York).unwrap();
+/// let fixed = checkout_engine::time::parse_date_time("2026-12-01T15:00:00+01:00", New_York).unwrap();
 /// assert_eq!(fixed.to_rfc3339(), "2026-12-01T14:00:00+00:00");
 /// // 01:30 on 1 November 2026 happens twice in New York; the earlier (EDT) instant is taken.
-/// let folded = engine::time::parse_date_time("2026-11-01T01:30:00", New_York).unwrap();
+/// let folded = checkout_engine::time::parse_date_time("2026-11-01T01:30:00", New_York).unwrap();
 /// assert_eq!(folded.to_rfc3339(), "2026-11-01T05:30:00+00:00");
 /// ```
 pub fn parse_date_time(text: &str, zone: Tz) -> Result<DateTime<Utc>, EngineError> {

@@ -1,5 +1,5 @@
 //! Creation body (`POST /initialize`, `POST /transactions`, `POST /quote`): raw bytes through
-//! `engine::validate::checkout`, exactly as the host calls it, then, for an accepted body, the
+//! `checkout_engine::validate::checkout`, exactly as the host calls it, then, for an accepted body, the
 //! quote the host stores. Properties: no panic; a refused body has at least one message; an
 //! accepted body can always be quoted (every input amount is bounded so that every derived
 //! amount fits, issue 12), and its quote serialises.
@@ -20,9 +20,9 @@ const ZONES: [&str; 5] = [
 
 fuzz_target!(|data: &[u8]| {
     let zone = ZONES[data.len() % ZONES.len()];
-    match engine::validate::checkout(data, zone) {
+    match checkout_engine::validate::checkout(data, zone) {
         Ok(checkout) => {
-            let quote = engine::quote::quote(&checkout)
+            let quote = checkout_engine::quote::quote(&checkout)
                 .unwrap_or_else(|e| panic!("a valid checkout could not be quoted: {e}"));
             assert_eq!(quote.items.len(), checkout.items.len());
             serde_json::to_vec(&quote).expect("a quote serialises");

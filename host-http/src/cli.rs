@@ -462,7 +462,7 @@ fn print_json<T: Serialize>(value: &T) -> ExitCode {
 
 fn category_policies(
     arguments: &[String],
-) -> Result<BTreeMap<engine::api::Category, engine::api::CancellationPolicy>, AdminError> {
+) -> Result<BTreeMap<checkout_engine::api::Category, checkout_engine::api::CancellationPolicy>, AdminError> {
     arguments
         .iter()
         .map(|a| providers::read_category_policy(a))
@@ -471,7 +471,7 @@ fn category_policies(
 
 fn optional_policy(
     file: Option<&Path>,
-) -> Result<Option<engine::api::CancellationPolicy>, AdminError> {
+) -> Result<Option<checkout_engine::api::CancellationPolicy>, AdminError> {
     file.map(providers::read_policy_file).transpose()
 }
 
@@ -516,7 +516,7 @@ pub fn provider(command: ProviderCommand) -> ExitCode {
             let clear_categories = clear_category_policy
                 .iter()
                 .map(|c| {
-                    engine::api::Category::parse(c).ok_or_else(|| AdminError::Category(c.clone()))
+                    checkout_engine::api::Category::parse(c).ok_or_else(|| AdminError::Category(c.clone()))
                 })
                 .collect::<Result<_, _>>()?;
             let change = PolicyChange {

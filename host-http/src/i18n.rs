@@ -4,8 +4,8 @@
 
 use chrono::{DateTime, Datelike, Timelike, Utc, Weekday};
 use chrono_tz::Tz;
-use engine::api::{AttachmentType, Category, QuantityUnit};
-use engine::terms::Terms;
+use checkout_engine::api::{AttachmentType, Category, QuantityUnit};
+use checkout_engine::terms::Terms;
 use rust_decimal::Decimal;
 
 use crate::app::payments::{Field, FieldProblem};
@@ -77,8 +77,8 @@ impl Lang {
     /// An amount at the currency's minor unit, with digit grouping:
     /// `EUR 1,234.50` (English), `1.234,50 EUR` (German).
     pub fn money(self, amount: Decimal, currency: &str) -> String {
-        let scale = engine::money::minor_units(currency).unwrap_or(2);
-        let number = self.number(engine::money::round_to_scale(amount, scale), true);
+        let scale = checkout_engine::money::minor_units(currency).unwrap_or(2);
+        let number = self.number(checkout_engine::money::round_to_scale(amount, scale), true);
         match self {
             Lang::En => format!("{currency} {number}"),
             Lang::De => format!("{number} {currency}"),

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
-use engine::api::{CancellationPolicy, Category};
+use checkout_engine::api::{CancellationPolicy, Category};
 use serde::Serialize;
 
 use crate::auth::{Scopes, UnknownScope, new_credential};
@@ -156,7 +156,7 @@ pub fn validate_policy(bytes: &[u8], origin: &str) -> Result<CancellationPolicy,
         }],
     });
     let probe = serde_json::to_vec(&probe).map_err(|e| invalid(vec![e.to_string()]))?;
-    let checkout = engine::validate::checkout(&probe, "UTC").map_err(|errors| {
+    let checkout = checkout_engine::validate::checkout(&probe, "UTC").map_err(|errors| {
         invalid(
             errors
                 .messages

@@ -28,8 +28,8 @@ pub enum SchemasError {
 /// Every file of `schemas/`: name and exact contents (pretty JSON, trailing newline), in a fixed
 /// order, so that the output is byte-for-byte deterministic.
 pub fn files() -> Result<Vec<(String, String)>, SchemasError> {
-    let mut documents = engine::schema::body_schemas();
-    documents.push(("openapi.json", engine::schema::openapi()));
+    let mut documents = checkout_engine::schema::body_schemas();
+    documents.push(("openapi.json", checkout_engine::schema::openapi()));
     documents
         .into_iter()
         .map(|(name, value)| {

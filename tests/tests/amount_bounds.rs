@@ -1,14 +1,14 @@
 //! Property test of the amount bounds: for every checkout whose amounts lie
-//! within the bounds of `engine::api` (price and AMOUNT tax ≤ 10^12, quantity ≤ 10^4, 50 tax
+//! within the bounds of `checkout_engine::api` (price and AMOUNT tax ≤ 10^12, quantity ≤ 10^4, 50 tax
 //! lines, provided totals and fixed penalties ≤ 10^18, 500 items), in currencies of 0, 2 and 3
 //! decimals, every derived amount of the quote and of the refund preview (line × quantity,
 //! taxes, sums, rescaling, penalties, refunds) is written with at most 28 significant digits, so
 //! that it can be stored, read back and sent again. Values are drawn at the bounds themselves
 //! half of the time.
 
-use engine::api::{MAX_ITEM_TOTAL, MAX_ITEMS, MAX_PRICE, MAX_QUANTITY, MAX_TAXES};
-use engine::decimal::parse_json_number;
-use engine::lines::{preview_line, quote_line};
+use checkout_engine::api::{MAX_ITEM_TOTAL, MAX_ITEMS, MAX_PRICE, MAX_QUANTITY, MAX_TAXES};
+use checkout_engine::decimal::parse_json_number;
+use checkout_engine::lines::{preview_line, quote_line};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 

@@ -605,7 +605,7 @@ async fn a_later_provider_zone_change_does_not_move_existing_thresholds_r_3_5() 
 #[tokio::test]
 async fn a_provider_fixed_amount_must_fit_the_checkout_currency_r_1_5() {
     let server = CancelServer::start().await;
-    let policy: engine::api::CancellationPolicy = serde_json::from_value(json!({
+    let policy: checkout_engine::api::CancellationPolicy = serde_json::from_value(json!({
         "reference": "PAYMENT_DATE",
         "penalties": [{"type": "OFFSET_PENALTY", "value": {"amount": 10.5, "unit": "FIXED_AMOUNT"},
                        "offset": {"amount": 1, "unit": "HOURS"}}]

@@ -559,9 +559,9 @@ async fn the_event_cursor_limit_counts_characters_not_bytes() {
     let document = server.get("/openapi.json", &acme).await.json();
     assert_eq!(
         document["components"]["parameters"]["after"]["schema"]["maxLength"],
-        engine::api::MAX_EVENT_CURSOR_CHARS
+        checkout_engine::api::MAX_EVENT_CURSOR_CHARS
     );
-    assert_eq!(engine::api::MAX_EVENT_CURSOR_CHARS, 100);
+    assert_eq!(checkout_engine::api::MAX_EVENT_CURSOR_CHARS, 100);
 }
 
 #[tokio::test]

@@ -1,7 +1,7 @@
 //! Black-box tests of persistence: everything survives a restart on the same file, the payload
 //! is stored as written, and effective policies are fixed at creation.
 
-use engine::api::CancellationPolicy;
+use checkout_engine::api::CancellationPolicy;
 use host_http::providers::{self, PolicyChange};
 use hyper::Method;
 use serde_json::json;

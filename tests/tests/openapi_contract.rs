@@ -6,7 +6,7 @@
 use serde_json::{Value, json};
 
 fn document() -> Value {
-    engine::schema::openapi()
+    checkout_engine::schema::openapi()
 }
 
 /// Every operation by its id: (path, method, operation).
@@ -348,7 +348,7 @@ fn a_file_part_is_any_bytes() {
 
 /// The creation body schema as `schemas/corporate-checkout.schema.json` publishes it.
 fn published_checkout() -> jsonschema::Validator {
-    let (_, schema) = engine::schema::body_schemas()
+    let (_, schema) = checkout_engine::schema::body_schemas()
         .into_iter()
         .find(|(name, _)| *name == "corporate-checkout.schema.json")
         .expect("the checkout schema");
@@ -424,12 +424,12 @@ fn start_period_needs_a_period_r_5_2() {
 #[test]
 fn dates_are_days_of_the_calendar_r_6_1_r_5_4() {
     use chrono::NaiveDate;
-    let date = jsonschema::validator_for(&json!({ "pattern": engine::schema::DATE_PATTERN }))
+    let date = jsonschema::validator_for(&json!({ "pattern": checkout_engine::schema::DATE_PATTERN }))
         .expect("pattern");
     let date_time =
-        jsonschema::validator_for(&json!({ "pattern": engine::schema::DATE_TIME_PATTERN }))
+        jsonschema::validator_for(&json!({ "pattern": checkout_engine::schema::DATE_TIME_PATTERN }))
             .expect("pattern");
-    let instant = jsonschema::validator_for(&json!({ "pattern": engine::schema::INSTANT_PATTERN }))
+    let instant = jsonschema::validator_for(&json!({ "pattern": checkout_engine::schema::INSTANT_PATTERN }))
         .expect("pattern");
     // 29 February exactly in the leap years, over the whole range.
     for year in 1000..=8999 {

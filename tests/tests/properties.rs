@@ -1,16 +1,16 @@
 //! Property tests of the refund arithmetic and of the quote
-//! over generated transactions from `engine::strategies`.
+//! over generated transactions from `checkout_engine::strategies`.
 //!
 //! Each property runs 2,000 cases unless `PROPTEST_CASES` says otherwise; failing seeds are
 //! kept in `proptest-regressions/properties.txt` at the workspace root and replayed first.
 
 use chrono::{DateTime, Duration, Utc};
-use engine::api::{CancellationReq, RefundPreview};
-use engine::money::minor_units;
-use engine::penalty::Boundary;
-use engine::preview::{PreparedRefund, RefundContext};
-use engine::quote::quote;
-use engine::strategies::{checkout, instant, items_order, refund_context};
+use checkout_engine::api::{CancellationReq, RefundPreview};
+use checkout_engine::money::minor_units;
+use checkout_engine::penalty::Boundary;
+use checkout_engine::preview::{PreparedRefund, RefundContext};
+use checkout_engine::quote::quote;
+use checkout_engine::strategies::{checkout, instant, items_order, refund_context};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use rust_decimal::Decimal;

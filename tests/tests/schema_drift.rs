@@ -1,4 +1,4 @@
-//! The committed `schemas/` must be exactly what `engine::schema` generates from the wire types:
+//! The committed `schemas/` must be exactly what `checkout_engine::schema` generates from the wire types:
 //! a change of `engine/src/api.rs` that is not followed by a regeneration fails here.
 
 use std::collections::BTreeSet;
@@ -15,8 +15,8 @@ fn schemas_dir() -> PathBuf {
 
 /// Every generated file with the exact text `checkout-server schemas` writes.
 fn generated() -> Vec<(String, String)> {
-    let mut documents = engine::schema::body_schemas();
-    documents.push(("openapi.json", engine::schema::openapi()));
+    let mut documents = checkout_engine::schema::body_schemas();
+    documents.push(("openapi.json", checkout_engine::schema::openapi()));
     documents
         .into_iter()
         .map(|(name, value)| {

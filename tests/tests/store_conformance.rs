@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
-use engine::api::{
+use checkout_engine::api::{
     Attachment, AttachmentType, CancellationPolicy, CancelledItem, Category, CheckoutEmail,
     ItemStatus, PaymentInfo, Period, TransactionStatus, UpdateTransaction,
 };
@@ -1178,7 +1178,7 @@ fn cancellation(
         provider_id: provider_id.to_owned(),
         paid,
         items: lines,
-        refund: engine::money::round_to_scale(refund, 2),
+        refund: checkout_engine::money::round_to_scale(refund, 2),
         currency: "EUR".to_owned(),
         payment_reference: paid.then(|| "PAY-1".to_owned()),
         invoice_title: None,

@@ -13,9 +13,9 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use engine::lines;
-use engine::strategies::{CURRENCIES, ZONES};
-use engine::validate;
+use checkout_engine::lines;
+use checkout_engine::strategies::{CURRENCIES, ZONES};
+use checkout_engine::validate;
 use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::test_runner::FileFailurePersistence;
@@ -199,7 +199,7 @@ fn location() -> impl Strategy<Value = Value> {
 
 fn period() -> impl Strategy<Value = Value> {
     (
-        engine::strategies::period(),
+        checkout_engine::strategies::period(),
         maybe(select(&ZONES[..])),
         0..4_u8,
     )
@@ -228,15 +228,15 @@ fn period() -> impl Strategy<Value = Value> {
 fn policy(scale: u32, with_period: bool) -> impl Strategy<Value = Value> {
     let references = if with_period {
         vec![
-            engine::api::PolicyReference::PaymentDate,
-            engine::api::PolicyReference::StartPeriod,
+            checkout_engine::api::PolicyReference::PaymentDate,
+            checkout_engine::api::PolicyReference::StartPeriod,
         ]
     } else {
-        vec![engine::api::PolicyReference::PaymentDate]
+        vec![checkout_engine::api::PolicyReference::PaymentDate]
     };
     (select(references), any::<bool>(), maybe(text(30))).prop_flat_map(
         move |(reference, conditioned, description)| {
-            engine::strategies::policy(scale, reference).prop_map(move |policy| {
+            checkout_engine::strategies::policy(scale, reference).prop_map(move |policy| {
                 let mut value = serde_json::to_value(&policy).unwrap_or_default();
                 if let Some(penalties) = value["penalties"].as_array_mut() {
                     for penalty in penalties {
@@ -271,7 +271,7 @@ fn item(scale: u32) -> impl Strategy<Value = Value> {
         amount(scale, 7),
         maybe(text(20)),
         maybe(select(
-            engine::api::Category::ALL.map(|c| c.as_str()).to_vec(),
+            checkout_engine::api::Category::ALL.map(|c| c.as_str()).to_vec(),
         )),
         maybe(text(40)),
         maybe((
@@ -351,7 +351,7 @@ fn email_address() -> impl Strategy<Value = String> {
 /// offset moves before its start).
 fn checkout_body() -> impl Strategy<Value = Value> {
     select(&CURRENCIES[..]).prop_flat_map(|code| {
-        let scale = engine::money::minor_units(code).unwrap_or(2);
+        let scale = checkout_engine::money::minor_units(code).unwrap_or(2);
         let top = (
             text(30),
             proptest::collection::vec(item(scale), 1..=3),

@@ -1,5 +1,5 @@
 //! Data-driven validation cases: every file of `fixtures/validation/` runs through
-//! `engine::validate` (verdict and exact message list, R-8.1/R-8.9), and every case marked
+//! `checkout_engine::validate` (verdict and exact message list, R-8.1/R-8.9), and every case marked
 //! `schemaExpressible` also through the committed `schemas/*.schema.json` alone, which must
 //! reach the same verdict, so that a client in any language validating with the schemas agrees
 //! with the service.
@@ -91,7 +91,7 @@ fn cases() -> Vec<Case> {
 
 /// The engine's verdict: `Ok(())` or the message list.
 fn engine_verdict(case: &Case) -> Result<(), Vec<String>> {
-    use engine::validate;
+    use checkout_engine::validate;
     let bytes = case.bytes();
     let zone = case.json["providerTimeZone"].as_str().unwrap_or("UTC");
     let result = match case.body_kind() {

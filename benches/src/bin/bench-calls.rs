@@ -43,14 +43,14 @@ fn main() -> ExitCode {
     for _ in 0..count {
         match body.as_str() {
             "checkout_fast_path" => {
-                black_box(engine::validate::checkout(black_box(&payload), zone).is_ok());
+                black_box(checkout_engine::validate::checkout(black_box(&payload), zone).is_ok());
             }
             "checkout_full_path" => {
-                black_box(engine::validate::checkout_full(black_box(&payload), zone).is_ok());
+                black_box(checkout_engine::validate::checkout_full(black_box(&payload), zone).is_ok());
             }
             "serde_typed_same_bytes" => {
                 black_box(
-                    serde_json::from_slice::<engine::api::CorporateCheckout>(black_box(&payload))
+                    serde_json::from_slice::<checkout_engine::api::CorporateCheckout>(black_box(&payload))
                         .is_ok(),
                 );
             }
@@ -59,23 +59,23 @@ fn main() -> ExitCode {
             }
             "quote_line_written" => {
                 written.clear();
-                engine::lines::write_quote_line(black_box(&quote), &mut written);
+                checkout_engine::lines::write_quote_line(black_box(&quote), &mut written);
             }
             "preview_line_written" => {
                 written.clear();
-                engine::lines::write_preview_line(black_box(&preview), &mut written);
+                checkout_engine::lines::write_preview_line(black_box(&preview), &mut written);
             }
             "quote_line" => {
-                black_box(engine::lines::quote_line(black_box(&quote)));
+                black_box(checkout_engine::lines::quote_line(black_box(&quote)));
             }
             "preview_line" => {
-                black_box(engine::lines::preview_line(black_box(&preview)));
+                black_box(checkout_engine::lines::preview_line(black_box(&preview)));
             }
             "quote_line_full_path" => {
-                black_box(engine::lines::quote_line_full(black_box(&quote)));
+                black_box(checkout_engine::lines::quote_line_full(black_box(&quote)));
             }
             _ => {
-                black_box(engine::lines::preview_line_full(black_box(&preview)));
+                black_box(checkout_engine::lines::preview_line_full(black_box(&preview)));
             }
         }
     }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use engine::api::ProviderSettings;
+use checkout_engine::api::ProviderSettings;
 
 use super::{Error, Principal, Resource, Services, Versioned};
 use crate::auth::{self, BasicCredentials, Scope, Scopes};

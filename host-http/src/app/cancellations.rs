@@ -7,11 +7,11 @@
 //! ([`crate::refunds`]).
 
 use chrono::{DateTime, Utc};
-use engine::api::{
+use checkout_engine::api::{
     CancellationReq, CancellationResult, CancelledItem, ProviderSettings, RefundPreview,
     TransactionStatus,
 };
-use engine::preview::{ItemState, RefundContext};
+use checkout_engine::preview::{ItemState, RefundContext};
 use rust_decimal::Decimal;
 use serde::Serialize;
 
@@ -92,7 +92,7 @@ impl Services {
             }
         };
         let paid = record.paid_amount.is_some();
-        let scale = engine::money::minor_units(&record.currency).unwrap_or(2);
+        let scale = checkout_engine::money::minor_units(&record.currency).unwrap_or(2);
         let items = allocate(&preview, paid, scale);
 
         // (3) claim the key, then record the refund PENDING and reserve its items.
@@ -119,7 +119,7 @@ impl Services {
             provider_id: principal.provider_id.clone(),
             paid,
             items,
-            refund: engine::money::round_to_scale(preview.refund, scale),
+            refund: checkout_engine::money::round_to_scale(preview.refund, scale),
             currency: record.currency.clone(),
             payment_reference: record
                 .payment
@@ -182,7 +182,7 @@ impl Services {
         check_cancellable(&record)?;
         let settings = self.provider_settings(principal).await?;
         let context = refund_context(&record, contract_zone(&record, &settings))?;
-        let preview = engine::preview::preview_refund(&context, &c.request, now)
+        let preview = checkout_engine::preview::preview_refund(&context, &c.request, now)
             .map_err(Error::from_preview)?;
         Ok((record, preview))
     }
@@ -199,7 +199,7 @@ impl Services {
         check_cancellable(&record)?;
         let settings = self.provider_settings(principal).await?;
         let context = refund_context(&record, contract_zone(&record, &settings))?;
-        engine::preview::preview_refund(&context, request, at).map_err(Error::from_preview)
+        checkout_engine::preview::preview_refund(&context, request, at).map_err(Error::from_preview)
     }
 
     /// A receipt of the principal's provider. Receipts are numbered per provider, so the number
@@ -255,7 +255,7 @@ fn item_state(item: &ItemRecord) -> ItemState {
         total: item.total,
         period: item.period.clone(),
         policy: item.policy.clone(),
-        cancelled: item.status != engine::api::ItemStatus::Active,
+        cancelled: item.status != checkout_engine::api::ItemStatus::Active,
     }
 }
 
@@ -274,7 +274,7 @@ fn check_cancellable(record: &TransactionRecord) -> Result<(), Error> {
 /// up to its refundable amount, so per-item refunds always add up to the refund. An unpaid
 /// transaction's items are voided: no penalty, no refund.
 fn allocate(preview: &RefundPreview, paid: bool, scale: u32) -> Vec<CancelledItem> {
-    let at_scale = |value| engine::money::round_to_scale(value, scale);
+    let at_scale = |value| checkout_engine::money::round_to_scale(value, scale);
     let mut remaining = preview.refund;
     preview
         .items
@@ -317,7 +317,7 @@ pub struct Receipt {
     /// Items with total, penalty, refund and rule applied.
     pub items: Vec<CancelledItem>,
     /// Amount refunded.
-    #[serde(with = "engine::decimal")]
+    #[serde(with = "checkout_engine::decimal")]
     pub refund: Decimal,
     /// Invoice title.
     pub invoice_title: Option<String>,

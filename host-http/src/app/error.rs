@@ -2,8 +2,8 @@
 //! refuses or fails. The HTTP layer maps each to one status and one body
 //! (`crate::http::error`); other callers (the command line, workers) read them as they are.
 
-use engine::error::EngineError;
-use engine::preview::PreviewError;
+use checkout_engine::error::EngineError;
+use checkout_engine::preview::PreviewError;
 
 use crate::store::StoreError;
 

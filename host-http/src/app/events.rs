@@ -1,7 +1,7 @@
 //! The provider's events, to poll and replay (`GET /events`): the outbox read back, oldest
 //! first, the same payloads webhooks deliver.
 
-use engine::api::{Event, EventPage, EventPayload};
+use checkout_engine::api::{Event, EventPage, EventPayload};
 
 use super::{Error, Principal, Services};
 

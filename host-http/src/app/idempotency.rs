@@ -2,7 +2,7 @@
 //! of a running one and the 422 of a key reused for another request.
 
 use chrono::{DateTime, Utc};
-use engine::api::CancellationReq;
+use checkout_engine::api::CancellationReq;
 use sha2::{Digest, Sha256};
 
 use super::files::UploadedFile;

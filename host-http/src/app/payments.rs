@@ -9,11 +9,11 @@
 
 use chrono::{DateTime, Datelike, Duration, Utc};
 use chrono_tz::Tz;
-use engine::api::{
+use checkout_engine::api::{
     Attachment, BeneficiaryInfo, BillingInfo, Category, CustomerInfo, ItemStatus, PaymentInfo,
     QuantityUnit, TaxUnit, TransactionStatus,
 };
-use engine::terms::Terms;
+use checkout_engine::terms::Terms;
 use rust_decimal::Decimal;
 
 use super::cancellations::{contract_zone, refund_context};
@@ -533,13 +533,13 @@ fn parse_instant(text: Option<&str>) -> Result<Option<DateTime<Utc>>, Error> {
 
 /// the amount paid is the sum of the active items' totals.
 fn amount_due(record: &TransactionRecord) -> Decimal {
-    let scale = engine::money::minor_units(&record.currency).unwrap_or(2);
+    let scale = checkout_engine::money::minor_units(&record.currency).unwrap_or(2);
     let sum = record
         .items
         .iter()
         .filter(|item| item.status == ItemStatus::Active)
         .fold(Decimal::ZERO, |sum, item| sum.saturating_add(item.total));
-    engine::money::round_to_scale(sum, scale)
+    checkout_engine::money::round_to_scale(sum, scale)
 }
 
 /// The active items with their quote lines (from the creation body, R-2) and their terms for a
@@ -549,11 +549,11 @@ fn page_items(
     zone_name: &str,
     now: DateTime<Utc>,
 ) -> Result<Vec<PageItem>, Error> {
-    let zone = engine::time::parse_zone(zone_name).map_err(|e| Error::Internal(e.to_string()))?;
-    let checkout = engine::validate::checkout(record.payload.as_bytes(), zone_name)
+    let zone = checkout_engine::time::parse_zone(zone_name).map_err(|e| Error::Internal(e.to_string()))?;
+    let checkout = checkout_engine::validate::checkout(record.payload.as_bytes(), zone_name)
         .map_err(|e| Error::Internal(format!("stored body: {}", e.messages.join("; "))))?;
-    let quote = engine::quote::quote(&checkout).map_err(|e| Error::Internal(e.to_string()))?;
-    let terms = engine::terms::payment_terms(&refund_context(record, zone_name)?, now)
+    let quote = checkout_engine::quote::quote(&checkout).map_err(|e| Error::Internal(e.to_string()))?;
+    let terms = checkout_engine::terms::payment_terms(&refund_context(record, zone_name)?, now)
         .map_err(|e| Error::Internal(e.to_string()))?;
     let mut items = Vec::new();
     for ((stored, (item, line)), terms) in record
@@ -575,18 +575,18 @@ fn page_items(
             .as_ref()
             .map(|period| -> Result<PagePeriod, Error> {
                 let start_zone = terms.zone;
-                let start = engine::time::parse_date_time(&period.start, start_zone)
+                let start = checkout_engine::time::parse_date_time(&period.start, start_zone)
                     .map_err(|e| Error::Internal(e.to_string()))?;
                 let end = period
                     .end
                     .as_deref()
                     .map(|end| {
                         let end_zone = match period.end_time_zone.as_deref() {
-                            Some(name) => engine::time::parse_zone(name)
+                            Some(name) => checkout_engine::time::parse_zone(name)
                                 .map_err(|e| Error::Internal(e.to_string()))?,
                             None => zone,
                         };
-                        engine::time::parse_date_time(end, end_zone)
+                        checkout_engine::time::parse_date_time(end, end_zone)
                             .map(|at| (at, end_zone))
                             .map_err(|e| Error::Internal(e.to_string()))
                     })
@@ -644,7 +644,7 @@ fn check_form(
             problems.push((field, FieldProblem::Required));
         } else if value.chars().count() > MAX_FIELD_CHARS {
             problems.push((field, FieldProblem::TooLong));
-        } else if engine::validate::has_control_characters(value) {
+        } else if checkout_engine::validate::has_control_characters(value) {
             // As a JSON string of the API: a NUL never reaches the store, where
             // PostgreSQL text cannot hold it, nor the status record or an e-mail.
             problems.push((field, FieldProblem::ControlCharacters));
@@ -743,7 +743,7 @@ fn payment_details(
         "" => format!("{first_name} {last_name}"),
         name => name.to_owned(),
     };
-    let mut card = engine::api::FreeForm::new();
+    let mut card = checkout_engine::api::FreeForm::new();
     card.insert("brand".to_owned(), brand.into());
     card.insert("last4".to_owned(), last4.into());
     card.insert("expMonth".to_owned(), exp_month.into());

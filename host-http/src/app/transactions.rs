@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use engine::api::{
+use checkout_engine::api::{
     Amounts, CheckoutEmail, CheckoutInfo, CorporateCheckout, Created, EmailStatus, PaymentReq,
     ProviderSettings, QuoteResult, StatusItem, StatusRecord, TransactionStatus, UpdateResult,
     UpdateTransaction,
@@ -89,9 +89,9 @@ impl Services {
         }
 
         let settings = self.provider_settings(principal).await?;
-        let checkout = engine::validate::checkout(request.body, &settings.time_zone)
+        let checkout = checkout_engine::validate::checkout(request.body, &settings.time_zone)
             .map_err(|e| Error::Invalid(e.messages))?;
-        let quote = engine::quote::quote(&checkout).map_err(Error::from_engine)?;
+        let quote = checkout_engine::quote::quote(&checkout).map_err(Error::from_engine)?;
         check_provider_policies(&checkout, &settings)?;
         let items = checkout
             .items
@@ -102,7 +102,7 @@ impl Services {
                 category: item.category,
                 total: line.total,
                 // resolved once, now, and stored with the item.
-                policy: engine::policy::effective_policy(item, &settings),
+                policy: checkout_engine::policy::effective_policy(item, &settings),
                 period: item.period.clone(),
             })
             .collect();
@@ -295,9 +295,9 @@ impl Services {
     /// The quote of a creation body in the provider's zone; nothing is stored.
     pub async fn quote(&self, principal: &Principal, body: &[u8]) -> Result<QuoteResult, Error> {
         let settings = self.provider_settings(principal).await?;
-        let checkout = engine::validate::checkout(body, &settings.time_zone)
+        let checkout = checkout_engine::validate::checkout(body, &settings.time_zone)
             .map_err(|e| Error::Invalid(e.messages))?;
-        engine::quote::quote(&checkout).map_err(Error::from_engine)
+        checkout_engine::quote::quote(&checkout).map_err(Error::from_engine)
     }
 }
 
@@ -310,15 +310,15 @@ fn check_provider_policies(
     settings: &ProviderSettings,
 ) -> Result<(), Error> {
     let currency =
-        engine::money::Currency::parse(&checkout.currency).map_err(Error::from_engine)?;
+        checkout_engine::money::Currency::parse(&checkout.currency).map_err(Error::from_engine)?;
     let messages: Vec<String> = checkout
         .items
         .iter()
         .enumerate()
         .filter(|(_, item)| item.cancellation_policy.is_none())
         .filter_map(|(index, item)| {
-            let policy = engine::policy::effective_policy(item, settings)?;
-            engine::policy::Policy::parse(&policy, currency)
+            let policy = checkout_engine::policy::effective_policy(item, settings)?;
+            checkout_engine::policy::Policy::parse(&policy, currency)
                 .err()
                 .map(|error| {
                     let error = error.to_string();
@@ -372,8 +372,8 @@ fn merged_email(
 /// paid), with the extensions beside them; the payment page is added by
 /// [`Services::status_record`].
 fn status_record(record: &TransactionRecord) -> StatusRecord {
-    let scale = engine::money::minor_units(&record.currency).unwrap_or(2);
-    let at_scale = |value| engine::money::round_to_scale(value, scale);
+    let scale = checkout_engine::money::minor_units(&record.currency).unwrap_or(2);
+    let at_scale = |value| checkout_engine::money::round_to_scale(value, scale);
     let payment = record.payment.clone().unwrap_or_default();
     StatusRecord {
         status: record.status,

@@ -189,7 +189,7 @@ pub fn contract(
     to: Vec<String>,
 ) -> RenderedMail {
     let lang = Lang::En;
-    let email = record.email.clone().unwrap_or(engine::api::CheckoutEmail {
+    let email = record.email.clone().unwrap_or(checkout_engine::api::CheckoutEmail {
         recipients: None,
         subject: None,
         content: None,
@@ -373,7 +373,7 @@ mod tests {
             id: "0190a0a0-0000-7000-8000-000000000001".to_owned(),
             provider_id: "p".to_owned(),
             reference: "CHK-ABC123".to_owned(),
-            status: engine::api::TransactionStatus::Pending,
+            status: checkout_engine::api::TransactionStatus::Pending,
             title: "Trip \u{202E}gnp.exe\u{202C} to \u{2067}Tel Aviv".to_owned(),
             currency: "EUR".to_owned(),
             ref_ids: Default::default(),
@@ -394,7 +394,7 @@ mod tests {
                 total: rust_decimal::Decimal::new(11900, 2),
                 policy: None,
                 period: None,
-                status: engine::api::ItemStatus::Active,
+                status: checkout_engine::api::ItemStatus::Active,
                 refunded: rust_decimal::Decimal::ZERO,
             }],
             cancellations: Vec::new(),

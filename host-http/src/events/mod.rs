@@ -355,12 +355,12 @@ impl Dispatcher {
             .clone()
             .unwrap_or_else(|| provider.time_zone.clone());
         let context = refund_context(&record, &zone).map_err(|e| e.to_string())?;
-        let terms = engine::terms::payment_terms(&context, terms_at).map_err(|e| e.to_string())?;
+        let terms = checkout_engine::terms::payment_terms(&context, terms_at).map_err(|e| e.to_string())?;
         let items: Vec<mail::MailItem> = record
             .items
             .iter()
             .zip(terms)
-            .filter(|(item, _)| item.status == engine::api::ItemStatus::Active)
+            .filter(|(item, _)| item.status == checkout_engine::api::ItemStatus::Active)
             .map(|(item, terms)| mail::MailItem {
                 order: item.order_no,
                 name: item
@@ -372,7 +372,7 @@ impl Dispatcher {
                 terms: lang.terms(&terms.terms, terms.zone, &record.currency),
             })
             .collect();
-        let payment_url = (record.status == engine::api::TransactionStatus::Pending
+        let payment_url = (record.status == checkout_engine::api::TransactionStatus::Pending
             && record.payment_link_expires_at.is_some())
         .then(|| self.pages.url(&record.id))
         .flatten();

@@ -160,11 +160,11 @@ impl HttpGateway {
 /// `{refundId, transactionId, paymentReference, amount, currency}` in that order, the amount a
 /// JSON number at the currency's scale.
 pub fn request_body(refund: &RefundRequest) -> Value {
-    let amount = match engine::money::minor_units(&refund.currency) {
+    let amount = match checkout_engine::money::minor_units(&refund.currency) {
         // Only padding (`120` → `120.00`); an amount with more decimals than the currency has
         // is sent as it is rather than silently rounded.
-        Some(scale) if engine::money::fits_scale(refund.amount, scale) => {
-            engine::money::round_to_scale(refund.amount, scale)
+        Some(scale) if checkout_engine::money::fits_scale(refund.amount, scale) => {
+            checkout_engine::money::round_to_scale(refund.amount, scale)
         }
         _ => refund.amount,
     };
@@ -183,7 +183,7 @@ pub fn request_body(refund: &RefundRequest) -> Value {
     );
     body.insert(
         "amount".into(),
-        Value::Number(engine::decimal::to_json_number(&amount)),
+        Value::Number(checkout_engine::decimal::to_json_number(&amount)),
     );
     body.insert("currency".into(), Value::String(refund.currency.clone()));
     Value::Object(body)

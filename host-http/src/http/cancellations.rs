@@ -58,7 +58,7 @@ pub async fn cancel_json(
         Prior::Running => true,
     };
     let request =
-        engine::validate::cancellation_req(&body).map_err(|e| ApiError::Validation(e.messages))?;
+        checkout_engine::validate::cancellation_req(&body).map_err(|e| ApiError::Validation(e.messages))?;
     let cancellation = Cancellation {
         transaction_id: id,
         request,
@@ -162,7 +162,7 @@ pub async fn refund_quote(
     };
     let body = read_json_body(request).await?;
     let req =
-        engine::validate::cancellation_req(&body).map_err(|e| ApiError::Validation(e.messages))?;
+        checkout_engine::validate::cancellation_req(&body).map_err(|e| ApiError::Validation(e.messages))?;
     json(
         StatusCode::OK,
         &services.refund_quote(&principal, &id, &req, at).await?,

@@ -6,7 +6,7 @@
 //! Internal causes (store failures, panics) are logged where the response is made; the client
 //! only ever sees a generic 500 body.
 
-use engine::api::{ErrorBody, ErrorMessage};
+use checkout_engine::api::{ErrorBody, ErrorMessage};
 use hyper::StatusCode;
 
 use crate::app;

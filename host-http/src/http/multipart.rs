@@ -14,9 +14,9 @@ use futures_util::Stream;
 use rust_decimal::Decimal;
 use sha2::{Digest, Sha256};
 
-use engine::api::CancellationReq;
-use engine::decimal::{DecimalTextError, parse_json_number};
-use engine::validate::ValidationErrors;
+use checkout_engine::api::CancellationReq;
+use checkout_engine::decimal::{DecimalTextError, parse_json_number};
+use checkout_engine::validate::ValidationErrors;
 
 /// Largest invoice file, in bytes: 10 MiB.
 pub const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
@@ -567,7 +567,7 @@ fn text_field(name: &str, values: &[Vec<u8>], messages: &mut Vec<String>) -> Opt
         ));
         return None;
     }
-    if engine::validate::has_control_characters(text) {
+    if checkout_engine::validate::has_control_characters(text) {
         messages.push(format!("{name} must not contain control characters"));
         return None;
     }

@@ -2,7 +2,7 @@
 //! answer.
 
 use bytes::Bytes;
-use engine::api::Created;
+use checkout_engine::api::Created;
 use http_body_util::Full;
 use hyper::header::{self, HeaderValue};
 use hyper::{Response, StatusCode};

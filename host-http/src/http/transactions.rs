@@ -3,7 +3,7 @@
 //! request, calls one use-case of [`crate::app`] and renders its outcome.
 
 use chrono::{DateTime, Utc};
-use engine::api::HealthStatus;
+use checkout_engine::api::HealthStatus;
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 
@@ -94,7 +94,7 @@ pub async fn update(
     let id = transaction_id(id)?;
     services.check_owner(&principal, &id).await?;
     let body = read_json_body(request).await?;
-    let change = engine::validate::update(&body).map_err(|e| ApiError::Validation(e.messages))?;
+    let change = checkout_engine::validate::update(&body).map_err(|e| ApiError::Validation(e.messages))?;
     json(
         StatusCode::OK,
         &services.update(&principal, &id, change, now).await?,
@@ -122,7 +122,7 @@ pub async fn events(
     let query = request.uri().query();
     let after = query_param(query, "after").filter(|a| !a.is_empty());
     // Characters, not bytes, as the message and the document's `maxLength` say.
-    let max = engine::api::MAX_EVENT_CURSOR_CHARS;
+    let max = checkout_engine::api::MAX_EVENT_CURSOR_CHARS;
     if after.as_ref().is_some_and(|a| a.chars().count() > max) {
         return Err(ApiError::Validation(vec![format!(
             "after must be shorter than or equal to {max} characters"
@@ -159,7 +159,7 @@ pub async fn sandbox_pay(
     let id = transaction_id(id)?;
     services.check_owner(&principal, &id).await?;
     let body = read_json_body_or_empty(request).await?;
-    let payment = engine::validate::payment(&body).map_err(|e| ApiError::Validation(e.messages))?;
+    let payment = checkout_engine::validate::payment(&body).map_err(|e| ApiError::Validation(e.messages))?;
     json(
         StatusCode::OK,
         &services.pay(&principal, &id, payment, now).await?,

@@ -8,7 +8,7 @@
 //! checked and kept inside the transaction that could break it, never by a read before it.
 
 use chrono::{DateTime, Utc};
-use engine::api::{CancelledItem, TransactionStatus};
+use checkout_engine::api::{CancelledItem, TransactionStatus};
 use futures_util::future::BoxFuture;
 use rust_decimal::Decimal;
 
@@ -313,10 +313,10 @@ pub trait CancellationStore: Send + Sync + std::fmt::Debug + 'static {
 /// refund, the per-item breakdown, the receipt number and the new transaction status beside
 /// them. Built in one place, so that the response, the idempotent replay and a cancellation
 /// finished by the recovery task answer the same bytes.
-pub fn result_of(view: &CancellationView) -> engine::api::CancellationResult {
-    use engine::api::{CancellationOutcome, CancellationResult};
+pub fn result_of(view: &CancellationView) -> checkout_engine::api::CancellationResult {
+    use checkout_engine::api::{CancellationOutcome, CancellationResult};
     let failed = view.outcome == outcome::FAILED;
-    let scale = engine::money::minor_units(&view.currency).unwrap_or(2);
+    let scale = checkout_engine::money::minor_units(&view.currency).unwrap_or(2);
     CancellationResult {
         status: if failed {
             CancellationOutcome::Failed
@@ -329,7 +329,7 @@ pub fn result_of(view: &CancellationView) -> engine::api::CancellationResult {
             None
         },
         refund: if failed {
-            engine::money::round_to_scale(Decimal::ZERO, scale)
+            checkout_engine::money::round_to_scale(Decimal::ZERO, scale)
         } else {
             view.refund
         },
@@ -349,7 +349,7 @@ pub fn check_reservation(
     c: &NewCancellation,
     status: TransactionStatus,
     paid: Option<Decimal>,
-    items: &[(u32, engine::api::ItemStatus)],
+    items: &[(u32, checkout_engine::api::ItemStatus)],
     committed: Decimal,
 ) -> Result<(), Vec<String>> {
     if status == TransactionStatus::Cancelled {
@@ -370,7 +370,7 @@ pub fn check_reservation(
     let mut messages = Vec::new();
     for (position, line) in c.items.iter().enumerate() {
         match items.iter().find(|(order, _)| *order == line.order) {
-            Some((_, engine::api::ItemStatus::Active)) => {}
+            Some((_, checkout_engine::api::ItemStatus::Active)) => {}
             Some(_) => messages.push(format!(
                 "itemsOrder.{position} item {} is already cancelled",
                 line.order

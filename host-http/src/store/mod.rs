@@ -21,7 +21,7 @@ pub use admin::{AdminStore, CredentialListing, NewCredential};
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use engine::api::{
+use checkout_engine::api::{
     Attachment, BeneficiaryInfo, BillingInfo, CancellationPolicy, CancellationRecord, Category,
     CheckoutEmail, CustomerInfo, FreeForm, ItemStatus, PaymentInfo, Period, ProviderSettings,
     RefIds, TransactionStatus, UpdateTransaction,

@@ -7,7 +7,7 @@
 //! same way on both stores.
 
 use chrono::{DateTime, Utc};
-use engine::api::{
+use checkout_engine::api::{
     Amounts, CancellationPolicy, Category, CheckoutEmail, EventCancellation, EventData,
     EventPayload, ItemStatus, Period, TransactionStatus,
 };
@@ -303,8 +303,8 @@ fn new_id() -> String {
 }
 
 fn amounts(summary: &TransactionSummary) -> Amounts {
-    let scale = engine::money::minor_units(&summary.currency).unwrap_or(2);
-    let at_scale = |value| engine::money::round_to_scale(value, scale);
+    let scale = checkout_engine::money::minor_units(&summary.currency).unwrap_or(2);
+    let at_scale = |value| checkout_engine::money::round_to_scale(value, scale);
     Amounts {
         total: summary.total,
         paid: at_scale(summary.paid.unwrap_or_default()),

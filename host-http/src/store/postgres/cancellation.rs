@@ -6,7 +6,7 @@
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
-use engine::api::{CancelledItem, ItemStatus};
+use checkout_engine::api::{CancelledItem, ItemStatus};
 use futures_util::future::BoxFuture;
 use rust_decimal::Decimal;
 use tokio_postgres::Row;
@@ -24,7 +24,7 @@ use crate::store::sqlite::{from_json, to_json};
 use crate::store::{IdempotencyKey, IdempotentResponse, Owned, StoreError, format_instant};
 
 fn scale_of(currency: &str) -> u32 {
-    engine::money::minor_units(currency).unwrap_or(2)
+    checkout_engine::money::minor_units(currency).unwrap_or(2)
 }
 
 async fn insert_file(client: &impl GenericClient, file: &NewFile) -> Result<(), StoreError> {
@@ -316,7 +316,7 @@ async fn succeed(
     let refunded = refunded
         .checked_add(view.refund)
         .ok_or_else(|| corrupt("transactions.refunded_amount", "sum overflows"))?;
-    let refunded = engine::money::round_to_scale(refunded, scale_of(&view.currency));
+    let refunded = checkout_engine::money::round_to_scale(refunded, scale_of(&view.currency));
     client
         .execute(
             "UPDATE transactions SET status = $2, refunded_amount = $3, updated_at = $4 \

@@ -23,7 +23,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod};
-use engine::api::{
+use checkout_engine::api::{
     Attachment, CancellationPolicy, CancellationRecord, Category, CheckoutEmail, ItemStatus,
     Period, RefIds, TransactionStatus, UpdateTransaction,
 };
@@ -940,8 +940,8 @@ impl PgStore {
             .try_fold(Decimal::ZERO, |sum, total| sum.checked_add(total))
             .ok_or_else(|| corrupt("items.total", "sum overflows"))?;
         // R-1.4: the amount paid is written at the currency's scale.
-        let scale = engine::money::minor_units(&locked.currency).unwrap_or(2);
-        let paid = engine::money::round_to_scale(paid, scale);
+        let scale = checkout_engine::money::minor_units(&locked.currency).unwrap_or(2);
+        let paid = checkout_engine::money::round_to_scale(paid, scale);
         let details = to_json(details)?;
         tx.execute(
             "UPDATE transactions SET status = 'PAID', paid_amount = $2, paid_at = $3, \

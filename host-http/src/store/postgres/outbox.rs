@@ -6,7 +6,7 @@
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
-use engine::api::CheckoutEmail;
+use checkout_engine::api::CheckoutEmail;
 use futures_util::future::BoxFuture;
 use rust_decimal::Decimal;
 

@@ -2,7 +2,7 @@
 //! method one write transaction, R-4.8) and its reader pool.
 
 use chrono::{DateTime, Utc};
-use engine::api::{CancelledItem, ItemStatus};
+use checkout_engine::api::{CancelledItem, ItemStatus};
 use futures_util::future::BoxFuture;
 use rusqlite::{Connection, OptionalExtension, params};
 use rust_decimal::Decimal;
@@ -34,7 +34,7 @@ fn sum(values: impl IntoIterator<Item = Decimal>) -> Result<Decimal, StoreError>
 }
 
 fn scale_of(currency: &str) -> u32 {
-    engine::money::minor_units(currency).unwrap_or(2)
+    checkout_engine::money::minor_units(currency).unwrap_or(2)
 }
 
 fn insert_file(conn: &Connection, file: &NewFile) -> Result<(), StoreError> {
@@ -367,7 +367,7 @@ fn succeed(
     let refunded = decimal("transactions.refunded_amount", &refunded)?
         .checked_add(view.refund)
         .ok_or_else(|| corrupt("transactions.refunded_amount", "sum overflows"))?;
-    let refunded = engine::money::round_to_scale(refunded, scale_of(&view.currency));
+    let refunded = checkout_engine::money::round_to_scale(refunded, scale_of(&view.currency));
     conn.prepare_cached(
         "UPDATE transactions SET status = ?2, refunded_amount = ?3, updated_at = ?4 WHERE id = ?1",
     )?

@@ -3,7 +3,7 @@
 //!
 //! A migration is never edited once released: a change of the schema is a new entry at the end.
 //! Amounts are `TEXT` decimals (never `REAL`, R-1.1); JSON columns hold the wire types as
-//! serialised by `engine::api`; instants are RFC 3339 UTC text, which sorts chronologically.
+//! serialised by `checkout_engine::api`; instants are RFC 3339 UTC text, which sorts chronologically.
 
 use rusqlite::Connection;
 

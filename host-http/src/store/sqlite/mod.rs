@@ -18,7 +18,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use engine::api::{
+use checkout_engine::api::{
     Attachment, CancellationPolicy, CancellationRecord, Category, CheckoutEmail, ItemStatus,
     Period, RefIds, TransactionStatus, UpdateTransaction,
 };
@@ -1190,8 +1190,8 @@ fn pay(
         })?;
     }
     // R-1.4: the amount paid is written at the currency's scale.
-    let scale = engine::money::minor_units(&currency).unwrap_or(2);
-    let paid = engine::money::round_to_scale(paid, scale);
+    let scale = checkout_engine::money::minor_units(&currency).unwrap_or(2);
+    let paid = checkout_engine::money::round_to_scale(paid, scale);
     conn.prepare_cached(
         "UPDATE transactions SET status = 'PAID', paid_amount = ?2, paid_at = ?3, payment = ?4, \
          updated_at = ?5 WHERE id = ?1",

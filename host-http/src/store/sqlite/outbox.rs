@@ -3,7 +3,7 @@
 //! refunds, so that the same workers run on both stores.
 
 use chrono::{DateTime, Utc};
-use engine::api::CheckoutEmail;
+use checkout_engine::api::CheckoutEmail;
 use futures_util::future::BoxFuture;
 use rusqlite::{Connection, OptionalExtension, params};
 
