@@ -137,7 +137,7 @@ fn each_demo_start_revokes_the_credentials_printed_before() {
         "the earlier one is revoked"
     );
 
-    let providers = host_http::providers::list_providers(
+    let providers = host_http::app::providers::list_providers(
         host_http::store::Db::parse(db.to_str().expect("utf-8 path")).expect("db"),
     )
     .expect("list");

@@ -1,8 +1,8 @@
 //! Idempotency keys: what identifies a request, the replay of a finished one, the 409
 //! of a running one and the 422 of a key reused for another request.
 
-use chrono::{DateTime, Utc};
 use checkout_engine::api::CancellationReq;
+use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
 use super::files::UploadedFile;

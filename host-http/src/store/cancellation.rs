@@ -7,8 +7,8 @@
 //! so that every invariant (R-4.5: Σ refunds ≤ paid; an item is in at most one live refund) is
 //! checked and kept inside the transaction that could break it, never by a read before it.
 
-use chrono::{DateTime, Utc};
 use checkout_engine::api::{CancelledItem, TransactionStatus};
+use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 use rust_decimal::Decimal;
 

@@ -6,11 +6,11 @@
 //! The payloads are built here, from what the store holds inside the changing transaction, the
 //! same way on both stores.
 
-use chrono::{DateTime, Utc};
 use checkout_engine::api::{
     Amounts, CancellationPolicy, Category, CheckoutEmail, EventCancellation, EventData,
     EventPayload, ItemStatus, Period, TransactionStatus,
 };
+use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 use rust_decimal::Decimal;
 

@@ -4,9 +4,9 @@
 //! receipt numbers come from the provider's counter row inside the settling transaction, so they
 //! are unique and gap-free per provider.
 
+use checkout_engine::api::{CancelledItem, ItemStatus};
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
-use checkout_engine::api::{CancelledItem, ItemStatus};
 use futures_util::future::BoxFuture;
 use rust_decimal::Decimal;
 use tokio_postgres::Row;

@@ -20,13 +20,13 @@ pub mod tls;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod};
 use checkout_engine::api::{
     Attachment, CancellationPolicy, CancellationRecord, Category, CheckoutEmail, ItemStatus,
     Period, RefIds, TransactionStatus, UpdateTransaction,
 };
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod};
 use futures_util::future::BoxFuture;
 use rust_decimal::Decimal;
 use tokio_postgres::Row;

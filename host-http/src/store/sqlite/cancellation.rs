@@ -1,8 +1,8 @@
 //! The SQLite implementation of [`CancellationStore`], on the host store's single writer (each
 //! method one write transaction, R-4.8) and its reader pool.
 
-use chrono::{DateTime, Utc};
 use checkout_engine::api::{CancelledItem, ItemStatus};
+use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 use rusqlite::{Connection, OptionalExtension, params};
 use rust_decimal::Decimal;

@@ -17,11 +17,11 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use checkout_engine::api::{
     Attachment, CancellationPolicy, CancellationRecord, Category, CheckoutEmail, ItemStatus,
     Period, RefIds, TransactionStatus, UpdateTransaction,
 };
+use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 use rusqlite::{Connection, OptionalExtension, params};
 use rust_decimal::Decimal;
@@ -32,6 +32,7 @@ use tokio::sync::oneshot;
 pub mod admin;
 pub mod cancellation;
 mod commits;
+pub mod ledger;
 pub mod migrations;
 pub mod outbox;
 
