@@ -22,6 +22,7 @@ pub mod http;
 pub mod i18n;
 pub mod metrics;
 pub mod processors;
+pub mod secrets;
 mod startup;
 pub mod store;
 pub mod telemetry;

@@ -12,6 +12,7 @@ pub mod payment;
 pub mod refund;
 pub mod refund_http;
 pub mod sandbox;
+pub mod stripe;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 
