@@ -145,6 +145,41 @@ pub struct ServeArgs {
     /// Refund gateway, retries and recovery (R-4.8).
     #[command(flatten)]
     pub refunds: crate::app::refunds::GatewayArgs,
+    /// File holding the secrets key (32 bytes, base64 or hex) that providers' Stripe keys are
+    /// sealed under; needed when any provider takes payments with Stripe.
+    #[arg(long, env = "CHECKOUT_SECRETS_KEY_FILE")]
+    pub secrets_key_file: Option<PathBuf>,
+    /// Base URL of Stripe's API.
+    #[arg(long, env = "CHECKOUT_STRIPE_API_BASE",
+          default_value = crate::processors::stripe::DEFAULT_API_BASE)]
+    pub stripe_api_base: String,
+    /// URL of Stripe.js, which Stripe payment pages load (and their CSP allows).
+    #[arg(long, env = "CHECKOUT_STRIPE_JS_URL",
+          default_value = crate::processors::stripe::DEFAULT_JS_URL)]
+    pub stripe_js_url: String,
+}
+
+/// The processor `provider set-processor` sets.
+#[derive(Debug, Clone, Subcommand)]
+pub enum ProcessorArg {
+    /// The built-in sandbox: test cards only, no money moves (the default of a new provider).
+    Sandbox,
+    /// The provider's own Stripe account; its keys are read from files and stored sealed.
+    Stripe {
+        /// File holding the secret key (`sk_…`, or a restricted `rk_…` key).
+        #[arg(long)]
+        secret_key_file: PathBuf,
+        /// Publishable key (`pk_…`) of the same account and mode.
+        #[arg(long)]
+        publishable_key: String,
+        /// File holding the signing secret (`whsec_…`) of the webhook endpoint registered at
+        /// Stripe for this provider.
+        #[arg(long)]
+        webhook_secret_file: PathBuf,
+        /// File holding the secrets key the keys are sealed under (the server's).
+        #[arg(long, env = "CHECKOUT_SECRETS_KEY_FILE")]
+        secrets_key_file: Option<PathBuf>,
+    },
 }
 
 /// An absolute http(s) URL without query or fragment; a trailing slash is dropped.
@@ -292,6 +327,29 @@ pub enum ProviderCommand {
         #[arg(long)]
         provider: Option<String>,
     },
+    /// Choose the payment processor of a provider's customers: `sandbox` or `stripe`.
+    SetProcessor {
+        #[command(flatten)]
+        db: DbArg,
+        /// Provider identifier.
+        #[arg(long)]
+        provider: String,
+        /// The processor.
+        #[command(subcommand)]
+        processor: ProcessorArg,
+    },
+    /// Reseal every provider's Stripe keys under a new secrets key, all or nothing; then
+    /// restart the servers with the new key file.
+    RotateSecretsKey {
+        #[command(flatten)]
+        db: DbArg,
+        /// File of the key in use.
+        #[arg(long, env = "CHECKOUT_SECRETS_KEY_FILE")]
+        secrets_key_file: PathBuf,
+        /// File of the new key.
+        #[arg(long)]
+        new_secrets_key_file: PathBuf,
+    },
 }
 
 /// Runs `serve` until SIGINT/SIGTERM.
@@ -340,6 +398,11 @@ pub fn serve(args: ServeArgs) -> ExitCode {
         config.upload_read_timeout = std::time::Duration::from_secs(args.upload_read_timeout_secs);
         config.max_connections = args.max_connections;
         config.max_in_flight_per_provider = args.max_in_flight_per_provider;
+        config.secrets_key_file = args.secrets_key_file.clone();
+        config.stripe = crate::processors::stripe::StripeSettings {
+            api_base: args.stripe_api_base.trim_end_matches('/').to_owned(),
+            js_url: args.stripe_js_url.clone(),
+        };
         config.refunds = match args.refunds.settings() {
             Ok(settings) => settings,
             Err(message) => return fail(&message),
@@ -407,6 +470,60 @@ fn print_demo(issued: &IssuedCredential, addr: SocketAddr) {
         "Its answer holds a paymentUrl: open it in a browser and pay with the sandbox card \
          4242 4242 4242 4242."
     );
+}
+
+/// `provider set-processor`.
+fn set_processor(
+    db: &Db,
+    provider: &str,
+    processor: ProcessorArg,
+    now: chrono::DateTime<Utc>,
+) -> ExitCode {
+    use crate::app::processors::{self, ProcessorChoice};
+    let outcome = (|| {
+        let (choice, key) = match processor {
+            ProcessorArg::Sandbox => (ProcessorChoice::Sandbox, None),
+            ProcessorArg::Stripe {
+                secret_key_file,
+                publishable_key,
+                webhook_secret_file,
+                secrets_key_file,
+            } => {
+                let key = secrets_key_file
+                    .as_deref()
+                    .map(crate::secrets::SecretsKey::from_file)
+                    .transpose()?;
+                let choice = ProcessorChoice::Stripe {
+                    secret_key: processors::read_key_file(&secret_key_file)?,
+                    publishable_key: publishable_key.trim().to_owned(),
+                    webhook_secret: processors::read_key_file(&webhook_secret_file)?,
+                };
+                (choice, key)
+            }
+        };
+        processors::set_processor(db, provider, &choice, key.as_ref(), now)
+    })();
+    match outcome {
+        Ok(summary) => print_json(&serde_json::json!({
+            "providerId": provider,
+            "processor": summary,
+        })),
+        Err(error) => fail(&error),
+    }
+}
+
+/// `provider rotate-secrets-key`.
+fn rotate_secrets_key(db: &Db, old: &Path, new: &Path, now: chrono::DateTime<Utc>) -> ExitCode {
+    use crate::secrets::SecretsKey;
+    let outcome = (|| {
+        let old = SecretsKey::from_file(old)?;
+        let new = SecretsKey::from_file(new)?;
+        crate::app::processors::rotate_secrets_key(db, &old, &new, now)
+    })();
+    match outcome {
+        Ok(rotation) => print_json(&rotation),
+        Err(error) => fail(&error),
+    }
 }
 
 fn fail(error: &dyn std::fmt::Display) -> ExitCode {
@@ -549,6 +666,21 @@ pub fn provider(command: ProviderCommand) -> ExitCode {
         }
         ProviderCommand::ListWebhooks { db, provider } => Ok(print_json(
             &providers::list_webhooks(&db.db, provider.as_deref())?,
+        )),
+        ProviderCommand::SetProcessor {
+            db,
+            provider,
+            processor,
+        } => Ok(set_processor(&db.db, &provider, processor, now)),
+        ProviderCommand::RotateSecretsKey {
+            db,
+            secrets_key_file,
+            new_secrets_key_file,
+        } => Ok(rotate_secrets_key(
+            &db.db,
+            &secrets_key_file,
+            &new_secrets_key_file,
+            now,
         )),
     })();
     outcome.unwrap_or_else(|error| fail(&error))

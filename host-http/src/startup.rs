@@ -61,6 +61,11 @@ pub struct Config {
     /// it over on a shared database: longer than any request holding a claim may run,
     /// the refund gateway's retry budget included (checked at start-up).
     pub stale_claim_after: Duration,
+    /// The operator's secrets key file (`--secrets-key-file`): needed when any provider takes
+    /// payments with Stripe, whose keys are stored sealed under it.
+    pub secrets_key_file: Option<std::path::PathBuf>,
+    /// Where Stripe and Stripe.js are (`--stripe-api-base`, `--stripe-js-url`).
+    pub stripe: processors::stripe::StripeSettings,
 }
 
 /// Default age after which a running idempotency claim is stale: 2 minutes.
@@ -98,6 +103,8 @@ impl Config {
             delivery_limits: events::DeliveryLimits::default(),
             file_link_ttl: DEFAULT_FILE_LINK_TTL,
             stale_claim_after: DEFAULT_STALE_CLAIM_AFTER,
+            secrets_key_file: None,
+            stripe: processors::stripe::StripeSettings::default(),
         }
     }
 }
@@ -218,6 +225,13 @@ impl App {
                 "webhook and e-mail concurrency must be at least 1".to_owned(),
             ));
         }
+        config.stripe.check().map_err(StartupError::Config)?;
+        let secrets = config
+            .secrets_key_file
+            .as_deref()
+            .map(crate::secrets::SecretsKey::from_file)
+            .transpose()
+            .map_err(|e| StartupError::Config(e.to_string()))?;
         let mailer = config
             .smtp
             .as_ref()
@@ -231,6 +245,12 @@ impl App {
         let opened = store::open(&config.db, &config.pool)
             .await
             .map_err(store_error)?;
+        let processors = app::processors::Processors {
+            store: opened.processors,
+            secrets,
+            stripe: config.stripe.clone(),
+        };
+        processors.check().await.map_err(StartupError::Config)?;
         let gateway = app::refunds::open_gateway(&config.refunds.gateway, opened.ledger)?;
         let cancellations = opened.cancellations;
         // Claims of cancel requests that stopped before recording anything. On a
@@ -299,6 +319,7 @@ impl App {
                 sandbox: config.sandbox,
                 refunds: Arc::new(refunds),
                 pages,
+                processors,
                 outbox,
                 metrics,
                 in_flight: app::admission::InFlightLimits::new(config.max_in_flight_per_provider),

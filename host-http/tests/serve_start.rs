@@ -673,3 +673,149 @@ fn unusable_public_urls_are_refused_before_the_start() {
         .collect();
     assert!(left.is_empty(), "files created: {left:?}");
 }
+
+/// `provider set-processor … stripe` reads the keys from files and stores them sealed under the
+/// secrets key; `provider list` shows the processor and last four characters only; `serve`
+/// refuses to start without the secrets key (saying what to pass) or with another key, and
+/// starts once given the key; `provider rotate-secrets-key` reseals everything under a new key.
+#[test]
+fn stripe_keys_are_set_from_files_sealed_and_needed_by_serve() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = |name: &str| dir.path().join(name);
+    let write = |name: &str, text: &str| {
+        std::fs::write(path(name), text).expect("write");
+        path(name).to_str().expect("path").to_owned()
+    };
+    let db = path("checkout.db");
+    let db_text = db.to_str().expect("path").to_owned();
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        // `--db` right after the command's name, before a processor's subcommand.
+        let output = checkout_server()
+            .args(&args[..2])
+            .args(["--db", &db_text])
+            .args(&args[2..])
+            .envs(env.iter().copied())
+            .output()
+            .expect("run checkout-server");
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let json = |text: &str| serde_json::from_str::<serde_json::Value>(text).expect("JSON output");
+    let (ok, created, _) = run(&["provider", "create", "--name", "Acme"], &[]);
+    assert!(ok);
+    let provider = json(&created)["providerId"].as_str().unwrap().to_owned();
+    let sk = write("sk", "sk_test_51SecretKeyAAAA1111\n");
+    let wh = write("wh", "whsec_SigningSecretCCCC3333\n");
+    let key = write("key", &host_http::secrets::SecretsKey::generate());
+    let new_key = write("new-key", &host_http::secrets::SecretsKey::generate());
+    let stripe_args = |provider: &str| -> Vec<String> {
+        [
+            "provider",
+            "set-processor",
+            "--provider",
+            provider,
+            "stripe",
+            "--secret-key-file",
+            &sk,
+            "--publishable-key",
+            "pk_test_51PublishableBBBB2222",
+            "--webhook-secret-file",
+            &wh,
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    };
+    let args = stripe_args(&provider);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (ok, _, stderr) = run(&args, &[]);
+    assert!(!ok);
+    assert!(stderr.contains("--secrets-key-file"), "{stderr}");
+    let (ok, set, stderr) = run(&args, &[("CHECKOUT_SECRETS_KEY_FILE", &key)]);
+    assert!(ok, "{stderr}");
+    assert_eq!(json(&set)["processor"]["secretKeyLast4"], "1111");
+
+    let (ok, listed, _) = run(&["provider", "list"], &[]);
+    assert!(ok);
+    let listed_json = json(&listed);
+    assert_eq!(listed_json[0]["processor"]["processor"], "stripe");
+    assert_eq!(listed_json[0]["processor"]["webhookSecretLast4"], "3333");
+    assert!(!listed.contains("SecretKeyAAAA") && !listed.contains("SigningSecret"));
+    let stored = std::fs::read(&db).expect("read db");
+    let stored = String::from_utf8_lossy(&stored);
+    assert!(!stored.contains("SecretKeyAAAA") && !stored.contains("SigningSecretCCCC"));
+
+    let serve_output = |env: &[(&str, &str)]| {
+        let output = checkout_server()
+            .args([
+                "serve",
+                "--listen",
+                &free_port().to_string(),
+                "--db",
+                &db_text,
+            ])
+            .envs(env.iter().copied())
+            .output()
+            .expect("run checkout-server");
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (ok, stderr) = serve_output(&[]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("Stripe") && stderr.contains("--secrets-key-file"),
+        "{stderr}"
+    );
+    let (ok, stderr) = serve_output(&[("CHECKOUT_SECRETS_KEY_FILE", &new_key)]);
+    assert!(!ok);
+    assert!(stderr.contains("does not open"), "{stderr}");
+    let serve_with = |key_file: Option<&str>| {
+        let addr = free_port();
+        let mut command = checkout_server();
+        command
+            .args(["serve", "--listen", &addr.to_string(), "--db", &db_text])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(file) = key_file {
+            command.env("CHECKOUT_SECRETS_KEY_FILE", file);
+        }
+        Running::start(command, addr).stop();
+    };
+    serve_with(Some(&key));
+
+    let (ok, rotated, stderr) = run(
+        &[
+            "provider",
+            "rotate-secrets-key",
+            "--secrets-key-file",
+            &key,
+            "--new-secrets-key-file",
+            &new_key,
+        ],
+        &[],
+    );
+    assert!(ok, "{stderr}");
+    assert_eq!(json(&rotated)["resealed"], 1);
+    let (ok, _) = serve_output(&[("CHECKOUT_SECRETS_KEY_FILE", &key)]);
+    assert!(!ok);
+    serve_with(Some(&new_key));
+
+    let (ok, set, _) = run(
+        &[
+            "provider",
+            "set-processor",
+            "--provider",
+            &provider,
+            "sandbox",
+        ],
+        &[],
+    );
+    assert!(ok);
+    assert_eq!(json(&set)["processor"]["processor"], "sandbox");
+    // No provider uses Stripe any more: no key needed.
+    serve_with(None);
+}

@@ -143,6 +143,7 @@ conformance!(
     outbox_stats_count_pending_refunds_and_age_the_oldest_entry,
     outbox_a_change_that_rolls_back_leaves_no_event,
     outbox_claims_bound_each_endpoint_over_every_instance,
+    processors_are_per_provider_sealed_and_rotated_all_at_once,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -3516,4 +3517,119 @@ async fn race_two_instances_claiming_pending_refunds_split_them_r_4_8(opened: &O
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Payment processors (issue 23).
+// ---------------------------------------------------------------------------------------------
+
+async fn processors_are_per_provider_sealed_and_rotated_all_at_once(opened: &Opened, db: &Db) {
+    use host_http::app::processors::{self as procs, ProcessorChoice, Processors};
+    use host_http::secrets::{Secret, SecretsKey};
+
+    let acme = provider(db, "Acme");
+    let other = provider(db, "Other");
+    let key = SecretsKey::from_bytes([7; 32]);
+    let stripe = ProcessorChoice::Stripe {
+        secret_key: Secret::new("sk_test_51SecretKeyAAAA1111"),
+        publishable_key: "pk_test_51PublishableBBBB2222".to_owned(),
+        webhook_secret: Secret::new("whsec_SigningSecretCCCC3333"),
+    };
+    // Without the secrets key nothing is stored.
+    assert!(matches!(
+        procs::set_processor(db, &acme.provider_id, &stripe, None, t0()),
+        Err(procs::ProcessorAdminError::NoSecretsKey)
+    ));
+    assert!(matches!(
+        procs::set_processor(db, "no-such-provider", &stripe, Some(&key), t0()),
+        Err(procs::ProcessorAdminError::UnknownProvider(_))
+    ));
+    let summary = procs::set_processor(db, &acme.provider_id, &stripe, Some(&key), t0()).unwrap();
+    assert_eq!(
+        serde_json::to_value(&summary).unwrap(),
+        serde_json::json!({"processor": "stripe", "publishableKeyLast4": "2222",
+                           "secretKeyLast4": "1111", "webhookSecretLast4": "3333"})
+    );
+
+    // The listing shows the processor and last four characters only; the store holds no key
+    // in clear.
+    let listed = serde_json::to_string(&providers::list_providers(db.clone()).unwrap()).unwrap();
+    assert!(listed.contains("\"secretKeyLast4\":\"1111\""), "{listed}");
+    assert!(listed.contains("\"processor\":\"sandbox\""), "{listed}");
+    assert!(!listed.contains("SecretKeyAAAA"), "{listed}");
+    let rows = opened.processors.stripe_rows().await.unwrap();
+    assert_eq!(rows.len(), 1);
+    let row_text = format!(
+        "{} {}",
+        rows[0].secret_key_sealed, rows[0].webhook_secret_sealed
+    );
+    assert!(!row_text.contains("SecretKeyAAAA") && !row_text.contains("SigningSecret"));
+    assert!(
+        opened
+            .processors
+            .stripe_of(other.provider_id.clone())
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // The server opens them with the key, and refuses to start without it or with another.
+    let server = |secrets: Option<SecretsKey>| Processors {
+        store: Arc::clone(&opened.processors),
+        secrets,
+        stripe: Default::default(),
+    };
+    assert_eq!(server(Some(key.clone())).check().await, Ok(1));
+    let refused = server(None).check().await.unwrap_err();
+    assert!(refused.contains("--secrets-key-file"), "{refused}");
+    assert!(
+        server(Some(SecretsKey::from_bytes([8; 32])))
+            .check()
+            .await
+            .is_err()
+    );
+    let account = server(Some(key.clone()))
+        .stripe_account(&acme.provider_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(account.secret_key.expose(), "sk_test_51SecretKeyAAAA1111");
+    assert_eq!(
+        account.webhook_secret.expose(),
+        "whsec_SigningSecretCCCC3333"
+    );
+
+    // Rotation reseals every configuration; the old key no longer opens them.
+    let new_key = SecretsKey::from_bytes([9; 32]);
+    let rotation = procs::rotate_secrets_key(db, &key, &new_key, at(60)).unwrap();
+    assert_eq!(rotation.resealed, 1);
+    assert_eq!(server(Some(new_key.clone())).check().await, Ok(1));
+    assert!(server(Some(key.clone())).check().await.is_err());
+    // A rotation from a wrong key changes nothing.
+    assert!(procs::rotate_secrets_key(db, &key, &new_key, at(61)).is_err());
+    assert_eq!(server(Some(new_key.clone())).check().await, Ok(1));
+
+    // Back to the sandbox.
+    procs::set_processor(
+        db,
+        &acme.provider_id,
+        &ProcessorChoice::Sandbox,
+        None,
+        at(62),
+    )
+    .unwrap();
+    assert_eq!(server(None).check().await, Ok(0));
+
+    // Stripe events are handled once per provider and id.
+    let handled = |provider: &str, id: &str| {
+        opened.processors.stripe_event_handled(
+            provider.to_owned(),
+            id.to_owned(),
+            "payment_intent.succeeded".to_owned(),
+            t0(),
+        )
+    };
+    assert!(handled(&acme.provider_id, "evt_1").await.unwrap());
+    assert!(!handled(&acme.provider_id, "evt_1").await.unwrap());
+    assert!(handled(&other.provider_id, "evt_1").await.unwrap());
 }

@@ -18,6 +18,7 @@ pub mod files;
 pub mod idempotency;
 pub mod payment_links;
 pub mod payments;
+pub mod processors;
 pub mod providers;
 pub mod refunds;
 pub mod transactions;
@@ -52,6 +53,8 @@ pub struct Services {
     pub refunds: Arc<Refunds>,
     /// The customer's payment pages.
     pub pages: PaymentPages,
+    /// Each provider's payment processor (sandbox or Stripe) and the operator's secrets key.
+    pub processors: processors::Processors,
     /// The outbox of events (`GET /events`).
     pub outbox: Arc<dyn OutboxStore>,
     /// Request and delivery metrics.

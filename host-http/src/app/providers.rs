@@ -123,6 +123,8 @@ pub struct ProviderSummary {
     pub category_policies: BTreeMap<Category, CancellationPolicy>,
     /// Credentials, oldest first.
     pub credentials: Vec<CredentialSummary>,
+    /// The payment processor of its customers, and the last four characters of its keys.
+    pub processor: super::processors::ProcessorSummary,
     /// Creation instant.
     pub created_at: String,
 }
@@ -425,10 +427,18 @@ pub fn set_policy(
 
 /// Every provider with its credentials (`provider list`).
 pub fn list_providers(db: impl Into<Db>) -> Result<Vec<ProviderSummary>, AdminError> {
-    let listed = store::admin(&db.into())?.list_providers()?;
+    let db = db.into();
+    let listed = store::admin(&db)?.list_providers()?;
+    let mut processors = super::processors::summaries(&db).map_err(|e| match e {
+        super::processors::ProcessorAdminError::Store(e) => AdminError::Store(e),
+        other => AdminError::Store(StoreError::Unavailable(other.to_string())),
+    })?;
     Ok(listed
         .into_iter()
         .map(|(provider, credentials)| ProviderSummary {
+            processor: processors
+                .remove(&provider.id)
+                .unwrap_or_else(super::processors::ProcessorSummary::sandbox),
             provider_id: provider.id,
             name: provider.name,
             time_zone: provider.time_zone,

@@ -14,6 +14,7 @@ pub mod admin;
 pub mod cancellation;
 pub mod outbox;
 pub mod postgres;
+pub mod processors;
 pub mod sqlite;
 
 pub use admin::{AdminStore, CredentialListing, NewCredential};
@@ -213,6 +214,8 @@ pub struct Opened {
     pub ledger: std::sync::Arc<dyn crate::processors::RefundGateway>,
     /// The outbox: events, webhook deliveries, e-mails.
     pub outbox: std::sync::Arc<dyn outbox::OutboxStore>,
+    /// Per-provider payment processors, Stripe events handled.
+    pub processors: std::sync::Arc<dyn processors::ProcessorStore>,
 }
 
 /// Opens (creating and migrating) the database `db` names.
@@ -227,7 +230,8 @@ pub async fn open(db: &Db, pool: &PoolSettings) -> Result<Opened, StoreError> {
                 store: store.clone(),
                 cancellations: store.clone(),
                 ledger: std::sync::Arc::new(ledger),
-                outbox: store,
+                outbox: store.clone(),
+                processors: store,
             })
         }
         Db::Postgres(url) => {
@@ -236,6 +240,7 @@ pub async fn open(db: &Db, pool: &PoolSettings) -> Result<Opened, StoreError> {
                 store: store.clone(),
                 cancellations: store.clone(),
                 outbox: store.clone(),
+                processors: store.clone(),
                 ledger: std::sync::Arc::new(postgres::PgLedger::new(store)),
             })
         }
@@ -256,6 +261,14 @@ pub async fn migrate(db: &Db) -> Result<u32, StoreError> {
 
 /// The administration of providers and credentials on `db` (the `provider` commands).
 pub fn admin(db: &Db) -> Result<Box<dyn AdminStore>, StoreError> {
+    match db {
+        Db::Sqlite(path) => Ok(Box::new(sqlite::SqliteAdmin::open(path)?)),
+        Db::Postgres(url) => Ok(Box::new(postgres::PgAdmin::new(url.clone()))),
+    }
+}
+
+/// The administration of per-provider processors on `db` (`provider set-processor`, …).
+pub fn processor_admin(db: &Db) -> Result<Box<dyn processors::ProcessorAdmin>, StoreError> {
     match db {
         Db::Sqlite(path) => Ok(Box::new(sqlite::SqliteAdmin::open(path)?)),
         Db::Postgres(url) => Ok(Box::new(postgres::PgAdmin::new(url.clone()))),

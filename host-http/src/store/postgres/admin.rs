@@ -27,7 +27,7 @@ impl PgAdmin {
     }
 
     /// Runs `work` with a fresh connection on a runtime of its own thread.
-    fn run<T, F>(&self, work: F) -> Result<T, StoreError>
+    pub(super) fn run<T, F>(&self, work: F) -> Result<T, StoreError>
     where
         T: Send,
         F: AsyncFnOnce(&mut Object) -> Result<T, StoreError> + Send,

@@ -411,6 +411,30 @@ CREATE UNIQUE INDEX payment_attempts_in_flight ON payment_attempts(transaction_i
     WHERE state = 'IN_FLIGHT';
 "#,
     },
+    Migration {
+        version: 12,
+        description: "per-provider payment processors (Stripe keys sealed), Stripe events handled",
+        // As SQLite's migration 15.
+        sql: r#"
+CREATE TABLE provider_processors (
+    provider_id            text PRIMARY KEY REFERENCES providers(id),
+    processor              text NOT NULL CHECK (processor IN ('stripe')),
+    publishable_key        text NOT NULL,
+    secret_key_sealed      text NOT NULL,
+    secret_key_last4       text NOT NULL,
+    webhook_secret_sealed  text NOT NULL,
+    webhook_secret_last4   text NOT NULL,
+    updated_at             timestamptz NOT NULL
+);
+CREATE TABLE stripe_events (
+    provider_id  text NOT NULL,
+    event_id     text NOT NULL,
+    event_type   text NOT NULL,
+    received_at  timestamptz NOT NULL,
+    PRIMARY KEY (provider_id, event_id)
+);
+"#,
+    },
 ];
 
 /// Latest schema version this build knows.

@@ -13,6 +13,7 @@ pub mod cancellation;
 pub mod ledger;
 pub mod migrations;
 pub mod outbox;
+pub mod processors;
 #[cfg(feature = "test-support")]
 pub mod testing;
 pub mod tls;

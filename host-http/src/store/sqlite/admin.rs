@@ -29,7 +29,7 @@ impl SqliteAdmin {
         })
     }
 
-    fn connection(&self) -> Result<Connection, StoreError> {
+    pub(super) fn connection(&self) -> Result<Connection, StoreError> {
         open_migrated(&self.path)
     }
 }

@@ -222,6 +222,30 @@ CREATE UNIQUE INDEX payment_attempts_in_flight ON payment_attempts(transaction_i
     WHERE state = 'IN_FLIGHT';
 "#,
     },
+    Migration {
+        version: 15,
+        description: "per-provider payment processors (Stripe keys sealed), Stripe events handled",
+        // No row in provider_processors: the sandbox. Secrets only sealed (`crate::secrets`).
+        sql: r#"
+CREATE TABLE provider_processors (
+    provider_id            TEXT PRIMARY KEY REFERENCES providers(id),
+    processor              TEXT NOT NULL CHECK (processor IN ('stripe')),
+    publishable_key        TEXT NOT NULL,
+    secret_key_sealed      TEXT NOT NULL,
+    secret_key_last4       TEXT NOT NULL,
+    webhook_secret_sealed  TEXT NOT NULL,
+    webhook_secret_last4   TEXT NOT NULL,
+    updated_at             TEXT NOT NULL
+);
+CREATE TABLE stripe_events (
+    provider_id  TEXT NOT NULL,
+    event_id     TEXT NOT NULL,
+    event_type   TEXT NOT NULL,
+    received_at  TEXT NOT NULL,
+    PRIMARY KEY (provider_id, event_id)
+);
+"#,
+    },
 ];
 
 /// Why the schema could not be brought up to date.

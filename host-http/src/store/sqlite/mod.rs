@@ -35,6 +35,7 @@ mod commits;
 pub mod ledger;
 pub mod migrations;
 pub mod outbox;
+pub mod processors;
 
 /// The outbox tables (migration 7; the PostgreSQL schema has the same tables with its types).
 pub const OUTBOX_MIGRATION: &str = r#"

@@ -1,0 +1,422 @@
+//! Which payment processor each provider's customers pay with (issue 23): the sandbox, the
+//! default, or the provider's own Stripe account. Administration (`provider set-processor`,
+//! `provider rotate-secrets-key`, the listing) and, for the server, the opened configuration of
+//! a provider.
+//!
+//! Stripe's secret key and webhook signing secret are sealed under the operator's secrets key
+//! before they reach the store, bound to their provider and field; the store never sees them in
+//! clear, and listings show their last four characters only.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::Error;
+use crate::processors::stripe::{StripeSettings, key_kind};
+use crate::secrets::{Secret, SecretsError, SecretsKey, last4};
+use crate::store::processors::{ProcessorStore, StripeRow};
+use crate::store::{self, Db, StoreError, format_instant};
+
+/// Name of the sandbox processor.
+pub const SANDBOX: &str = "sandbox";
+/// Name of the Stripe processor.
+pub const STRIPE: &str = "stripe";
+
+/// A provider's processor as `provider set-processor` sets it.
+#[derive(Debug, Clone)]
+pub enum ProcessorChoice {
+    /// The sandbox (test cards only, no money moves).
+    Sandbox,
+    /// The provider's Stripe account.
+    Stripe {
+        /// `sk_…` or `rk_…` (restricted key with PaymentIntents, PaymentMethods and Refunds).
+        secret_key: Secret,
+        /// `pk_…` of the same account and mode.
+        publishable_key: String,
+        /// `whsec_…` of the webhook endpoint registered at Stripe for this provider.
+        webhook_secret: Secret,
+    },
+}
+
+/// Why a processor command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessorAdminError {
+    /// The database.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The secrets key, or a sealed value under it.
+    #[error(transparent)]
+    Secrets(#[from] SecretsError),
+    /// No provider with this id.
+    #[error("no provider with id {0}")]
+    UnknownProvider(String),
+    /// A key that is not what its flag asks for.
+    #[error("{flag}: {message}")]
+    Key {
+        /// The flag.
+        flag: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// A key file that cannot be read.
+    #[error("cannot read {path}: {source}")]
+    File {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Stripe needs the secrets key.
+    #[error(
+        "Stripe keys are stored sealed: pass --secrets-key-file FILE (or set \
+         CHECKOUT_SECRETS_KEY_FILE); make a key with: head -c 32 /dev/urandom | base64 > FILE"
+    )]
+    NoSecretsKey,
+    /// Another command changed the configurations while they were resealed.
+    #[error("the processor configurations changed during the rotation; run it again")]
+    Concurrent,
+}
+
+/// Reads a key from a file (first line, surrounding whitespace dropped), so that no secret is
+/// typed on a command line where `ps` and shell histories would keep it.
+pub fn read_key_file(path: &Path) -> Result<Secret, ProcessorAdminError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ProcessorAdminError::File {
+        path: path.display().to_string(),
+        source,
+    })?;
+    Ok(Secret::new(text.trim()))
+}
+
+fn secret_context(provider_id: &str) -> String {
+    format!("provider:{provider_id}:stripe:secret_key")
+}
+
+fn webhook_context(provider_id: &str) -> String {
+    format!("provider:{provider_id}:stripe:webhook_secret")
+}
+
+/// Checks the keys of a Stripe configuration: each of its kind, the publishable and the secret
+/// key of the same mode (test or live).
+pub fn check_stripe_keys(
+    secret_key: &Secret,
+    publishable_key: &str,
+    webhook_secret: &Secret,
+) -> Result<(), ProcessorAdminError> {
+    let key_error = |flag| move |message| ProcessorAdminError::Key { flag, message };
+    let secret_mode =
+        key_kind(secret_key.expose(), &["sk", "rk"]).map_err(key_error("--secret-key-file"))?;
+    let public_mode = key_kind(publishable_key, &["pk"]).map_err(key_error("--publishable-key"))?;
+    key_kind(webhook_secret.expose(), &["whsec"]).map_err(key_error("--webhook-secret-file"))?;
+    if secret_mode != public_mode {
+        return Err(ProcessorAdminError::Key {
+            flag: "--publishable-key",
+            message: "the publishable and the secret key must both be test keys or both live \
+                      keys"
+                .to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// What `provider set-processor` prints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessorSummary {
+    /// `sandbox` or `stripe`.
+    pub processor: String,
+    /// Last four characters of the publishable key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub publishable_key_last4: Option<String>,
+    /// Last four characters of the secret key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_key_last4: Option<String>,
+    /// Last four characters of the webhook signing secret.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub webhook_secret_last4: Option<String>,
+}
+
+impl ProcessorSummary {
+    /// The summary of a provider without a Stripe row.
+    pub fn sandbox() -> Self {
+        ProcessorSummary {
+            processor: SANDBOX.to_owned(),
+            publishable_key_last4: None,
+            secret_key_last4: None,
+            webhook_secret_last4: None,
+        }
+    }
+
+    /// The summary of a Stripe row.
+    pub fn of(row: &StripeRow) -> Self {
+        ProcessorSummary {
+            processor: STRIPE.to_owned(),
+            publishable_key_last4: Some(last4(&row.publishable_key)),
+            secret_key_last4: Some(row.secret_key_last4.clone()),
+            webhook_secret_last4: Some(row.webhook_secret_last4.clone()),
+        }
+    }
+}
+
+/// Sets a provider's processor.
+pub fn set_processor(
+    db: &Db,
+    provider_id: &str,
+    choice: &ProcessorChoice,
+    key: Option<&SecretsKey>,
+    now: DateTime<Utc>,
+) -> Result<ProcessorSummary, ProcessorAdminError> {
+    let admin = store::processor_admin(db)?;
+    let (row, summary) = match choice {
+        ProcessorChoice::Sandbox => (None, ProcessorSummary::sandbox()),
+        ProcessorChoice::Stripe {
+            secret_key,
+            publishable_key,
+            webhook_secret,
+        } => {
+            check_stripe_keys(secret_key, publishable_key, webhook_secret)?;
+            let key = key.ok_or(ProcessorAdminError::NoSecretsKey)?;
+            let row = StripeRow {
+                provider_id: provider_id.to_owned(),
+                publishable_key: publishable_key.clone(),
+                secret_key_sealed: key.seal(secret_key, &secret_context(provider_id)),
+                secret_key_last4: secret_key.last4(),
+                webhook_secret_sealed: key.seal(webhook_secret, &webhook_context(provider_id)),
+                webhook_secret_last4: webhook_secret.last4(),
+                updated_at: format_instant(now),
+            };
+            let summary = ProcessorSummary::of(&row);
+            (Some(row), summary)
+        }
+    };
+    if !admin.set_stripe(provider_id, row.as_ref())? {
+        return Err(ProcessorAdminError::UnknownProvider(provider_id.to_owned()));
+    }
+    Ok(summary)
+}
+
+/// The processor of every provider with a Stripe configuration, by provider id.
+pub fn summaries(
+    db: &Db,
+) -> Result<std::collections::BTreeMap<String, ProcessorSummary>, ProcessorAdminError> {
+    Ok(store::processor_admin(db)?
+        .stripe_rows()?
+        .iter()
+        .map(|row| (row.provider_id.clone(), ProcessorSummary::of(row)))
+        .collect())
+}
+
+/// What `provider rotate-secrets-key` prints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rotation {
+    /// Configurations resealed.
+    pub resealed: usize,
+    /// Fingerprint of the new key.
+    pub key_fingerprint: String,
+}
+
+/// Reseals every provider's Stripe secrets from `old` to `new`, all or nothing: a value that
+/// does not open under `old` stops the rotation before anything is written.
+pub fn rotate_secrets_key(
+    db: &Db,
+    old: &SecretsKey,
+    new: &SecretsKey,
+    now: DateTime<Utc>,
+) -> Result<Rotation, ProcessorAdminError> {
+    let admin = store::processor_admin(db)?;
+    let rows = admin.stripe_rows()?;
+    let mut pairs = Vec::with_capacity(rows.len());
+    for row in rows {
+        let secret = old.open(&row.secret_key_sealed, &secret_context(&row.provider_id))?;
+        let webhook = old.open(
+            &row.webhook_secret_sealed,
+            &webhook_context(&row.provider_id),
+        )?;
+        let resealed = StripeRow {
+            secret_key_sealed: new.seal(&secret, &secret_context(&row.provider_id)),
+            webhook_secret_sealed: new.seal(&webhook, &webhook_context(&row.provider_id)),
+            updated_at: format_instant(now),
+            ..row.clone()
+        };
+        pairs.push((row, resealed));
+    }
+    if !admin.reseal_all(&pairs)? {
+        return Err(ProcessorAdminError::Concurrent);
+    }
+    Ok(Rotation {
+        resealed: pairs.len(),
+        key_fingerprint: new.fingerprint(),
+    })
+}
+
+/// A provider's Stripe account, opened for use.
+#[derive(Debug, Clone)]
+pub struct StripeAccount {
+    /// The provider.
+    pub provider_id: String,
+    /// `pk_…`.
+    pub publishable_key: String,
+    /// `sk_…`/`rk_…`.
+    pub secret_key: Secret,
+    /// `whsec_…`.
+    pub webhook_secret: Secret,
+}
+
+/// What the server knows of processors: the store, the secrets key, where Stripe is.
+#[derive(Debug, Clone)]
+pub struct Processors {
+    /// Per-provider configurations, Stripe events handled.
+    pub store: Arc<dyn ProcessorStore>,
+    /// The operator's secrets key, when given.
+    pub secrets: Option<SecretsKey>,
+    /// Where Stripe and Stripe.js are.
+    pub stripe: StripeSettings,
+}
+
+impl Processors {
+    /// Checks at start-up that every Stripe configuration opens under the secrets key: without
+    /// the key, or with another one, the server refuses to start and says what to pass.
+    pub async fn check(&self) -> Result<usize, String> {
+        let rows = self
+            .store
+            .stripe_rows()
+            .await
+            .map_err(|e| format!("reading the processor configurations: {e}"))?;
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let Some(key) = &self.secrets else {
+            return Err(format!(
+                "{} provider(s) take payments with Stripe, whose keys are stored sealed: pass \
+                 --secrets-key-file FILE (or set CHECKOUT_SECRETS_KEY_FILE) with the secrets \
+                 key they were set with",
+                rows.len()
+            ));
+        };
+        for row in &rows {
+            open_row(key, row).map_err(|e| {
+                format!(
+                    "provider {}'s Stripe keys: {e} (key fingerprint {})",
+                    row.provider_id,
+                    key.fingerprint()
+                )
+            })?;
+        }
+        Ok(rows.len())
+    }
+
+    /// The Stripe account of a provider; `None`: the provider uses the sandbox.
+    pub async fn stripe_account(&self, provider_id: &str) -> Result<Option<StripeAccount>, Error> {
+        let Some(row) = self.store.stripe_of(provider_id.to_owned()).await? else {
+            return Ok(None);
+        };
+        let key = self.secrets.as_ref().ok_or_else(|| {
+            Error::Internal("a Stripe configuration appeared without a secrets key".to_owned())
+        })?;
+        open_row(key, &row)
+            .map(Some)
+            .map_err(|e| Error::Internal(format!("provider {provider_id}'s Stripe keys: {e}")))
+    }
+}
+
+fn open_row(key: &SecretsKey, row: &StripeRow) -> Result<StripeAccount, SecretsError> {
+    Ok(StripeAccount {
+        provider_id: row.provider_id.clone(),
+        publishable_key: row.publishable_key.clone(),
+        secret_key: key.open(&row.secret_key_sealed, &secret_context(&row.provider_id))?,
+        webhook_secret: key.open(
+            &row.webhook_secret_sealed,
+            &webhook_context(&row.provider_id),
+        )?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret(text: &str) -> Secret {
+        Secret::new(text)
+    }
+
+    #[test]
+    fn stripe_keys_are_checked_by_kind_and_mode() {
+        let ok = check_stripe_keys(
+            &secret("sk_test_0123456789"),
+            "pk_test_0123456789",
+            &secret("whsec_0123456789"),
+        );
+        assert!(ok.is_ok(), "{ok:?}");
+        assert!(
+            check_stripe_keys(
+                &secret("rk_live_0123456789"),
+                "pk_live_0123456789",
+                &secret("whsec_0123456789"),
+            )
+            .is_ok()
+        );
+        for (sk, pk, wh) in [
+            (
+                "pk_test_0123456789",
+                "pk_test_0123456789",
+                "whsec_0123456789",
+            ),
+            (
+                "sk_test_0123456789",
+                "sk_test_0123456789",
+                "whsec_0123456789",
+            ),
+            (
+                "sk_test_0123456789",
+                "pk_test_0123456789",
+                "sk_test_0123456789",
+            ),
+            (
+                "sk_live_0123456789",
+                "pk_test_0123456789",
+                "whsec_0123456789",
+            ),
+            ("sk_test_0123", "pk_test_0123456789", "whsec_0123456789"),
+            (
+                "sk_test_01234 56789",
+                "pk_test_0123456789",
+                "whsec_0123456789",
+            ),
+        ] {
+            assert!(
+                check_stripe_keys(&secret(sk), pk, &secret(wh)).is_err(),
+                "{sk} {pk} {wh}"
+            );
+        }
+    }
+
+    #[test]
+    fn sealed_keys_open_for_their_provider_only() {
+        let key = SecretsKey::from_bytes([3; 32]);
+        let row = StripeRow {
+            provider_id: "p1".into(),
+            publishable_key: "pk_test_abcdefgh".into(),
+            secret_key_sealed: key.seal(&secret("sk_test_abcdefgh"), &secret_context("p1")),
+            secret_key_last4: "efgh".into(),
+            webhook_secret_sealed: key.seal(&secret("whsec_abcdefgh"), &webhook_context("p1")),
+            webhook_secret_last4: "efgh".into(),
+            updated_at: "t".into(),
+        };
+        let account = open_row(&key, &row).unwrap();
+        assert_eq!(account.secret_key.expose(), "sk_test_abcdefgh");
+        assert_eq!(account.webhook_secret.expose(), "whsec_abcdefgh");
+        let moved = StripeRow {
+            provider_id: "p2".into(),
+            ..row.clone()
+        };
+        assert!(open_row(&key, &moved).is_err());
+        // The two sealed fields cannot be swapped either.
+        let swapped = StripeRow {
+            secret_key_sealed: row.webhook_secret_sealed.clone(),
+            ..row
+        };
+        assert!(open_row(&key, &swapped).is_err());
+    }
+}

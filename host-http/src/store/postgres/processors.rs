@@ -1,0 +1,199 @@
+//! Per-provider processors on PostgreSQL ([`ProcessorStore`] on the pool, [`ProcessorAdmin`]
+//! on the administration's connection); as on SQLite.
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::{GenericClient, Object};
+use futures_util::future::BoxFuture;
+
+use super::{PgAdmin, PgStore, parse_instant};
+use crate::store::processors::{ProcessorAdmin, ProcessorStore, StripeRow};
+use crate::store::{StoreError, format_instant};
+
+const COLUMNS: &str = "provider_id, publishable_key, secret_key_sealed, secret_key_last4, \
+                       webhook_secret_sealed, webhook_secret_last4, updated_at";
+
+fn row_of(r: &tokio_postgres::Row) -> Result<StripeRow, StoreError> {
+    let updated_at: DateTime<Utc> = r.try_get(6)?;
+    Ok(StripeRow {
+        provider_id: r.try_get(0)?,
+        publishable_key: r.try_get(1)?,
+        secret_key_sealed: r.try_get(2)?,
+        secret_key_last4: r.try_get(3)?,
+        webhook_secret_sealed: r.try_get(4)?,
+        webhook_secret_last4: r.try_get(5)?,
+        updated_at: format_instant(updated_at),
+    })
+}
+
+async fn read_rows(client: &impl GenericClient) -> Result<Vec<StripeRow>, StoreError> {
+    client
+        .query(
+            &format!(
+                "SELECT {COLUMNS} FROM provider_processors WHERE processor = 'stripe' \
+                 ORDER BY provider_id"
+            ),
+            &[],
+        )
+        .await?
+        .iter()
+        .map(row_of)
+        .collect()
+}
+
+impl ProcessorStore for PgStore {
+    fn stripe_of(
+        &self,
+        provider_id: String,
+    ) -> BoxFuture<'_, Result<Option<StripeRow>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let statement = client
+                .prepare_cached(&format!(
+                    "SELECT {COLUMNS} FROM provider_processors \
+                     WHERE provider_id = $1 AND processor = 'stripe'"
+                ))
+                .await?;
+            client
+                .query_opt(&statement, &[&provider_id])
+                .await?
+                .as_ref()
+                .map(row_of)
+                .transpose()
+        })
+    }
+
+    fn stripe_rows(&self) -> BoxFuture<'_, Result<Vec<StripeRow>, StoreError>> {
+        Box::pin(async move { read_rows(&self.client().await?).await })
+    }
+
+    fn stripe_event_handled(
+        &self,
+        provider_id: String,
+        event_id: String,
+        event_type: String,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let inserted = client
+                .execute(
+                    "INSERT INTO stripe_events (provider_id, event_id, event_type, received_at) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                    &[&provider_id, &event_id, &event_type, &at],
+                )
+                .await?;
+            Ok(inserted > 0)
+        })
+    }
+}
+
+impl ProcessorAdmin for PgAdmin {
+    fn set_stripe(&self, provider_id: &str, row: Option<&StripeRow>) -> Result<bool, StoreError> {
+        let updated_at = row
+            .map(|row| parse_instant("provider_processors.updated_at", &row.updated_at))
+            .transpose()?;
+        self.run(async move |client: &mut Object| {
+            let tx = client.transaction().await?;
+            // Lock order: the provider first, as every other change of a provider.
+            let exists = tx
+                .query_opt(
+                    "SELECT 1 FROM providers WHERE id = $1 FOR UPDATE",
+                    &[&provider_id],
+                )
+                .await?
+                .is_some();
+            if !exists {
+                return Ok(false);
+            }
+            match (row, updated_at) {
+                (Some(row), Some(updated_at)) => {
+                    tx.execute(
+                        &format!(
+                            "INSERT INTO provider_processors (processor, {COLUMNS}) \
+                             VALUES ('stripe', $1, $2, $3, $4, $5, $6, $7) \
+                             ON CONFLICT (provider_id) DO UPDATE SET \
+                             processor = 'stripe', publishable_key = $2, \
+                             secret_key_sealed = $3, secret_key_last4 = $4, \
+                             webhook_secret_sealed = $5, webhook_secret_last4 = $6, \
+                             updated_at = $7"
+                        ),
+                        &[
+                            &provider_id,
+                            &row.publishable_key,
+                            &row.secret_key_sealed,
+                            &row.secret_key_last4,
+                            &row.webhook_secret_sealed,
+                            &row.webhook_secret_last4,
+                            &updated_at,
+                        ],
+                    )
+                    .await?;
+                }
+                _ => {
+                    tx.execute(
+                        "DELETE FROM provider_processors WHERE provider_id = $1",
+                        &[&provider_id],
+                    )
+                    .await?;
+                }
+            }
+            tx.commit().await?;
+            Ok(true)
+        })
+    }
+
+    fn stripe_rows(&self) -> Result<Vec<StripeRow>, StoreError> {
+        self.run(async move |client: &mut Object| read_rows(&*client).await)
+    }
+
+    fn reseal_all(&self, rows: &[(StripeRow, StripeRow)]) -> Result<bool, StoreError> {
+        let rows = rows
+            .iter()
+            .map(|(old, new)| {
+                Ok((
+                    old,
+                    new,
+                    parse_instant("provider_processors.updated_at", &old.updated_at)?,
+                    parse_instant("provider_processors.updated_at", &new.updated_at)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        self.run(async move |client: &mut Object| {
+            let tx = client.transaction().await?;
+            tx.execute("LOCK TABLE provider_processors IN EXCLUSIVE MODE", &[])
+                .await?;
+            for (old, new, old_at, new_at) in &rows {
+                let changed = tx
+                    .execute(
+                        "UPDATE provider_processors SET secret_key_sealed = $2, \
+                         webhook_secret_sealed = $3, updated_at = $4 \
+                         WHERE provider_id = $1 AND updated_at = $5 AND secret_key_sealed = $6",
+                        &[
+                            &old.provider_id,
+                            &new.secret_key_sealed,
+                            &new.webhook_secret_sealed,
+                            new_at,
+                            old_at,
+                            &old.secret_key_sealed,
+                        ],
+                    )
+                    .await?;
+                if changed == 0 {
+                    return Ok(false);
+                }
+            }
+            let count: i64 = tx
+                .query_one(
+                    "SELECT count(*) FROM provider_processors WHERE processor = 'stripe'",
+                    &[],
+                )
+                .await?
+                .try_get(0)?;
+            if usize::try_from(count).ok() != Some(rows.len()) {
+                return Ok(false);
+            }
+            tx.commit().await?;
+            Ok(true)
+        })
+    }
+}

@@ -1,0 +1,79 @@
+//! The storage seam of per-provider payment processors: which processor a provider's customers
+//! pay with, and for Stripe its keys — the publishable key in clear (it is public: every
+//! payment page shows it), the secret key and the webhook signing secret only sealed under the
+//! operator's secrets key (`crate::secrets`), with their last four characters beside them for
+//! listings. No row: the sandbox, the default of every provider.
+//!
+//! Also the Stripe events already handled, by id, so that an event delivered twice is acted on
+//! once.
+
+use chrono::{DateTime, Utc};
+use futures_util::future::BoxFuture;
+
+use super::StoreError;
+
+/// A provider's Stripe configuration as stored.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StripeRow {
+    /// The provider.
+    pub provider_id: String,
+    /// `pk_…`, in clear.
+    pub publishable_key: String,
+    /// The `sk_…`/`rk_…` key, sealed.
+    pub secret_key_sealed: String,
+    /// Its last four characters.
+    pub secret_key_last4: String,
+    /// The `whsec_…` signing secret of the provider's webhook endpoint at Stripe, sealed.
+    pub webhook_secret_sealed: String,
+    /// Its last four characters.
+    pub webhook_secret_last4: String,
+    /// Last change (RFC 3339).
+    pub updated_at: String,
+}
+
+impl std::fmt::Debug for StripeRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StripeRow")
+            .field("provider_id", &self.provider_id)
+            .field("secret_key_last4", &self.secret_key_last4)
+            .field("webhook_secret_last4", &self.webhook_secret_last4)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the server reads and writes of processors.
+pub trait ProcessorStore: Send + Sync + std::fmt::Debug {
+    /// The Stripe configuration of a provider; `None`: the provider uses the sandbox.
+    fn stripe_of(
+        &self,
+        provider_id: String,
+    ) -> BoxFuture<'_, Result<Option<StripeRow>, StoreError>>;
+
+    /// Every Stripe configuration (the server checks at start-up that its secrets key opens
+    /// them all).
+    fn stripe_rows(&self) -> BoxFuture<'_, Result<Vec<StripeRow>, StoreError>>;
+
+    /// Records that a Stripe event was handled; `false` when it already was (a repeat).
+    fn stripe_event_handled(
+        &self,
+        provider_id: String,
+        event_id: String,
+        event_type: String,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<bool, StoreError>>;
+}
+
+/// What the `provider` commands do with processors (blocking, as [`super::AdminStore`]).
+pub trait ProcessorAdmin: std::fmt::Debug {
+    /// Sets (`Some`) or removes (`None`: back to the sandbox) a provider's Stripe
+    /// configuration; `false` when the provider does not exist.
+    fn set_stripe(&self, provider_id: &str, row: Option<&StripeRow>) -> Result<bool, StoreError>;
+
+    /// Every Stripe configuration, by provider id.
+    fn stripe_rows(&self) -> Result<Vec<StripeRow>, StoreError>;
+
+    /// Replaces the sealed values of every configuration in one transaction (key rotation):
+    /// each row given must still exist unchanged since `stripe_rows` read it (`updated_at`),
+    /// or nothing is written and `false` is returned.
+    fn reseal_all(&self, rows: &[(StripeRow, StripeRow)]) -> Result<bool, StoreError>;
+}

@@ -1,0 +1,158 @@
+//! Per-provider processors on SQLite ([`ProcessorStore`] on the server's store, through its
+//! writer; [`ProcessorAdmin`] on the administration's own connection).
+
+use chrono::{DateTime, Utc};
+use futures_util::future::BoxFuture;
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+
+use super::{SqliteAdmin, SqliteStore};
+use crate::store::processors::{ProcessorAdmin, ProcessorStore, StripeRow};
+use crate::store::{StoreError, format_instant};
+
+const COLUMNS: &str = "provider_id, publishable_key, secret_key_sealed, secret_key_last4, \
+                       webhook_secret_sealed, webhook_secret_last4, updated_at";
+
+fn row_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<StripeRow> {
+    Ok(StripeRow {
+        provider_id: r.get(0)?,
+        publishable_key: r.get(1)?,
+        secret_key_sealed: r.get(2)?,
+        secret_key_last4: r.get(3)?,
+        webhook_secret_sealed: r.get(4)?,
+        webhook_secret_last4: r.get(5)?,
+        updated_at: r.get(6)?,
+    })
+}
+
+fn read_rows(conn: &Connection) -> Result<Vec<StripeRow>, StoreError> {
+    Ok(conn
+        .prepare(&format!(
+            "SELECT {COLUMNS} FROM provider_processors WHERE processor = 'stripe' \
+             ORDER BY provider_id"
+        ))?
+        .query_map([], row_of)?
+        .collect::<Result<_, _>>()?)
+}
+
+impl ProcessorStore for SqliteStore {
+    fn stripe_of(
+        &self,
+        provider_id: String,
+    ) -> BoxFuture<'_, Result<Option<StripeRow>, StoreError>> {
+        let result = self.read_statement(|conn| {
+            Ok(conn
+                .prepare_cached(&format!(
+                    "SELECT {COLUMNS} FROM provider_processors \
+                     WHERE provider_id = ?1 AND processor = 'stripe'"
+                ))?
+                .query_row([&provider_id], row_of)
+                .optional()?)
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn stripe_rows(&self) -> BoxFuture<'_, Result<Vec<StripeRow>, StoreError>> {
+        Box::pin(std::future::ready(self.read_statement(read_rows)))
+    }
+
+    fn stripe_event_handled(
+        &self,
+        provider_id: String,
+        event_id: String,
+        event_type: String,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            let inserted = conn
+                .prepare_cached(
+                    "INSERT INTO stripe_events (provider_id, event_id, event_type, received_at) \
+                     VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
+                )?
+                .execute(params![
+                    provider_id,
+                    event_id,
+                    event_type,
+                    format_instant(at)
+                ])?;
+            Ok(inserted > 0)
+        }))
+    }
+}
+
+impl ProcessorAdmin for SqliteAdmin {
+    fn set_stripe(&self, provider_id: &str, row: Option<&StripeRow>) -> Result<bool, StoreError> {
+        let mut conn = self.connection()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let exists = tx
+            .prepare("SELECT 1 FROM providers WHERE id = ?1")?
+            .exists([provider_id])?;
+        if !exists {
+            return Ok(false);
+        }
+        match row {
+            None => {
+                tx.execute(
+                    "DELETE FROM provider_processors WHERE provider_id = ?1",
+                    [provider_id],
+                )?;
+            }
+            Some(row) => {
+                tx.execute(
+                    &format!(
+                        "INSERT OR REPLACE INTO provider_processors (processor, {COLUMNS}) \
+                         VALUES ('stripe', ?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+                    ),
+                    params![
+                        provider_id,
+                        row.publishable_key,
+                        row.secret_key_sealed,
+                        row.secret_key_last4,
+                        row.webhook_secret_sealed,
+                        row.webhook_secret_last4,
+                        row.updated_at
+                    ],
+                )?;
+            }
+        }
+        tx.commit()?;
+        Ok(true)
+    }
+
+    fn stripe_rows(&self) -> Result<Vec<StripeRow>, StoreError> {
+        read_rows(&self.connection()?)
+    }
+
+    fn reseal_all(&self, rows: &[(StripeRow, StripeRow)]) -> Result<bool, StoreError> {
+        let mut conn = self.connection()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        for (old, new) in rows {
+            let changed = tx.execute(
+                "UPDATE provider_processors SET secret_key_sealed = ?2, \
+                 webhook_secret_sealed = ?3, updated_at = ?4 \
+                 WHERE provider_id = ?1 AND updated_at = ?5 AND secret_key_sealed = ?6",
+                params![
+                    old.provider_id,
+                    new.secret_key_sealed,
+                    new.webhook_secret_sealed,
+                    new.updated_at,
+                    old.updated_at,
+                    old.secret_key_sealed
+                ],
+            )?;
+            if changed == 0 {
+                return Ok(false);
+            }
+        }
+        let count: i64 = tx.query_row(
+            "SELECT count(*) FROM provider_processors WHERE processor = 'stripe'",
+            [],
+            |r| r.get(0),
+        )?;
+        if usize::try_from(count).ok() != Some(rows.len()) {
+            // A configuration was added meanwhile, sealed under the old key.
+            return Ok(false);
+        }
+        tx.commit()?;
+        Ok(true)
+    }
+}
