@@ -116,6 +116,7 @@
 pub mod api;
 pub mod decimal;
 pub mod error;
+pub mod lifecycle;
 pub mod lines;
 pub mod money;
 pub mod penalty;

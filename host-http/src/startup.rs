@@ -253,24 +253,14 @@ impl App {
         processors.check().await.map_err(StartupError::Config)?;
         let gateway = app::refunds::open_gateway(&config.refunds.gateway, opened.ledger)?;
         let cancellations = opened.cancellations;
-        // Claims of cancel requests that stopped before recording anything. On a
-        // database other instances share, only claims older than any request may run: younger
-        // ones may belong to a request another instance is serving right now.
-        let now = chrono::Utc::now();
-        let before = if config.db.is_shared() {
-            now - stale_claim_after
-        } else {
-            now
-        };
-        cancellations
-            .release_orphan_claims(
-                app::cancellations::CANCEL_ROUTES
-                    .map(str::to_owned)
-                    .to_vec(),
-                before,
-            )
-            .await
-            .map_err(store_error)?;
+        app::idempotency::release_orphan_claims(
+            cancellations.as_ref(),
+            config.db.is_shared(),
+            chrono::Utc::now(),
+            stale_claim_after,
+        )
+        .await
+        .map_err(store_error)?;
         let store = opened.store;
         let outbox = opened.outbox;
         let (refunds, recovery) =

@@ -819,3 +819,22 @@ fn stripe_keys_are_set_from_files_sealed_and_needed_by_serve() {
     // No provider uses Stripe any more: no key needed.
     serve_with(None);
 }
+
+/// The version line names the time-zone database compiled into the binary, the one chrono-tz
+/// carries.
+#[test]
+fn the_version_line_names_the_compiled_in_tz_database_r_6_7() {
+    let output = checkout_server()
+        .arg("--version")
+        .output()
+        .expect("run checkout-server --version");
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        format!(
+            "checkout-server {} (tzdb {})\n",
+            env!("CARGO_PKG_VERSION"),
+            chrono_tz::IANA_TZDB_VERSION
+        )
+    );
+}

@@ -3,7 +3,7 @@
 //! `<case>::sqlite` on a fresh SQLite file, `<case>::postgres` on a fresh PostgreSQL database
 //! (skipped, with a line on stderr, when `CHECKOUT_TEST_PG_URL` is unset).
 //!
-//! The cases name the rulings they hold (R-…, the contract's RULINGS.md). Instants are fixed
+//! The cases name the rules they hold (R-…, defined in docs/SPEC.md). Instants are fixed
 //! values passed to the store, so nothing here depends on the clock or on sleeping; the races
 //! are real concurrent calls whose outcomes are checked exactly.
 
