@@ -166,6 +166,28 @@ fn check_stale_claim_after(config: &Config) -> Result<(), StartupError> {
 /// A claimed delivery or e-mail must stay claimed for longer than its attempt may take, or
 /// another instance could take it over while it is still being sent: the outbox lease must
 /// exceed the webhook timeout and, when e-mails are sent, the SMTP send timeout.
+/// With providers on Stripe, a refund call may take up to two Stripe requests (the look-up
+/// and the refund); a cancel request's claim must outlive those too.
+fn check_stripe_budget(config: &Config) -> Result<(), StartupError> {
+    let call = processors::stripe::client::REQUEST_TIMEOUT * 2;
+    let attempts = config.refunds.retry.attempts.max(1);
+    let pauses: Duration = (1..attempts)
+        .map(|failed| config.refunds.retry.delay_after(failed))
+        .sum();
+    let budget = call * attempts + pauses;
+    if config.stale_claim_after <= budget {
+        return Err(StartupError::Config(format!(
+            "the stale-claim time ({} ms, --stale-claim-after-ms) must be longer than the \
+             Stripe refund budget ({} ms: --refund-attempts calls of up to two Stripe requests \
+             of {} s, and the pauses between them)",
+            config.stale_claim_after.as_millis(),
+            budget.as_millis(),
+            processors::stripe::client::REQUEST_TIMEOUT.as_secs()
+        )));
+    }
+    Ok(())
+}
+
 fn check_outbox_lease(config: &Config) -> Result<(), StartupError> {
     let mut attempts = vec![("webhook", config.webhooks.total_timeout)];
     if let Some(smtp) = &config.smtp {
@@ -245,13 +267,24 @@ impl App {
         let opened = store::open(&config.db, &config.pool)
             .await
             .map_err(store_error)?;
-        let processors = app::processors::Processors {
+        let payment_processors = app::processors::Processors {
             store: opened.processors,
             secrets,
             stripe: config.stripe.clone(),
         };
-        processors.check().await.map_err(StartupError::Config)?;
-        let gateway = app::refunds::open_gateway(&config.refunds.gateway, opened.ledger)?;
+        let stripe_providers = payment_processors
+            .check()
+            .await
+            .map_err(StartupError::Config)?;
+        if stripe_providers > 0 {
+            check_stripe_budget(&config)?;
+        }
+        let gateway = Arc::new(app::processors::ByProcessor {
+            fallback: app::refunds::open_gateway(&config.refunds.gateway, opened.ledger)?,
+            store: Arc::clone(&opened.store),
+            processors: payment_processors.clone(),
+            stripe: processors::stripe::StripeClient::new(&config.stripe),
+        });
         let cancellations = opened.cancellations;
         app::idempotency::release_orphan_claims(
             cancellations.as_ref(),
@@ -309,7 +342,7 @@ impl App {
                 sandbox: config.sandbox,
                 refunds: Arc::new(refunds),
                 pages,
-                processors,
+                processors: payment_processors,
                 outbox,
                 metrics,
                 in_flight: app::admission::InFlightLimits::new(config.max_in_flight_per_provider),

@@ -7,6 +7,7 @@
 
 pub mod cancel_support;
 pub mod http;
+pub mod localstripe;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

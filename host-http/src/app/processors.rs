@@ -420,3 +420,83 @@ mod tests {
         assert!(open_row(&key, &swapped).is_err());
     }
 }
+
+/// The refund gateway of every cancellation: it follows the transaction's processor (R-4.8,
+/// issue 23). A transaction paid through Stripe is refunded through its provider's Stripe
+/// account; every other one (sandbox-paid) through the gateway `serve --gateway` chose.
+#[derive(Debug)]
+pub struct ByProcessor {
+    /// The gateway of sandbox-paid transactions (ledger or http).
+    pub fallback: Arc<dyn crate::processors::RefundGateway>,
+    /// Where the transaction's payment is read.
+    pub store: Arc<dyn crate::store::Store>,
+    /// Providers' Stripe accounts.
+    pub processors: Processors,
+    /// The client of Stripe's API.
+    pub stripe: crate::processors::stripe::StripeClient,
+}
+
+impl ByProcessor {
+    async fn send_one(
+        &self,
+        refund: &crate::processors::RefundRequest,
+    ) -> crate::processors::GatewayOutcome {
+        use crate::processors::GatewayOutcome;
+        let record = match self.store.transaction(refund.transaction_id.clone()).await {
+            Ok(Some(record)) => record,
+            Ok(None) => {
+                return GatewayOutcome::Unknown {
+                    detail: format!("transaction {} not found", refund.transaction_id),
+                };
+            }
+            Err(error) => {
+                return GatewayOutcome::Unknown {
+                    detail: format!("reading the transaction: {error}"),
+                };
+            }
+        };
+        let paid_with = record
+            .payment
+            .as_ref()
+            .and_then(|details| details.payment.as_ref())
+            .and_then(|payment| payment.provider.as_deref());
+        if paid_with != Some(STRIPE) {
+            return self.fallback.send(refund).await;
+        }
+        match self.processors.stripe_account(&record.provider_id).await {
+            Ok(Some(account)) => {
+                crate::processors::stripe::refunds::refund(
+                    &self.stripe,
+                    &account.secret_key,
+                    refund,
+                )
+                .await
+            }
+            // Paid through Stripe, but the provider's configuration is gone: the refund waits,
+            // pending, until the operator sets it again.
+            Ok(None) => GatewayOutcome::Unknown {
+                detail: format!(
+                    "provider {} has no Stripe configuration any more; the refund stays \
+                     pending until `provider set-processor … stripe` sets it again",
+                    record.provider_id
+                ),
+            },
+            Err(error) => GatewayOutcome::Unknown {
+                detail: error.to_string(),
+            },
+        }
+    }
+}
+
+impl crate::processors::RefundGateway for ByProcessor {
+    fn name(&self) -> &'static str {
+        "by-processor"
+    }
+
+    fn send<'a>(
+        &'a self,
+        refund: &'a crate::processors::RefundRequest,
+    ) -> futures_util::future::BoxFuture<'a, crate::processors::GatewayOutcome> {
+        Box::pin(self.send_one(refund))
+    }
+}

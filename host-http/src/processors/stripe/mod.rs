@@ -4,7 +4,12 @@
 //! its edge as the service's decimals ([`amount`] converts them with Stripe's currency rules).
 
 pub mod amount;
+pub mod client;
+pub mod refunds;
 pub mod signature;
+pub mod wire;
+
+pub use client::StripeClient;
 
 /// Stripe's API base.
 pub const DEFAULT_API_BASE: &str = "https://api.stripe.com";
