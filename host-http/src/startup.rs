@@ -279,11 +279,12 @@ impl App {
         if stripe_providers > 0 {
             check_stripe_budget(&config)?;
         }
+        let stripe_client = processors::stripe::StripeClient::new(&config.stripe);
         let gateway = Arc::new(app::processors::ByProcessor {
             fallback: app::refunds::open_gateway(&config.refunds.gateway, opened.ledger)?,
             store: Arc::clone(&opened.store),
             processors: payment_processors.clone(),
-            stripe: processors::stripe::StripeClient::new(&config.stripe),
+            stripe: stripe_client.clone(),
         });
         let cancellations = opened.cancellations;
         app::idempotency::release_orphan_claims(
@@ -343,6 +344,7 @@ impl App {
                 refunds: Arc::new(refunds),
                 pages,
                 processors: payment_processors,
+                stripe_client,
                 outbox,
                 metrics,
                 in_flight: app::admission::InFlightLimits::new(config.max_in_flight_per_provider),

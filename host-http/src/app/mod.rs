@@ -21,6 +21,7 @@ pub mod payments;
 pub mod processors;
 pub mod providers;
 pub mod refunds;
+pub mod stripe_payments;
 pub mod transactions;
 
 use std::collections::HashMap;
@@ -55,6 +56,8 @@ pub struct Services {
     pub pages: PaymentPages,
     /// Each provider's payment processor (sandbox or Stripe) and the operator's secrets key.
     pub processors: processors::Processors,
+    /// The client of Stripe's API (`--stripe-api-base`).
+    pub stripe_client: crate::processors::stripe::StripeClient,
     /// The outbox of events (`GET /events`).
     pub outbox: Arc<dyn OutboxStore>,
     /// Request and delivery metrics.

@@ -84,6 +84,8 @@ pub struct PageView {
     pub expires_at: Option<DateTime<Utc>>,
     /// Failed attempts left in the current window.
     pub attempts_left: u32,
+    /// When the provider takes payments with Stripe: what its page needs.
+    pub stripe: Option<super::stripe_payments::StripePage>,
 }
 
 /// One active item as the page shows it.
@@ -262,7 +264,15 @@ impl Services {
             PageState::Paid => return Ok(PayAttempt::Paid),
             other => return Ok(PayAttempt::NotOpen(other)),
         }
-        if !self.accepts_cards() {
+        // A provider on Stripe takes cards in Stripe.js only, never in this form.
+        if !self.accepts_cards()
+            || self
+                .processors
+                .store
+                .stripe_of(record.provider_id.clone())
+                .await?
+                .is_some()
+        {
             return Ok(PayAttempt::CardsNotAccepted);
         }
         let since = now - ATTEMPT_WINDOW;
@@ -371,7 +381,11 @@ impl Services {
 
     /// The outcome of a post whose transaction stopped being PENDING meanwhile: the
     /// confirmation when it is paid, the page's state otherwise.
-    async fn page_outcome(&self, token: &str, now: DateTime<Utc>) -> Result<PayAttempt, Error> {
+    pub(super) async fn page_outcome(
+        &self,
+        token: &str,
+        now: DateTime<Utc>,
+    ) -> Result<PayAttempt, Error> {
         let record = self.page_transaction(token, now).await?;
         match page_state(&record, now)? {
             PageState::Paid => Ok(PayAttempt::Paid),
@@ -435,7 +449,7 @@ impl Services {
         self.sandbox && self.pages.processor.takes_card_data()
     }
 
-    async fn page_transaction(
+    pub(super) async fn page_transaction(
         &self,
         token: &str,
         now: DateTime<Utc>,
@@ -487,10 +501,12 @@ impl Services {
             .as_ref()
             .and_then(|p| p.payment.as_ref())
             .and_then(|p| p.reference.clone());
+        let stripe = self.stripe_page(&record).await?;
         Ok(PageView {
+            stripe: stripe.clone(),
             state,
             form_token: self.pages.key.form_token(&record.id, now.timestamp()),
-            accepts_cards: self.accepts_cards(),
+            accepts_cards: self.accepts_cards() && stripe.is_none(),
             amount_due: amount_due(&record),
             amount_paid: record.paid_amount,
             payment_reference,
@@ -508,7 +524,10 @@ impl Services {
 }
 
 /// Where a page stands at `now`.
-fn page_state(record: &TransactionRecord, now: DateTime<Utc>) -> Result<PageState, Error> {
+pub(super) fn page_state(
+    record: &TransactionRecord,
+    now: DateTime<Utc>,
+) -> Result<PageState, Error> {
     Ok(match record.status {
         TransactionStatus::Paid | TransactionStatus::PartiallyCancelled => PageState::Paid,
         TransactionStatus::Cancelled => PageState::Cancelled,
@@ -531,7 +550,7 @@ fn parse_instant(text: Option<&str>) -> Result<Option<DateTime<Utc>>, Error> {
 }
 
 /// the amount paid is the sum of the active items' totals.
-fn amount_due(record: &TransactionRecord) -> Decimal {
+pub(super) fn amount_due(record: &TransactionRecord) -> Decimal {
     let scale = checkout_engine::money::minor_units(&record.currency).unwrap_or(2);
     let sum = record
         .items
@@ -729,7 +748,7 @@ fn parse_expiry(text: &str) -> Option<(u32, i32)> {
 
 /// What the sandbox route records, from the form and the processor's answer: the card
 /// as brand, last four digits and expiry only.
-fn payment_details(
+pub(super) fn payment_details(
     form: &CardForm,
     processor: &str,
     reference: String,

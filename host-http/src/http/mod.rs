@@ -16,6 +16,7 @@ pub mod request;
 pub mod response;
 pub mod routes;
 pub mod server;
+pub mod stripe;
 pub mod transactions;
 
 use chrono::{DateTime, Utc};
@@ -71,6 +72,10 @@ pub async fn dispatch(
         Route::PaymentPage(token) => pages::page(services, request, &token, now).await,
         Route::PaymentSubmit(token) => pages::submit(services, request, &token, now).await,
         Route::Stylesheet => Ok(pages::stylesheet(services)),
+        Route::StripePay(token) => stripe::pay(services, request, &token, now).await,
+        Route::StripeConfirm(token) => stripe::confirm(services, request, &token, now).await,
+        Route::StripeScript => Ok(stripe::script()),
+        Route::StripeWebhook(provider) => stripe::webhook(services, request, &provider, now).await,
         Route::Events => transactions::events(services, request).await,
     }
 }

@@ -83,6 +83,17 @@ struct FormView {
     card: Vec<FieldView>,
     customer: Vec<FieldView>,
     button: String,
+    /// With a provider on Stripe: Stripe.js's card element instead of card fields.
+    stripe: Option<StripeFormView>,
+}
+
+struct StripeFormView {
+    js_url: String,
+    script_src: String,
+    publishable_key: String,
+    confirm_url: String,
+    texts: super::stripe::StripeTexts,
+    refused_note: Option<String>,
 }
 
 struct FieldView {
@@ -226,12 +237,23 @@ pub async fn page(
                     .then(|| lang.texts().too_many_attempts.to_owned()),
                 ..Submitted::default()
             };
-            html(
+            let mut response = html(
                 services,
                 status,
                 lang,
                 render(services, lang, token, &view, submitted),
-            )
+            );
+            // A Stripe page loads Stripe.js and this site's script, and nothing else.
+            if view.stripe.is_some()
+                && view.state == PageState::Open
+                && let Ok(csp) =
+                    HeaderValue::from_str(&super::stripe::content_security_policy(services))
+            {
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_SECURITY_POLICY, csp);
+            }
+            response
         }
         Err(error) => failure_page(services, lang, &error),
     })
@@ -371,7 +393,7 @@ async fn render_now(
 /// public base's (a browser sends its page's origin with every POST; `null` from a sandboxed
 /// frame or an opaque page is another origin). A request that carries neither (an old browser,
 /// curl) is left to the form token.
-fn posted_from_own_page(services: &Services, headers: &hyper::HeaderMap) -> bool {
+pub(super) fn posted_from_own_page(services: &Services, headers: &hyper::HeaderMap) -> bool {
     let fetch_site = headers.get_all("sec-fetch-site").iter().all(|site| {
         !site.as_bytes().eq_ignore_ascii_case(b"cross-site")
             && !site.as_bytes().eq_ignore_ascii_case(b"same-site")
@@ -413,7 +435,7 @@ fn declined_text(lang: Lang, message: &str) -> String {
     }
 }
 
-fn language(request: &Request<Incoming>) -> Lang {
+pub(super) fn language(request: &Request<Incoming>) -> Lang {
     let query = query_param(request.uri().query(), "lang");
     let accept = request
         .headers()
@@ -524,14 +546,43 @@ fn render(
     };
     let shows_booking = matches!(view.state, PageState::Open | PageState::Paid);
     let open = view.state == PageState::Open;
-    let accepts = open && view.accepts_cards;
+    let stripe_open = view
+        .stripe
+        .as_ref()
+        .filter(|stripe| open && stripe.refusal.is_none());
+    let accepts = open && (view.accepts_cards || stripe_open.is_some());
     let page_path = services.pages.page_path(token);
-    let form = (accepts && !submitted.hide_form).then(|| FormView {
-        action: format!("{page_path}?lang={}", lang.tag()),
-        token: view.form_token.clone(),
-        card: fields(lang, &CARD_FIELDS, &submitted),
-        customer: fields(lang, &CUSTOMER_FIELDS, &submitted),
-        button: t.pay_button.replace("{amount}", &money(view.amount_due)),
+    let form = (accepts && !submitted.hide_form).then(|| match stripe_open {
+        Some(stripe) => {
+            let stripe_texts = super::stripe::texts(lang);
+            FormView {
+                action: format!("{page_path}/stripe?lang={}", lang.tag()),
+                token: view.form_token.clone(),
+                card: Vec::new(),
+                customer: fields(lang, &CUSTOMER_FIELDS, &submitted),
+                button: t.pay_button.replace("{amount}", &money(view.amount_due)),
+                stripe: Some(StripeFormView {
+                    js_url: services.processors.stripe.js_url.clone(),
+                    script_src: services.pages.asset_path("stripe-checkout.js"),
+                    publishable_key: stripe.publishable_key.clone(),
+                    confirm_url: format!("{page_path}/stripe/confirm?lang={}", lang.tag()),
+                    texts: stripe_texts,
+                    refused_note: (!stripe.refused_brands.is_empty()).then(|| {
+                        stripe_texts
+                            .refused_brands
+                            .replace("{brands}", &stripe.refused_brands.join(", "))
+                    }),
+                }),
+            }
+        }
+        None => FormView {
+            action: format!("{page_path}?lang={}", lang.tag()),
+            token: view.form_token.clone(),
+            card: fields(lang, &CARD_FIELDS, &submitted),
+            customer: fields(lang, &CUSTOMER_FIELDS, &submitted),
+            button: t.pay_button.replace("{amount}", &money(view.amount_due)),
+            stripe: None,
+        },
     });
     // The title is the provider's text on an open page: isolated in `<title>`, which knows no
     // `<bdi>`; the page's own headings need no isolate.
@@ -545,7 +596,7 @@ fn render(
         t,
         html_title: format!("{html_title} – {}", isolate(&view.provider_name)),
         provider: without_bidi_controls(&view.provider_name).into_owned(),
-        sandbox: services.sandbox,
+        sandbox: services.sandbox && view.stripe.is_none(),
         other_lang_href: format!("{page_path}?lang={}", other.tag()),
         other_lang_tag: other.tag(),
         other_lang_name: t.other_language,
@@ -576,7 +627,10 @@ fn render(
         } else {
             Vec::new()
         },
-        cards_notice: (open && !view.accepts_cards).then(|| t.cards_not_accepted.to_owned()),
+        cards_notice: match view.stripe.as_ref().filter(|_| open) {
+            Some(stripe) => stripe.refusal.clone(),
+            None => (open && !view.accepts_cards).then(|| t.cards_not_accepted.to_owned()),
+        },
         link_expires: view.expires_at.filter(|_| open).map(|at| {
             t.link_expires
                 .replace("{at}", &lang.instant(at, chrono_tz::UTC))

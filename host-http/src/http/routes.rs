@@ -55,6 +55,14 @@ pub enum Route {
     Stylesheet,
     /// `GET /events`: the provider's events after a cursor.
     Events,
+    /// `POST /pay/{token}/stripe`: a payment through Stripe, from the page's script.
+    StripePay(String),
+    /// `POST /pay/{token}/stripe/confirm`: after the customer's 3-D Secure.
+    StripeConfirm(String),
+    /// `GET /assets/stripe-checkout.js`: the Stripe page's script.
+    StripeScript,
+    /// `POST /stripe/webhook/{providerId}`: Stripe's events of one provider's account.
+    StripeWebhook(String),
 }
 
 impl Route {
@@ -82,6 +90,10 @@ impl Route {
             Route::PaymentPage(_) | Route::PaymentSubmit(_) => "/pay/{token}",
             Route::Stylesheet => "/assets/checkout.css",
             Route::Events => "/events",
+            Route::StripePay(_) => "/pay/{token}/stripe",
+            Route::StripeConfirm(_) => "/pay/{token}/stripe/confirm",
+            Route::StripeScript => "/assets/stripe-checkout.js",
+            Route::StripeWebhook(_) => "/stripe/webhook/{providerId}",
         }
     }
 }
@@ -93,7 +105,12 @@ impl Route {
     /// stylesheet, whose links a browser, a mail client or a tracker may decorate (`utm_*`).
     pub fn query_parameters(&self) -> Option<&'static [&'static str]> {
         match self {
-            Route::PaymentPage(_) | Route::PaymentSubmit(_) | Route::Stylesheet => None,
+            Route::PaymentPage(_)
+            | Route::PaymentSubmit(_)
+            | Route::Stylesheet
+            | Route::StripePay(_)
+            | Route::StripeConfirm(_)
+            | Route::StripeScript => None,
             Route::CancelQuote(_) => Some(&["at"]),
             Route::Events => Some(&["after", "limit"]),
             _ => Some(&[]),
@@ -169,6 +186,19 @@ pub fn route(method: &Method, path: &str, sandbox: bool) -> Result<Route, ApiErr
             },
         ),
         ["assets", "checkout.css"] => ("GET", get.then_some(Route::Stylesheet)),
+        ["pay", token, "stripe"] => (
+            "POST",
+            (method == Method::POST).then(|| Route::StripePay((*token).to_owned())),
+        ),
+        ["pay", token, "stripe", "confirm"] => (
+            "POST",
+            (method == Method::POST).then(|| Route::StripeConfirm((*token).to_owned())),
+        ),
+        ["assets", "stripe-checkout.js"] => ("GET", get.then_some(Route::StripeScript)),
+        ["stripe", "webhook", provider] => (
+            "POST",
+            (method == Method::POST).then(|| Route::StripeWebhook((*provider).to_owned())),
+        ),
         ["events"] => ("GET", get.then_some(Route::Events)),
         // `PUT /{transactionId}` catches every one-segment path: another method on a segment that
         // is not even a UUID is an unknown route (404), not a wrong method on this one (405).

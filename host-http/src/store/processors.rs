@@ -53,6 +53,40 @@ pub trait ProcessorStore: Send + Sync + std::fmt::Debug {
     /// them all).
     fn stripe_rows(&self) -> BoxFuture<'_, Result<Vec<StripeRow>, StoreError>>;
 
+    /// Records a PaymentIntent created for an attempt, `OPEN`.
+    fn add_stripe_intent(
+        &self,
+        row: StripeIntentRow,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// A PaymentIntent the service created.
+    fn stripe_intent(
+        &self,
+        intent_id: String,
+    ) -> BoxFuture<'_, Result<Option<StripeIntentRow>, StoreError>>;
+
+    /// The `OPEN` PaymentIntents of a transaction, oldest first.
+    fn open_stripe_intents(
+        &self,
+        transaction_id: String,
+    ) -> BoxFuture<'_, Result<Vec<StripeIntentRow>, StoreError>>;
+
+    /// Moves a PaymentIntent to `state`.
+    fn set_stripe_intent_state(
+        &self,
+        intent_id: String,
+        state: &'static str,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Whether a Stripe event was already handled.
+    fn stripe_event_seen(
+        &self,
+        provider_id: String,
+        event_id: String,
+    ) -> BoxFuture<'_, Result<bool, StoreError>>;
+
     /// Records that a Stripe event was handled; `false` when it already was (a repeat).
     fn stripe_event_handled(
         &self,
@@ -61,6 +95,21 @@ pub trait ProcessorStore: Send + Sync + std::fmt::Debug {
         event_type: String,
         at: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<bool, StoreError>>;
+}
+
+/// A PaymentIntent the service created for a payment attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StripeIntentRow {
+    /// `pi_…`.
+    pub intent_id: String,
+    /// The transaction it pays.
+    pub transaction_id: String,
+    /// The payment attempt it was created for.
+    pub attempt_id: String,
+    /// `OPEN`, `SUCCEEDED`, `FAILED` or `REFUNDED`.
+    pub state: String,
+    /// The customer's details from the page (JSON), recorded with the payment.
+    pub customer: String,
 }
 
 /// What the `provider` commands do with processors (blocking, as [`super::AdminStore`]).

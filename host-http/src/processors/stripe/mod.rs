@@ -5,6 +5,7 @@
 
 pub mod amount;
 pub mod client;
+pub mod payments;
 pub mod refunds;
 pub mod signature;
 pub mod wire;

@@ -435,6 +435,23 @@ CREATE TABLE stripe_events (
 );
 "#,
     },
+    Migration {
+        version: 13,
+        description: "Stripe PaymentIntents of payment attempts, with the customer they pay for",
+        // As SQLite's migration 16.
+        sql: r#"
+CREATE TABLE stripe_intents (
+    intent_id       text PRIMARY KEY,
+    transaction_id  text NOT NULL REFERENCES transactions(id),
+    attempt_id      text NOT NULL,
+    state           text NOT NULL,
+    customer        jsonb NOT NULL,
+    created_at      timestamptz NOT NULL,
+    updated_at      timestamptz NOT NULL
+);
+CREATE INDEX stripe_intents_open ON stripe_intents(transaction_id) WHERE state = 'OPEN';
+"#,
+    },
 ];
 
 /// Latest schema version this build knows.

@@ -6,7 +6,7 @@ use deadpool_postgres::{GenericClient, Object};
 use futures_util::future::BoxFuture;
 
 use super::{PgAdmin, PgStore, parse_instant};
-use crate::store::processors::{ProcessorAdmin, ProcessorStore, StripeRow};
+use crate::store::processors::{ProcessorAdmin, ProcessorStore, StripeIntentRow, StripeRow};
 use crate::store::{StoreError, format_instant};
 
 const COLUMNS: &str = "provider_id, publishable_key, secret_key_sealed, secret_key_last4, \
@@ -22,6 +22,18 @@ fn row_of(r: &tokio_postgres::Row) -> Result<StripeRow, StoreError> {
         webhook_secret_sealed: r.try_get(4)?,
         webhook_secret_last4: r.try_get(5)?,
         updated_at: format_instant(updated_at),
+    })
+}
+
+const INTENT_COLUMNS: &str = "intent_id, transaction_id, attempt_id, state, customer::text";
+
+fn intent_of(r: &tokio_postgres::Row) -> Result<StripeIntentRow, StoreError> {
+    Ok(StripeIntentRow {
+        intent_id: r.try_get(0)?,
+        transaction_id: r.try_get(1)?,
+        attempt_id: r.try_get(2)?,
+        state: r.try_get(3)?,
+        customer: r.try_get(4)?,
     })
 }
 
@@ -64,6 +76,107 @@ impl ProcessorStore for PgStore {
 
     fn stripe_rows(&self) -> BoxFuture<'_, Result<Vec<StripeRow>, StoreError>> {
         Box::pin(async move { read_rows(&self.client().await?).await })
+    }
+
+    fn add_stripe_intent(
+        &self,
+        row: StripeIntentRow,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.client()
+                .await?
+                .execute(
+                    "INSERT INTO stripe_intents (intent_id, transaction_id, attempt_id, state, \
+                     customer, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5::text::jsonb, $6, $6) ON CONFLICT DO NOTHING",
+                    &[
+                        &row.intent_id,
+                        &row.transaction_id,
+                        &row.attempt_id,
+                        &row.state,
+                        &row.customer,
+                        &at,
+                    ],
+                )
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn stripe_intent(
+        &self,
+        intent_id: String,
+    ) -> BoxFuture<'_, Result<Option<StripeIntentRow>, StoreError>> {
+        Box::pin(async move {
+            self.client()
+                .await?
+                .query_opt(
+                    &format!("SELECT {INTENT_COLUMNS} FROM stripe_intents WHERE intent_id = $1"),
+                    &[&intent_id],
+                )
+                .await?
+                .as_ref()
+                .map(intent_of)
+                .transpose()
+        })
+    }
+
+    fn open_stripe_intents(
+        &self,
+        transaction_id: String,
+    ) -> BoxFuture<'_, Result<Vec<StripeIntentRow>, StoreError>> {
+        Box::pin(async move {
+            self.client()
+                .await?
+                .query(
+                    &format!(
+                        "SELECT {INTENT_COLUMNS} FROM stripe_intents \
+                         WHERE transaction_id = $1 AND state = 'OPEN' ORDER BY created_at"
+                    ),
+                    &[&transaction_id],
+                )
+                .await?
+                .iter()
+                .map(intent_of)
+                .collect()
+        })
+    }
+
+    fn set_stripe_intent_state(
+        &self,
+        intent_id: String,
+        state: &'static str,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.client()
+                .await?
+                .execute(
+                    "UPDATE stripe_intents SET state = $2, updated_at = $3 WHERE intent_id = $1",
+                    &[&intent_id, &state, &at],
+                )
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn stripe_event_seen(
+        &self,
+        provider_id: String,
+        event_id: String,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(async move {
+            Ok(self
+                .client()
+                .await?
+                .query_opt(
+                    "SELECT 1 FROM stripe_events WHERE provider_id = $1 AND event_id = $2",
+                    &[&provider_id, &event_id],
+                )
+                .await?
+                .is_some())
+        })
     }
 
     fn stripe_event_handled(

@@ -246,6 +246,25 @@ CREATE TABLE stripe_events (
 );
 "#,
     },
+    Migration {
+        version: 16,
+        description: "Stripe PaymentIntents of payment attempts, with the customer they pay for",
+        // state: OPEN (created, outcome not yet known here), SUCCEEDED (the payment recorded),
+        // FAILED (declined, authentication failed, cancelled), REFUNDED (succeeded for a
+        // transaction that could no longer take it, and refunded in full).
+        sql: r#"
+CREATE TABLE stripe_intents (
+    intent_id       TEXT PRIMARY KEY,
+    transaction_id  TEXT NOT NULL REFERENCES transactions(id),
+    attempt_id      TEXT NOT NULL,
+    state           TEXT NOT NULL,
+    customer        TEXT NOT NULL,
+    created_at      TEXT NOT NULL,
+    updated_at      TEXT NOT NULL
+);
+CREATE INDEX stripe_intents_open ON stripe_intents(transaction_id) WHERE state = 'OPEN';
+"#,
+    },
 ];
 
 /// Why the schema could not be brought up to date.

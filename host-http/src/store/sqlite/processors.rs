@@ -6,7 +6,7 @@ use futures_util::future::BoxFuture;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{SqliteAdmin, SqliteStore};
-use crate::store::processors::{ProcessorAdmin, ProcessorStore, StripeRow};
+use crate::store::processors::{ProcessorAdmin, ProcessorStore, StripeIntentRow, StripeRow};
 use crate::store::{StoreError, format_instant};
 
 const COLUMNS: &str = "provider_id, publishable_key, secret_key_sealed, secret_key_last4, \
@@ -21,6 +21,18 @@ fn row_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<StripeRow> {
         webhook_secret_sealed: r.get(4)?,
         webhook_secret_last4: r.get(5)?,
         updated_at: r.get(6)?,
+    })
+}
+
+const INTENT_COLUMNS: &str = "intent_id, transaction_id, attempt_id, state, customer";
+
+fn intent_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<StripeIntentRow> {
+    Ok(StripeIntentRow {
+        intent_id: r.get(0)?,
+        transaction_id: r.get(1)?,
+        attempt_id: r.get(2)?,
+        state: r.get(3)?,
+        customer: r.get(4)?,
     })
 }
 
@@ -53,6 +65,91 @@ impl ProcessorStore for SqliteStore {
 
     fn stripe_rows(&self) -> BoxFuture<'_, Result<Vec<StripeRow>, StoreError>> {
         Box::pin(std::future::ready(self.read_statement(read_rows)))
+    }
+
+    fn add_stripe_intent(
+        &self,
+        row: StripeIntentRow,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            let at = format_instant(at);
+            conn.prepare_cached(
+                "INSERT INTO stripe_intents (intent_id, transaction_id, attempt_id, state, \
+                 customer, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6) \
+                 ON CONFLICT DO NOTHING",
+            )?
+            .execute(params![
+                row.intent_id,
+                row.transaction_id,
+                row.attempt_id,
+                row.state,
+                row.customer,
+                at
+            ])?;
+            Ok(())
+        }))
+    }
+
+    fn stripe_intent(
+        &self,
+        intent_id: String,
+    ) -> BoxFuture<'_, Result<Option<StripeIntentRow>, StoreError>> {
+        let result = self.read_statement(|conn| {
+            Ok(conn
+                .prepare_cached(&format!(
+                    "SELECT {INTENT_COLUMNS} FROM stripe_intents WHERE intent_id = ?1"
+                ))?
+                .query_row([&intent_id], intent_of)
+                .optional()?)
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn open_stripe_intents(
+        &self,
+        transaction_id: String,
+    ) -> BoxFuture<'_, Result<Vec<StripeIntentRow>, StoreError>> {
+        let result = self.read_statement(|conn| {
+            Ok(conn
+                .prepare_cached(&format!(
+                    "SELECT {INTENT_COLUMNS} FROM stripe_intents \
+                     WHERE transaction_id = ?1 AND state = 'OPEN' ORDER BY created_at"
+                ))?
+                .query_map([&transaction_id], intent_of)?
+                .collect::<Result<_, _>>()?)
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn set_stripe_intent_state(
+        &self,
+        intent_id: String,
+        state: &'static str,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            conn.prepare_cached(
+                "UPDATE stripe_intents SET state = ?2, updated_at = ?3 WHERE intent_id = ?1",
+            )?
+            .execute(params![intent_id, state, format_instant(at)])?;
+            Ok(())
+        }))
+    }
+
+    fn stripe_event_seen(
+        &self,
+        provider_id: String,
+        event_id: String,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        let result = self.read_statement(|conn| {
+            Ok(conn
+                .prepare_cached(
+                    "SELECT 1 FROM stripe_events WHERE provider_id = ?1 AND event_id = ?2",
+                )?
+                .exists([&provider_id, &event_id])?)
+        });
+        Box::pin(std::future::ready(result))
     }
 
     fn stripe_event_handled(
