@@ -430,7 +430,7 @@ impl Services {
         }
     }
 
-    /// Whether this server's pages take card data: the sandbox only (see `crate::payments`).
+    /// Whether this server's pages take card data: the sandbox only (see `crate::processors::payment`).
     pub fn accepts_cards(&self) -> bool {
         self.sandbox && self.pages.processor.takes_card_data()
     }
