@@ -190,7 +190,7 @@ impl WebhookClient {
 
     /// Whether a URL may be delivered to, and which addresses its host may resolve to:
     /// `https://` to a public address, or to any with `--allow-private-webhooks`; `http://` only
-    /// with that flag and only to a loopback or private address ([`is_private_host`]). An IP
+    /// with that flag and only to a loopback or private address ([`crate::app::webhook_endpoints::is_private_host`]). An IP
     /// literal is checked here; a name when it is resolved, at each connection.
     pub fn check_url(&self, url: &str) -> Result<(hyper::Uri, Reach), String> {
         check_url(url, self.settings.allow_private)
