@@ -225,8 +225,9 @@ pub use admin::SqliteAdmin;
 use super::outbox as events;
 use super::{
     AttemptEnd, AttemptStart, Claim, CredentialRow, IdempotencyKey, IdempotencyRecord,
-    IdempotencyState, IdempotentResponse, ItemRecord, NewPaymentAttempt, NewTransaction, Owned,
-    PayOutcome, PaymentDetails, ProviderRow, Store, StoreError, TransactionRecord, format_instant,
+    IdempotencyState, IdempotentResponse, ItemRecord, NewPaymentAttempt, NewTransaction,
+    OwnerChecked, PayOutcome, PaymentDetails, ProviderRow, Store, StoreError, TransactionRecord,
+    format_instant,
 };
 
 /// How long a connection waits for a lock held by another process (the provider CLI) before
@@ -943,15 +944,15 @@ pub(super) fn owner_check(
     conn: &Connection,
     id: &str,
     provider_id: &str,
-) -> Result<Owned<()>, StoreError> {
+) -> Result<OwnerChecked<()>, StoreError> {
     let owner: Option<String> = conn
         .prepare_cached("SELECT provider_id FROM transactions WHERE id = ?1")?
         .query_row([id], |r| r.get(0))
         .optional()?;
     Ok(match owner {
-        None => Owned::NotFound,
-        Some(owner) if owner == provider_id => Owned::Done(()),
-        Some(_) => Owned::OtherProvider,
+        None => OwnerChecked::NotFound,
+        Some(owner) if owner == provider_id => OwnerChecked::Done(()),
+        Some(_) => OwnerChecked::OtherProvider,
     })
 }
 
@@ -1111,9 +1112,9 @@ fn update(
     provider_id: &str,
     update: &UpdateTransaction,
     now: &str,
-) -> Result<Owned<()>, StoreError> {
+) -> Result<OwnerChecked<()>, StoreError> {
     let owned = owner_check(conn, id, provider_id)?;
-    if owned != Owned::Done(()) {
+    if owned != OwnerChecked::Done(()) {
         return Ok(owned);
     }
     // R-8.6: each given field replaces the stored one; absent fields stay (COALESCE).
@@ -1135,7 +1136,7 @@ fn update(
     for kind in emitted(Change::Updated) {
         outbox::write_event(conn, &events::changed(kind, &summary, at)?)?;
     }
-    Ok(Owned::Done(()))
+    Ok(OwnerChecked::Done(()))
 }
 
 fn pay(
@@ -1145,11 +1146,11 @@ fn pay(
     details: &PaymentDetails,
     paid_at: &str,
     now: &str,
-) -> Result<Owned<PayOutcome>, StoreError> {
+) -> Result<OwnerChecked<PayOutcome>, StoreError> {
     match owner_check(conn, id, provider_id)? {
-        Owned::Done(()) => {}
-        Owned::NotFound => return Ok(Owned::NotFound),
-        Owned::OtherProvider => return Ok(Owned::OtherProvider),
+        OwnerChecked::Done(()) => {}
+        OwnerChecked::NotFound => return Ok(OwnerChecked::NotFound),
+        OwnerChecked::OtherProvider => return Ok(OwnerChecked::OtherProvider),
     }
     let (status, currency): (String, String) = conn
         .prepare_cached("SELECT status, currency FROM transactions WHERE id = ?1")?
@@ -1168,7 +1169,11 @@ fn pay(
                 detail: "sum overflows".to_owned(),
             });
         }
-        Err(refused) => return Ok(Owned::Done(PayOutcome::NotPayable(refused.message()))),
+        Err(refused) => {
+            return Ok(OwnerChecked::Done(PayOutcome::NotPayable(
+                refused.message(),
+            )));
+        }
     };
     conn.prepare_cached(
         "UPDATE transactions SET status = 'PAID', paid_amount = ?2, paid_at = ?3, payment = ?4, \
@@ -1186,7 +1191,7 @@ fn pay(
     for kind in emitted(Change::Paid) {
         outbox::write_event(conn, &events::changed(kind, &summary, at)?)?;
     }
-    Ok(Owned::Done(PayOutcome::Paid(paid)))
+    Ok(OwnerChecked::Done(PayOutcome::Paid(paid)))
 }
 
 impl Store for SqliteStore {
@@ -1342,7 +1347,7 @@ impl Store for SqliteStore {
         provider_id: String,
         change: UpdateTransaction,
         now: DateTime<Utc>,
-    ) -> BoxFuture<'_, Result<Owned<()>, StoreError>> {
+    ) -> BoxFuture<'_, Result<OwnerChecked<()>, StoreError>> {
         let now = format_instant(now);
         Box::pin(
             self.writer
@@ -1357,7 +1362,7 @@ impl Store for SqliteStore {
         details: PaymentDetails,
         paid_at: DateTime<Utc>,
         now: DateTime<Utc>,
-    ) -> BoxFuture<'_, Result<Owned<PayOutcome>, StoreError>> {
+    ) -> BoxFuture<'_, Result<OwnerChecked<PayOutcome>, StoreError>> {
         let (paid_at, now) = (format_instant(paid_at), format_instant(now));
         Box::pin(
             self.writer
