@@ -15,6 +15,7 @@ use checkout_engine::api::{
     ItemStatus, PaymentInfo, Period, TransactionStatus, UpdateTransaction,
 };
 use chrono::{DateTime, Duration, TimeZone, Utc};
+use host_http::app::idempotency::release_orphan_claims;
 use host_http::app::providers::{self, NewProvider};
 use host_http::auth::{Scopes, hash_secret};
 use host_http::processors::{GatewayOutcome, RefundRequest};
@@ -128,6 +129,7 @@ conformance!(
     claim_pending_takes_only_expired_leases_r_4_8,
     renew_lease_only_for_the_holder_of_a_pending_refund_r_4_8,
     release_orphan_claims_keeps_carried_recent_and_other_routes_r_9_1,
+    orphan_claims_at_start_up_are_all_running_alone_and_old_ones_shared_r_9_1,
     files_store_read_and_share_r_4_6,
     shared_file_links_renew_and_delete_but_invoices_stay,
     receipt_is_scoped_to_its_provider_r_7_4_r_10_2,
@@ -2750,6 +2752,56 @@ async fn renew_lease_only_for_the_holder_of_a_pending_refund_r_4_8(opened: &Stor
 
 /// release_orphan_claims drops the running claims of the listed routes made before the
 /// cut-off that no pending refund carries, and nothing else.
+/// Which claims are orphans at start-up is `app::idempotency`'s decision: on a database
+/// of its own every running claim of a create or cancel route, on a shared one those older than
+/// the stale-claim time. Opening the database (as a `provider` command does beside a live
+/// server) releases nothing.
+async fn orphan_claims_at_start_up_are_all_running_alone_and_old_ones_shared_r_9_1(
+    opened: &Stores,
+    db: &Db,
+) {
+    let acme = provider(db, "acme");
+    let old_create = key(&acme.provider_id, "old-create", "/transactions", "{}");
+    let old_cancel = key(&acme.provider_id, "old-cancel", CANCEL_ROUTE, "{}");
+    let young_create = key(&acme.provider_id, "young-create", "/initialize", "{}");
+    for k in [&old_create, &old_cancel] {
+        assert_eq!(claim(opened, k, t0()).await, Claim::Claimed);
+    }
+    assert_eq!(claim(opened, &young_create, at(150)).await, Claim::Claimed);
+
+    let reopened = store::open(db, &PoolSettings::default())
+        .await
+        .expect("reopen");
+    for k in [&old_create, &old_cancel, &young_create] {
+        assert_eq!(
+            key_state(&reopened, k).await,
+            Some(IdempotencyState::Running),
+            "opening the database releases nothing"
+        );
+    }
+
+    let stale = Duration::minutes(2);
+    let released = release_orphan_claims(opened.cancellations.as_ref(), true, at(200), stale)
+        .await
+        .expect("release on a shared database");
+    assert_eq!(released, 2, "the two claims older than 2 minutes");
+    assert_eq!(key_state(opened, &old_create).await, None);
+    assert_eq!(key_state(opened, &old_cancel).await, None);
+    assert_eq!(
+        key_state(opened, &young_create).await,
+        Some(IdempotencyState::Running),
+        "may belong to a request another instance serves"
+    );
+    let released = release_orphan_claims(opened.cancellations.as_ref(), false, at(200), stale)
+        .await
+        .expect("release on a database of its own");
+    assert_eq!(
+        released, 1,
+        "this process is the only one: every running claim"
+    );
+    assert_eq!(key_state(opened, &young_create).await, None);
+}
+
 async fn release_orphan_claims_keeps_carried_recent_and_other_routes_r_9_1(
     opened: &Stores,
     db: &Db,
