@@ -716,3 +716,43 @@ fn a_listen_address_may_be_a_host_name() {
     assert_eq!(addr.port(), port);
     assert_eq!(status_code(addr, &demo.auth), 200);
 }
+
+/// A mistyped `--db` of a `provider` command refuses instead of creating an empty database;
+/// `provider create` sets a database up; an unsupported URL scheme names the ones supported.
+#[test]
+fn provider_commands_refuse_a_missing_file_and_an_unknown_scheme() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let missing = dir.path().join("chekout.db");
+    let listed = checkout_server()
+        .args(["provider", "list", "--db"])
+        .arg(&missing)
+        .output()
+        .expect("run checkout-server");
+    assert!(!listed.status.success());
+    let stderr = String::from_utf8_lossy(&listed.stderr);
+    assert!(stderr.contains("no database at"), "{stderr}");
+    assert!(!missing.exists(), "the mistyped path was created");
+
+    let created = checkout_server()
+        .args(["provider", "create", "--name", "Acme", "--db"])
+        .arg(&missing)
+        .output()
+        .expect("run checkout-server");
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    assert!(missing.exists());
+
+    let other = checkout_server()
+        .args(["provider", "list", "--db", "mysql://app@127.0.0.1/checkout"])
+        .output()
+        .expect("run checkout-server");
+    assert!(!other.status.success());
+    let stderr = String::from_utf8_lossy(&other.stderr);
+    assert!(
+        stderr.contains("unsupported database URL scheme `mysql://`"),
+        "{stderr}"
+    );
+}
