@@ -756,3 +756,49 @@ fn provider_commands_refuse_a_missing_file_and_an_unknown_scheme() {
         "{stderr}"
     );
 }
+
+/// A PostgreSQL URL that cannot be used says which part is wrong, beside the URL (host, port,
+/// database; never its password). The closed port needs no server; the unknown database and
+/// user are asked of the server `CHECKOUT_TEST_PG_URL` names.
+#[test]
+fn a_postgres_url_that_cannot_be_used_says_which_part_is_wrong() {
+    let migrate = |url: &str| {
+        let output = checkout_server()
+            .args(["migrate", "--db", url])
+            .output()
+            .expect("run checkout-server");
+        assert!(!output.status.success(), "{url} was usable");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let closed = free_port();
+    let stderr = migrate(&format!("postgres://app:s3cret@{closed}/checkout"));
+    assert!(
+        stderr.contains("nothing listens at that host and port"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("postgres://app:***@{closed}/checkout")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("s3cret"), "{stderr}");
+
+    let Ok(server) = std::env::var("CHECKOUT_TEST_PG_URL") else {
+        eprintln!("skipped the unknown database and user: CHECKOUT_TEST_PG_URL is not set");
+        return;
+    };
+    let url = url::Url::parse(&server).expect("CHECKOUT_TEST_PG_URL is a URL");
+    let mut unknown_db = url.clone();
+    unknown_db.set_path("/no_such_database_here");
+    let stderr = migrate(unknown_db.as_str());
+    assert!(
+        stderr.contains("no such database on that server"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("no_such_database_here"), "{stderr}");
+    let mut unknown_user = url;
+    unknown_user
+        .set_username("no_such_user_here")
+        .expect("a user name");
+    let stderr = migrate(unknown_user.as_str());
+    assert!(stderr.contains("unknown user"), "{stderr}");
+}
