@@ -253,7 +253,7 @@ fn webhook_endpoints_are_managed_from_the_command_line() {
 
     // A host that is an internal IP literal never gets a delivery from a server without
     // --allow-private-webhooks: refused now, with the flag to name, unless the command is
-    // given the same flag. (Host names are checked at each delivery, as before.)
+    // given the same flag. (The addresses of a host name are checked at each delivery.)
     for url in [
         "http://127.0.0.1:9/hook",
         "https://127.0.0.1:9/hook",
@@ -280,6 +280,30 @@ fn webhook_endpoints_are_managed_from_the_command_line() {
         let (ok, _, _) = run(&["provider", "remove-webhook", "--endpoint", &loopback]);
         assert!(ok);
     }
+    // An http:// endpoint whose host is a name is delivered to only by a server run with
+    // --allow-private-webhooks either: refused at registration, not retried for three days.
+    let add = [
+        "provider",
+        "set-webhook",
+        "--provider",
+        &provider,
+        "--url",
+        "http://localhost:9/hook",
+    ];
+    let (ok, _, stderr) = run(&add);
+    assert!(
+        !ok,
+        "http://localhost was accepted without --allow-private-webhooks"
+    );
+    assert!(stderr.contains("--allow-private-webhooks"), "{stderr}");
+    let (ok, added, stderr) = run(&[&add[..], &["--allow-private-webhooks"]].concat());
+    assert!(
+        ok,
+        "http://localhost with --allow-private-webhooks: {stderr}"
+    );
+    let named = json(&added)["endpointId"].as_str().unwrap().to_owned();
+    let (ok, _, _) = run(&["provider", "remove-webhook", "--endpoint", &named]);
+    assert!(ok);
     let (ok, _, _) = run(&["provider", "remove-webhook", "--endpoint", &endpoint]);
     assert!(ok);
     let (_, listed, _) = run(&["provider", "list-webhooks"]);

@@ -281,7 +281,8 @@ pub struct IssuedWebhook {
 /// link-local, …, also in an IPv6 form that carries one) is refused unless `allow_private`
 /// (the command's `--allow-private-webhooks`, the flag `serve` needs to deliver to it), instead
 /// of an endpoint whose every delivery fails. A host name is checked when it is resolved, at
-/// each delivery, as before.
+/// each delivery, as before; but an `http://` URL is refused without `allow_private` whatever
+/// its host, since no delivery would be made to it.
 pub fn set_webhook(
     db: impl Into<Db>,
     provider_id: &str,
@@ -308,9 +309,11 @@ pub fn set_webhook(
                  with --allow-private-webhooks: pass --allow-private-webhooks to add it"
             )));
         }
-        if let Err(refusal) = super::webhook_endpoints::check_url(parsed.as_str(), allow_private) {
-            return Err(AdminError::Webhook(format!("{url}: {refusal}")));
-        }
+    }
+    // The scheme too is checked as every delivery checks it: an `http://` endpoint whose host
+    // is a name is delivered to only by a server run with --allow-private-webhooks.
+    if let Err(refusal) = super::webhook_endpoints::check_url(parsed.as_str(), allow_private) {
+        return Err(AdminError::Webhook(format!("{url}: {refusal}")));
     }
     if url.len() > 2000 {
         return Err(AdminError::Webhook(
