@@ -112,9 +112,10 @@ pub struct ServeArgs {
     #[arg(long, env = "CHECKOUT_OUTBOX_LEASE_MS", default_value_t = 120_000,
           value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
     pub outbox_lease_ms: u64,
+    //
     /// How old a running idempotency claim must be, in milliseconds, before a request with
     /// the same key may take it over on PostgreSQL (its first request's instance stopped or
-    /// stalled, R-9.1). Must exceed the refund gateway's retry budget.
+    /// stalled). Must exceed the refund gateway's retry budget.
     #[arg(long, env = "CHECKOUT_STALE_CLAIM_AFTER_MS",
           default_value_t = crate::DEFAULT_STALE_CLAIM_AFTER.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
@@ -169,7 +170,8 @@ pub struct ServeArgs {
           default_value_t = crate::app::admission::DEFAULT_MAX_IN_FLIGHT_PER_PROVIDER,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
     pub max_in_flight_per_provider: usize,
-    /// Refund gateway, retries and recovery.
+    //
+    /// Refund gateway, retries and recovery.
     #[command(flatten)]
     pub refunds: crate::app::refunds::GatewayArgs,
 }
@@ -210,16 +212,19 @@ pub enum ProviderCommand {
         /// Display name.
         #[arg(long)]
         name: String,
-        /// IANA time zone of the provider.
+        //
+        /// IANA time zone of the provider.
         #[arg(long, default_value = "UTC")]
         time_zone: String,
-        /// JSON file with the default cancellation policy.
+        //
+        /// JSON file with the default cancellation policy.
         #[arg(long)]
         default_policy: Option<PathBuf>,
         /// CATEGORY=FILE: default policy for one item category; repeatable.
         #[arg(long)]
         category_policy: Vec<String>,
-        /// Comma-separated scopes of the credential.
+        //
+        /// Comma-separated scopes of the credential.
         #[arg(
             long,
             default_value = "transactions:read,transactions:write,refunds:write"
@@ -231,7 +236,8 @@ pub enum ProviderCommand {
         #[command(flatten)]
         db: DbArg,
     },
-    /// Change a provider's policies or time zone; existing transactions keep theirs.
+    //
+    /// Change a provider's policies or time zone; existing transactions keep theirs.
     SetPolicy {
         #[command(flatten)]
         db: DbArg,
@@ -254,14 +260,16 @@ pub enum ProviderCommand {
         #[arg(long)]
         time_zone: Option<String>,
     },
-    /// Add a further active credential, for rotation without downtime.
+    //
+    /// Add a further active credential, for rotation without downtime.
     AddCredential {
         #[command(flatten)]
         db: DbArg,
         /// Provider identifier.
         #[arg(long)]
         provider: String,
-        /// Comma-separated scopes.
+        //
+        /// Comma-separated scopes.
         #[arg(
             long,
             default_value = "transactions:read,transactions:write,refunds:write"

@@ -826,3 +826,54 @@ fn a_postgres_url_that_cannot_be_used_says_which_part_is_wrong() {
     let stderr = migrate(unknown_user.as_str());
     assert!(stderr.contains("unknown user"), "{stderr}");
 }
+
+/// The `--help` texts speak plain words: no rule numbers of the contract, and they describe
+/// the server as it is (PostgreSQL as well as SQLite).
+#[test]
+fn help_texts_carry_no_rule_numbers() {
+    let help = |args: &[&str]| {
+        let output = checkout_server()
+            .args(args)
+            .arg("--help")
+            .output()
+            .expect("run checkout-server");
+        assert!(output.status.success(), "{args:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let top = help(&[]);
+    assert!(top.contains("PostgreSQL"), "{top}");
+    let mut commands: Vec<Vec<&str>> = vec![
+        vec![],
+        vec!["serve"],
+        vec!["migrate"],
+        vec!["quote"],
+        vec!["preview"],
+        vec!["schemas"],
+        vec!["provider"],
+    ];
+    for sub in [
+        "create",
+        "list",
+        "set-policy",
+        "add-credential",
+        "revoke-credential",
+        "set-webhook",
+        "rotate-webhook-secret",
+        "remove-webhook",
+        "list-webhooks",
+    ] {
+        commands.push(vec!["provider", sub]);
+    }
+    for command in commands {
+        let text = help(&command);
+        let cited = text
+            .match_indices("R-")
+            .any(|(at, _)| text[at + 2..].starts_with(|c: char| c.is_ascii_digit()));
+        assert!(
+            !cited,
+            "`{}` --help cites a rule number:\n{text}",
+            command.join(" ")
+        );
+    }
+    assert!(help(&["serve"]).contains("postgres://"));
+}
