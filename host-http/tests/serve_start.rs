@@ -782,8 +782,7 @@ fn provider_commands_refuse_a_missing_file_and_an_unknown_scheme() {
 }
 
 /// A PostgreSQL URL that cannot be used says which part is wrong, beside the URL (host, port,
-/// database; never its password). The closed port needs no server; the unknown database and
-/// user are asked of the server `CHECKOUT_TEST_PG_URL` names.
+/// database; never its password): here a closed port, which needs no server.
 #[test]
 fn a_postgres_url_that_cannot_be_used_says_which_part_is_wrong() {
     let migrate = |url: &str| {
@@ -805,11 +804,22 @@ fn a_postgres_url_that_cannot_be_used_says_which_part_is_wrong() {
         "{stderr}"
     );
     assert!(!stderr.contains("s3cret"), "{stderr}");
+}
 
-    let Ok(server) = std::env::var("CHECKOUT_TEST_PG_URL") else {
-        eprintln!("skipped the unknown database and user: CHECKOUT_TEST_PG_URL is not set");
-        return;
+/// An unknown database and an unknown user, asked of the server `CHECKOUT_TEST_PG_URL` names.
+#[test]
+#[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
+fn an_unknown_postgres_database_or_user_is_named_as_such() {
+    let migrate = |url: &str| {
+        let output = checkout_server()
+            .args(["migrate", "--db", url])
+            .output()
+            .expect("run checkout-server");
+        assert!(!output.status.success(), "{url} was usable");
+        String::from_utf8_lossy(&output.stderr).into_owned()
     };
+    let server = std::env::var("CHECKOUT_TEST_PG_URL")
+        .expect("this test needs PostgreSQL: set CHECKOUT_TEST_PG_URL");
     let url = url::Url::parse(&server).expect("CHECKOUT_TEST_PG_URL is a URL");
     let mut unknown_db = url.clone();
     unknown_db.set_path("/no_such_database_here");
