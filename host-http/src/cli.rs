@@ -16,11 +16,38 @@ use crate::auth::Scopes;
 use crate::store::{Db, PoolSettings};
 use crate::{App, Config};
 
+/// A listen address as a person types it: `127.0.0.1:8080`, `[::1]:8080` or `localhost:8080`
+/// (a host name is resolved, and the first address it names is used).
+pub fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(address) = text.parse::<SocketAddr>() {
+        return Ok(address);
+    }
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err(format!(
+            "`{text}` is not HOST:PORT (for example 127.0.0.1:8080 or localhost:8080)"
+        ));
+    };
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(format!(
+            "`{text}` is not HOST:PORT with a port from 0 to 65535 (for example localhost:8080)"
+        ));
+    }
+    match text.to_socket_addrs() {
+        Ok(mut addresses) => addresses
+            .next()
+            .ok_or_else(|| format!("`{host}` names no address")),
+        Err(error) => Err(format!("cannot resolve `{host}`: {error}")),
+    }
+}
+
 /// `checkout-server serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// Address to listen on.
-    #[arg(long, env = "CHECKOUT_LISTEN", default_value = "127.0.0.1:8080")]
+    /// Address to listen on: `HOST:PORT`, where HOST is an IP address or a name such as
+    /// `localhost` (resolved at start; the first address it names is used).
+    #[arg(long, env = "CHECKOUT_LISTEN", default_value = "127.0.0.1:8080",
+          value_parser = listen_address)]
     pub listen: SocketAddr,
     /// Database: an SQLite file path or `sqlite:` URL (created on first start), or a
     /// `postgres://` / `postgresql://` URL (several instances may share it).
@@ -85,9 +112,10 @@ pub struct ServeArgs {
     #[arg(long, env = "CHECKOUT_OUTBOX_LEASE_MS", default_value_t = 120_000,
           value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
     pub outbox_lease_ms: u64,
+    //
     /// How old a running idempotency claim must be, in milliseconds, before a request with
     /// the same key may take it over on PostgreSQL (its first request's instance stopped or
-    /// stalled, R-9.1). Must exceed the refund gateway's retry budget.
+    /// stalled). Must exceed the refund gateway's retry budget.
     #[arg(long, env = "CHECKOUT_STALE_CLAIM_AFTER_MS",
           default_value_t = crate::DEFAULT_STALE_CLAIM_AFTER.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
@@ -106,7 +134,7 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub smtp_concurrency: u32,
     /// Address of the metrics listener (GET /metrics, no credentials); default: none.
-    #[arg(long, env = "CHECKOUT_METRICS_LISTEN")]
+    #[arg(long, env = "CHECKOUT_METRICS_LISTEN", value_parser = listen_address)]
     pub metrics_listen: Option<SocketAddr>,
     /// How long a payment link works after its transaction is created, in seconds.
     #[arg(long, env = "CHECKOUT_PAYMENT_LINK_TTL_SECS",
@@ -142,7 +170,8 @@ pub struct ServeArgs {
           default_value_t = crate::app::admission::DEFAULT_MAX_IN_FLIGHT_PER_PROVIDER,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
     pub max_in_flight_per_provider: usize,
-    /// Refund gateway, retries and recovery.
+    //
+    /// Refund gateway, retries and recovery.
     #[command(flatten)]
     pub refunds: crate::app::refunds::GatewayArgs,
     /// File holding the secrets key (32 bytes, base64 or hex) that providers' Stripe keys are
@@ -201,8 +230,9 @@ fn parse_public_url(text: &str) -> Result<String, String> {
 /// `--db` of the provider and migrate commands.
 #[derive(Debug, Clone, Args)]
 pub struct DbArg {
-    /// Database: an SQLite file path or `sqlite:` URL (created if missing), or a
-    /// `postgres://` / `postgresql://` URL.
+    /// Database: an SQLite file path or `sqlite:` URL, or a `postgres://` /
+    /// `postgresql://` URL. `migrate` and `provider create` create a missing SQLite file;
+    /// the other provider commands refuse one.
     #[arg(long, env = "CHECKOUT_DB", default_value = "./checkout.db")]
     pub db: Db,
 }
@@ -217,16 +247,19 @@ pub enum ProviderCommand {
         /// Display name.
         #[arg(long)]
         name: String,
-        /// IANA time zone of the provider.
+        //
+        /// IANA time zone of the provider.
         #[arg(long, default_value = "UTC")]
         time_zone: String,
-        /// JSON file with the default cancellation policy.
+        //
+        /// JSON file with the default cancellation policy.
         #[arg(long)]
         default_policy: Option<PathBuf>,
         /// CATEGORY=FILE: default policy for one item category; repeatable.
         #[arg(long)]
         category_policy: Vec<String>,
-        /// Comma-separated scopes of the credential.
+        //
+        /// Comma-separated scopes of the credential.
         #[arg(
             long,
             default_value = "transactions:read,transactions:write,refunds:write"
@@ -238,7 +271,8 @@ pub enum ProviderCommand {
         #[command(flatten)]
         db: DbArg,
     },
-    /// Change a provider's policies or time zone; existing transactions keep theirs.
+    //
+    /// Change a provider's policies or time zone; existing transactions keep theirs.
     SetPolicy {
         #[command(flatten)]
         db: DbArg,
@@ -261,14 +295,16 @@ pub enum ProviderCommand {
         #[arg(long)]
         time_zone: Option<String>,
     },
-    /// Add a further active credential, for rotation without downtime.
+    //
+    /// Add a further active credential, for rotation without downtime.
     AddCredential {
         #[command(flatten)]
         db: DbArg,
         /// Provider identifier.
         #[arg(long)]
         provider: String,
-        /// Comma-separated scopes.
+        //
+        /// Comma-separated scopes.
         #[arg(
             long,
             default_value = "transactions:read,transactions:write,refunds:write"
@@ -684,4 +720,28 @@ pub fn provider(command: ProviderCommand) -> ExitCode {
         )),
     })();
     outcome.unwrap_or_else(|error| fail(&error))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listen_address_may_name_its_host() {
+        assert_eq!(
+            listen_address("127.0.0.1:8080"),
+            Ok("127.0.0.1:8080".parse().expect("address"))
+        );
+        assert_eq!(
+            listen_address("[::1]:0"),
+            Ok("[::1]:0".parse().expect("address"))
+        );
+        let local = listen_address("localhost:8080").expect("localhost resolves");
+        assert!(local.ip().is_loopback(), "{local}");
+        assert_eq!(local.port(), 8080);
+        for wrong in ["localhost", "localhost:http", ":8080", "localhost:70000"] {
+            let refused = listen_address(wrong).expect_err(wrong);
+            assert!(refused.contains("HOST:PORT"), "{wrong}: {refused}");
+        }
+    }
 }

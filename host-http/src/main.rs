@@ -29,10 +29,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Quote checkouts: JSON Lines `{"checkout": …}` on stdin, one quote per line on stdout.
+    //
+    /// Quote checkouts: JSON Lines `{"checkout": …}` on stdin, one quote per line on stdout.
     Quote,
     /// Preview refunds: JSON Lines `{"checkout", "provider", "paidAt", "at", "itemsOrder",
-    /// "amount"}` on stdin, one refund preview per line on stdout.
+    //
+    /// "amount"}` on stdin, one refund preview per line on stdout.
     Preview,
     /// Run the HTTP service.
     Serve(Box<cli::ServeArgs>),

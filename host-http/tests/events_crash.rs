@@ -148,10 +148,9 @@ async fn a_delivery_cut_off_by_sigkill_is_finished_by_the_next_instance_on_sqlit
     cut_off_by_sigkill(path.to_str().expect("path")).await;
 }
 
+#[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_cut_off_by_sigkill_is_finished_by_the_next_instance_on_postgres() {
-    let Some(pg) = TestDatabase::create("outbox across a SIGKILL") else {
-        return;
-    };
+    let pg = TestDatabase::create("outbox across a SIGKILL");
     cut_off_by_sigkill(pg.url()).await;
 }

@@ -5,8 +5,8 @@
 //! applied everywhere at the next request (R-7.1), and a lost database connection answered with
 //! a 503 and healed without a restart.
 //!
-//! Each test makes its own database on the server `CHECKOUT_TEST_PG_URL` names and says it was
-//! skipped when the variable is unset. Built with the features `fault-injection` and
+//! Each test makes its own database on the server `CHECKOUT_TEST_PG_URL` names; all are
+//! `#[ignore]`d and run with `-- --include-ignored`. Built with the features `fault-injection` and
 //! `test-support`, like the crash test.
 
 mod support;
@@ -44,8 +44,8 @@ fn provider(db: &Db, name: &str) -> IssuedCredential {
 async fn two_instances(
     test: &str,
     gateway_url: Option<&str>,
-) -> Option<(TestDatabase, Http, Server, Server)> {
-    let pg = TestDatabase::create(test)?;
+) -> (TestDatabase, Http, Server, Server) {
+    let pg = TestDatabase::create(test);
     let launch = Launch {
         db: pg.url(),
         gateway_url,
@@ -56,7 +56,7 @@ async fn two_instances(
     let http = Http::new(&issued.widget_id, &issued.backend_secret);
     http.wait_ready(a.addr).await;
     http.wait_ready(b.addr).await;
-    Some((pg, http, a, b))
+    (pg, http, a, b)
 }
 
 fn is_error_body(body: &Value, status: StatusCode) -> bool {
@@ -65,10 +65,9 @@ fn is_error_body(body: &Value, status: StatusCode) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
 async fn instances_starting_together_migrate_once() {
-    let Some((pg, http, a, b)) = two_instances("migrate once", None).await else {
-        return;
-    };
+    let (pg, http, a, b) = two_instances("migrate once", None).await;
     let versions = pg.query("SELECT version, count(*) FROM schema_migrations GROUP BY version");
     assert!(!versions.is_empty());
     assert!(
@@ -85,10 +84,9 @@ async fn instances_starting_together_migrate_once() {
 /// is young, and once it is stale (2 minutes) the claim is taken over and the retry creates the
 /// transaction, instead of 409 until the key expires (found by `scripts/soak.sh`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
 async fn a_stale_creation_claim_left_by_a_killed_instance_is_taken_over_r_9_1() {
-    let Some((pg, http, a, _b)) = two_instances("stale creation claim", None).await else {
-        return;
-    };
+    let (pg, http, a, _b) = two_instances("stale creation claim", None).await;
     let provider_id = providers::list_providers(Db::Postgres(pg.url().to_owned())).expect("list")
         [0]
     .provider_id
@@ -181,10 +179,9 @@ async fn wait_for(pg: &TestDatabase, sql: &str, done: impl Fn(Option<&str>) -> b
 /// one transaction the key ever gets. Before claims had an identity, the paused instance
 /// created a second transaction and marked the key done with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
 async fn an_instance_stalled_past_the_stale_claim_time_is_fenced_out_r_9_1() {
-    let Some(pg) = TestDatabase::create("stalled instance fenced out") else {
-        return;
-    };
+    let pg = TestDatabase::create("stalled instance fenced out");
     // Both instances hold the claim 1.5 s before creating: a window to stop one in.
     let pause = format!("{}:1500", host_http::fault::AFTER_CREATION_CLAIM);
     let launch = Launch {
@@ -255,10 +252,9 @@ async fn an_instance_stalled_past_the_stale_claim_time_is_fenced_out_r_9_1() {
 /// stored VOIDED with the charge's reference, the metrics count it — never kept silently; the
 /// customer is shown the transaction's confirmation, and one payment is recorded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
 async fn a_charge_for_a_transaction_paid_meanwhile_is_voided_and_reported() {
-    let Some(pg) = TestDatabase::create("charge voided") else {
-        return;
-    };
+    let pg = TestDatabase::create("charge voided");
     let pause = format!("{}:1500", host_http::fault::AFTER_CHARGE);
     let metrics = support::free_port();
     let metrics_arg = metrics.to_string();
@@ -373,6 +369,7 @@ async fn a_charge_for_a_transaction_paid_meanwhile_is_voided_and_reported() {
 /// `serve` refuses a stale-claim time that a request waiting on the gateway could outlive
 /// (R-9.1): its claim would be taken over while it still runs.
 #[test]
+#[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
 fn a_stale_claim_time_within_the_gateway_retry_budget_is_refused_at_start() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_checkout-server"))
         .args(["serve", "--listen", "127.0.0.1:0", "--db"])
@@ -412,12 +409,11 @@ fn a_stale_claim_time_within_the_gateway_retry_budget_is_refused_at_start() {
 /// answer, and the gateway refunds once. A stale claim that a pending refund carries is left to
 /// the refund task: 409 until the refund settles, then the replay of that one refund.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
 async fn a_stale_cancellation_claim_left_by_a_killed_instance_is_taken_over_r_9_1() {
     let gateway = FakeGateway::start().await.expect("fake gateway");
     let url = gateway.url();
-    let Some((pg, http, a, b)) = two_instances("stale cancellation claim", Some(&url)).await else {
-        return;
-    };
+    let (pg, http, a, b) = two_instances("stale cancellation claim", Some(&url)).await;
     let id = http.paid_transaction(a.addr, &["100", "50", "25"]).await;
     let path = format!("/cancel/{id}");
     let cancel = |addr, key: &'static str, order: u32| {
@@ -549,10 +545,9 @@ async fn a_stale_cancellation_claim_left_by_a_killed_instance_is_taken_over_r_9_
 /// change made through the other instance moves the version in its commit, so the first
 /// instance's next read shows it — after the payment and after a cancellation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
 async fn a_status_record_read_on_one_instance_shows_changes_made_on_the_other_r_10() {
-    let Some((_pg, http, a, b)) = two_instances("status across instances", None).await else {
-        return;
-    };
+    let (_pg, http, a, b) = two_instances("status across instances", None).await;
     let (status, created) = http
         .send(
             a.addr,
@@ -599,10 +594,9 @@ async fn a_status_record_read_on_one_instance_shows_changes_made_on_the_other_r_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
 async fn parallel_cancellations_of_one_item_on_two_instances_refund_once_r_4_5() {
-    let Some((_pg, http, a, b)) = two_instances("32 parallel cancellations", None).await else {
-        return;
-    };
+    let (_pg, http, a, b) = two_instances("32 parallel cancellations", None).await;
     let id = http.paid_transaction(a.addr, &["100", "50"]).await;
     let path = format!("/cancel/{id}");
     let answers = join_all((0..32).map(|i| {
@@ -642,10 +636,9 @@ async fn parallel_cancellations_of_one_item_on_two_instances_refund_once_r_4_5()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
 async fn different_items_cancelled_in_parallel_on_two_instances_all_succeed_and_add_up() {
-    let Some((_pg, http, a, b)) = two_instances("parallel items", None).await else {
-        return;
-    };
+    let (_pg, http, a, b) = two_instances("parallel items", None).await;
     let prices = [
         "10.10", "20.20", "30.30", "40.40", "50.50", "60.60", "70.70", "80.80",
     ];
@@ -673,10 +666,9 @@ async fn different_items_cancelled_in_parallel_on_two_instances_all_succeed_and_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
 async fn receipt_numbers_stay_unique_and_gap_free_across_instances_r_10_2() {
-    let Some((_pg, http, a, b)) = two_instances("receipt numbers", None).await else {
-        return;
-    };
+    let (_pg, http, a, b) = two_instances("receipt numbers", None).await;
     let mut ids = Vec::new();
     for _ in 0..12 {
         ids.push(http.paid_transaction(a.addr, &["10", "20"]).await);
@@ -712,12 +704,11 @@ async fn receipt_numbers_stay_unique_and_gap_free_across_instances_r_10_2() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
 async fn an_idempotency_key_sent_to_two_instances_executes_once_r_9_1() {
     let gateway = FakeGateway::start().await.expect("fake gateway");
     let url = gateway.url();
-    let Some(pg) = TestDatabase::create("idempotency across instances") else {
-        return;
-    };
+    let pg = TestDatabase::create("idempotency across instances");
     // A slow gateway: the first call hangs until its 2 s read timeout, the refund stays
     // pending and the recovery completes it with the next call.
     let launch = Launch {
@@ -788,12 +779,11 @@ async fn an_idempotency_key_sent_to_two_instances_executes_once_r_9_1() {
 /// hangs); the other instance takes the refund over once its lease has run out and finishes it
 /// without a second refund at the gateway (R-4.8).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
 async fn a_refund_left_by_a_dead_instance_is_finished_by_another_r_4_8() {
     let gateway = FakeGateway::start().await.expect("fake gateway");
     let url = gateway.url();
-    let Some(pg) = TestDatabase::create("take-over of pending refunds") else {
-        return;
-    };
+    let pg = TestDatabase::create("take-over of pending refunds");
     let issued = provider(&Db::Postgres(pg.url().to_owned()), "acme");
     let http = Http::new(&issued.widget_id, &issued.backend_secret);
     let launch = |fault| Launch {
@@ -842,10 +832,9 @@ async fn a_refund_left_by_a_dead_instance_is_finished_by_another_r_4_8() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
 async fn a_revoked_credential_is_refused_by_every_instance_at_the_next_request_r_7_1() {
-    let Some((pg, http, a, b)) = two_instances("revocation", None).await else {
-        return;
-    };
+    let (pg, http, a, b) = two_instances("revocation", None).await;
     let db = Db::Postgres(pg.url().to_owned());
     for addr in [a.addr, b.addr] {
         assert_eq!(
@@ -867,10 +856,9 @@ async fn a_revoked_credential_is_refused_by_every_instance_at_the_next_request_r
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
 async fn a_provider_policy_changed_by_the_command_line_applies_on_every_instance_r_3_5() {
-    let Some((pg, http, a, b)) = two_instances("policy change", None).await else {
-        return;
-    };
+    let (pg, http, a, b) = two_instances("policy change", None).await;
     let db = Db::Postgres(pg.url().to_owned());
     let provider_id = providers::list_providers(&db).expect("list")[0]
         .provider_id
@@ -901,10 +889,9 @@ async fn a_provider_policy_changed_by_the_command_line_applies_on_every_instance
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
 async fn a_lost_database_connection_is_a_503_and_the_instance_heals() {
-    let Some((pg, http, a, _b)) = two_instances("lost connections", None).await else {
-        return;
-    };
+    let (pg, http, a, _b) = two_instances("lost connections", None).await;
     let id = http.paid_transaction(a.addr, &["10"]).await;
     let kill = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
                 WHERE datname = current_database() AND pid <> pg_backend_pid()";
@@ -968,10 +955,9 @@ async fn a_lost_database_connection_is_a_503_and_the_instance_heals() {
 
 /// `checkout-server migrate` and the `provider` commands take the same `--db` URL as `serve`.
 #[test]
+#[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
 fn the_command_line_works_on_a_postgres_url() {
-    let Some(pg) = TestDatabase::create("command line on PostgreSQL") else {
-        return;
-    };
+    let pg = TestDatabase::create("command line on PostgreSQL");
     let run = |args: &[&str]| {
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_checkout-server"))
             .args(args)

@@ -3,9 +3,9 @@
 //! when dropped.
 //!
 //! The Python with localstripe comes from `CHECKOUT_TEST_LOCALSTRIPE_PYTHON` (set by `.ci/run`
-//! from `scripts/localstripe.sh`), else from `target/localstripe-venv` if that script ran.
-//! Without either a test is skipped with a line on stderr — except under CI (`CI=true`), where
-//! a missing fake fails the test instead of hiding it.
+//! from `scripts/localstripe.sh`), else from `target/localstripe-venv` if that script ran. The
+//! tests that need it are `#[ignore]`d; asked for (`-- --include-ignored`) without it, they
+//! fail, saying what to run.
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -46,18 +46,11 @@ fn python() -> Option<PathBuf> {
 }
 
 impl LocalStripe {
-    /// Starts one, or `None` (the test is skipped) when localstripe is not installed.
-    pub async fn start(test: &str) -> Option<LocalStripe> {
-        let Some(python) = python() else {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "{test}: localstripe is not installed (scripts/localstripe.sh)"
-            );
-            eprintln!(
-                "{test}: skipped, localstripe is not installed (bash scripts/localstripe.sh)"
-            );
-            return None;
-        };
+    /// Starts one; panics when localstripe is not installed.
+    pub async fn start(test: &str) -> LocalStripe {
+        let python = python().unwrap_or_else(|| {
+            panic!("{test}: localstripe is not installed: run `bash scripts/localstripe.sh`")
+        });
         let addr = {
             let listener = TcpListener::bind("127.0.0.1:0").expect("free port");
             listener.local_addr().expect("local addr")
@@ -85,7 +78,7 @@ impl LocalStripe {
             let ready = tokio::net::TcpStream::connect(addr).await.is_ok()
                 && fake.get("/v1/payment_intents?limit=1").await.is_some();
             if ready {
-                return Some(fake);
+                return fake;
             }
             if let Ok(Some(exit)) = fake.child.try_wait() {
                 panic!("localstripe exited: {exit}");

@@ -23,6 +23,7 @@ pub mod providers;
 pub mod refunds;
 pub mod stripe_payments;
 pub mod transactions;
+pub mod webhook_endpoints;
 
 use std::collections::HashMap;
 use std::hash::Hash;

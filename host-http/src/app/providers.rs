@@ -215,14 +215,15 @@ fn issue(
     (stored, issued)
 }
 
-/// Creates a provider with its first credential (`provider create`).
+/// Creates a provider with its first credential (`provider create`), and the SQLite database
+/// when its file does not exist yet (every other `provider` command refuses a missing file).
 pub fn create_provider(
     db: impl Into<Db>,
     provider: &NewProvider,
     now: DateTime<Utc>,
 ) -> Result<IssuedCredential, AdminError> {
     check_time_zone(&provider.time_zone)?;
-    let admin = store::admin(&db.into())?;
+    let admin = store::admin_creating(&db.into())?;
     let id = uuid::Uuid::now_v7().to_string();
     let row = ProviderRow {
         id: id.clone(),
@@ -278,11 +279,12 @@ pub struct IssuedWebhook {
 /// which alone may deliver to it); `events` lists the types delivered (all when empty).
 ///
 /// A host that is an IP literal is checked now as every delivery would check it
-/// ([`crate::events::webhooks::check_url`]): an internal address (loopback, private,
+/// ([`super::webhook_endpoints::check_url`]): an internal address (loopback, private,
 /// link-local, …, also in an IPv6 form that carries one) is refused unless `allow_private`
 /// (the command's `--allow-private-webhooks`, the flag `serve` needs to deliver to it), instead
 /// of an endpoint whose every delivery fails. A host name is checked when it is resolved, at
-/// each delivery, as before.
+/// each delivery, as before; but an `http://` URL is refused without `allow_private` whatever
+/// its host, since no delivery would be made to it.
 pub fn set_webhook(
     db: impl Into<Db>,
     provider_id: &str,
@@ -303,15 +305,17 @@ pub fn set_webhook(
         _ => None,
     };
     if let Some(ip) = literal {
-        if !allow_private && crate::events::webhooks::is_internal(ip) {
+        if !allow_private && super::webhook_endpoints::is_internal(ip) {
             return Err(AdminError::Webhook(format!(
                 "{url}: {ip} is an internal address; deliveries reach it only from a server run \
                  with --allow-private-webhooks: pass --allow-private-webhooks to add it"
             )));
         }
-        if let Err(refusal) = crate::events::webhooks::check_url(parsed.as_str(), allow_private) {
-            return Err(AdminError::Webhook(format!("{url}: {refusal}")));
-        }
+    }
+    // The scheme too is checked as every delivery checks it: an `http://` endpoint whose host
+    // is a name is delivered to only by a server run with --allow-private-webhooks.
+    if let Err(refusal) = super::webhook_endpoints::check_url(parsed.as_str(), allow_private) {
+        return Err(AdminError::Webhook(format!("{url}: {refusal}")));
     }
     if url.len() > 2000 {
         return Err(AdminError::Webhook(
@@ -328,7 +332,7 @@ pub fn set_webhook(
     }
     let issued = IssuedWebhook {
         endpoint_id: format!("ep_{}", uuid::Uuid::now_v7().simple()),
-        secret: crate::events::webhooks::new_secret(),
+        secret: super::webhook_endpoints::new_secret(),
     };
     let webhook = crate::store::admin::NewWebhook {
         endpoint_id: issued.endpoint_id.clone(),
@@ -351,8 +355,8 @@ pub fn rotate_webhook_secret(
     endpoint_id: &str,
     now: DateTime<Utc>,
 ) -> Result<IssuedWebhook, AdminError> {
-    let secret = crate::events::webhooks::new_secret();
-    let until = now + crate::events::webhooks::ROTATION_OVERLAP;
+    let secret = super::webhook_endpoints::new_secret();
+    let until = now + super::webhook_endpoints::ROTATION_OVERLAP;
     if !store::admin(&db.into())?.rotate_webhook_secret(endpoint_id, &secret, until)? {
         return Err(AdminError::UnknownWebhook(endpoint_id.to_owned()));
     }

@@ -24,7 +24,7 @@ use crate::processors::stripe::payments::{
 use crate::processors::stripe::signature;
 use crate::store::TransactionRecord;
 use crate::store::processors::StripeIntentRow;
-use crate::store::{AttemptEnd, AttemptStart, NewPaymentAttempt, Owned, PayOutcome};
+use crate::store::{AttemptEnd, AttemptStart, NewPaymentAttempt, OwnerChecked, PayOutcome};
 
 /// What a Stripe page adds to a payment page.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -600,7 +600,7 @@ impl Services {
             )
             .await?
         {
-            Owned::Done(PayOutcome::Paid(_)) => {
+            OwnerChecked::Done(PayOutcome::Paid(_)) => {
                 self.metrics.card_payment("approved");
                 self.set_intent(&intent.id, "SUCCEEDED", now).await?;
                 if let Some(row) = &row {
@@ -617,11 +617,11 @@ impl Services {
                 }
                 Ok(StripeStep::Paid)
             }
-            Owned::Done(PayOutcome::NotPayable(why)) => {
+            OwnerChecked::Done(PayOutcome::NotPayable(why)) => {
                 self.refund_late(&record, account, intent, row.as_ref(), &why, now)
                     .await
             }
-            Owned::NotFound | Owned::OtherProvider => {
+            OwnerChecked::NotFound | OwnerChecked::OtherProvider => {
                 Err(Error::NotFound(super::Resource::PaymentPage))
             }
         }

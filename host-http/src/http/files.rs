@@ -19,10 +19,10 @@ use super::limits::{BodyDeadline, BodyKind, read_within};
 use super::multipart;
 use super::request::{authorize, content_type};
 use super::response::{HttpResponse, json};
+use crate::app::files::FileRecord;
 use crate::app::files::UploadedFile;
 use crate::app::{Error, Resource, Services};
 use crate::auth::Scope;
-use crate::store::cancellation::FileRecord;
 
 /// The path of a shared file's capability link.
 pub const SHARED_FILES_PREFIX: &str = "/files/shared/";
@@ -54,9 +54,9 @@ impl Uploaded {
                 "{}{SHARED_FILES_PREFIX}{}",
                 services.pages.public_url, shared.token
             ),
+            expires_at: shared.expires_at_text(),
             file_id: shared.file_id,
             token: shared.token,
-            expires_at: crate::store::format_instant(shared.expires_at),
         }
     }
 }

@@ -6,8 +6,8 @@
 //!
 //! [`CancellationStore`]: cancellation::CancellationStore
 //!
-//! Every method that names a transaction on behalf of a provider answers [`Owned::NotFound`]
-//! or [`Owned::OtherProvider`] itself, inside its own write transaction, so that the ownership
+//! Every method that names a transaction on behalf of a provider answers [`OwnerChecked::NotFound`]
+//! or [`OwnerChecked::OtherProvider`] itself, inside its own write transaction, so that the ownership
 //! check and the change are one atomic step (R-7.4).
 
 pub mod admin;
@@ -107,6 +107,21 @@ impl Db {
         if text.starts_with("postgres://") || text.starts_with("postgresql://") {
             return Ok(Db::Postgres(text.to_owned()));
         }
+        if let Some((scheme, _)) = text.split_once("://") {
+            let is_scheme = scheme
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic())
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+            if is_scheme && scheme != "sqlite" {
+                return Err(StoreError::Config(format!(
+                    "unsupported database URL scheme `{scheme}://`: --db takes an SQLite file \
+                     path, a sqlite: URL, or a postgres:// (postgresql://) URL"
+                )));
+            }
+        }
         let path = text
             .strip_prefix("sqlite://")
             .or_else(|| text.strip_prefix("sqlite:"))
@@ -205,7 +220,7 @@ impl Default for PoolSettings {
 
 /// An opened database: every seam of it, sharing one pool or writer.
 #[derive(Debug, Clone)]
-pub struct Opened {
+pub struct Stores {
     /// Providers, credentials, transactions, idempotency keys.
     pub store: std::sync::Arc<dyn Store>,
     /// Cancellations, receipts, files.
@@ -219,14 +234,14 @@ pub struct Opened {
 }
 
 /// Opens (creating and migrating) the database `db` names.
-pub async fn open(db: &Db, pool: &PoolSettings) -> Result<Opened, StoreError> {
+pub async fn open(db: &Db, pool: &PoolSettings) -> Result<Stores, StoreError> {
     match db {
         Db::Sqlite(path) => {
             let store = sqlite::SqliteStore::open(path)?;
             let ledger = crate::store::sqlite::ledger::LedgerGateway::open(path)
                 .await
                 .map_err(|e| StoreError::Config(e.to_string()))?;
-            Ok(Opened {
+            Ok(Stores {
                 store: store.clone(),
                 cancellations: store.clone(),
                 ledger: std::sync::Arc::new(ledger),
@@ -236,7 +251,7 @@ pub async fn open(db: &Db, pool: &PoolSettings) -> Result<Opened, StoreError> {
         }
         Db::Postgres(url) => {
             let store = postgres::PgStore::open(url, pool).await?;
-            Ok(Opened {
+            Ok(Stores {
                 store: store.clone(),
                 cancellations: store.clone(),
                 outbox: store.clone(),
@@ -259,19 +274,44 @@ pub async fn migrate(db: &Db) -> Result<u32, StoreError> {
     }
 }
 
-/// The administration of providers and credentials on `db` (the `provider` commands).
+/// The administration of providers and credentials on `db` (the `provider` commands). An
+/// SQLite file must exist already: a mistyped path would otherwise become a new, empty
+/// database, and `provider list` would answer `[]` as if it were the real one. (`serve`,
+/// `migrate` and `provider create` create it: [`admin_creating`].)
 pub fn admin(db: &Db) -> Result<Box<dyn AdminStore>, StoreError> {
     match db {
+        Db::Sqlite(path) if !path.exists() => Err(StoreError::Config(format!(
+            "no database at {}: provider commands work on an existing database; create it \
+             with `checkout-server migrate --db {}` (or start `serve` on it)",
+            path.display(),
+            path.display()
+        ))),
         Db::Sqlite(path) => Ok(Box::new(sqlite::SqliteAdmin::open(path)?)),
         Db::Postgres(url) => Ok(Box::new(postgres::PgAdmin::new(url.clone()))),
     }
 }
 
-/// The administration of per-provider processors on `db` (`provider set-processor`, …).
+/// The administration of per-provider processors on `db` (`provider set-processor`, …); an
+/// SQLite file must exist, as for [`admin`].
 pub fn processor_admin(db: &Db) -> Result<Box<dyn processors::ProcessorAdmin>, StoreError> {
     match db {
+        Db::Sqlite(path) if !path.exists() => Err(StoreError::Config(format!(
+            "no database at {}: provider commands work on an existing database; create it \
+             with `checkout-server migrate --db {}` (or start `serve` on it)",
+            path.display(),
+            path.display()
+        ))),
         Db::Sqlite(path) => Ok(Box::new(sqlite::SqliteAdmin::open(path)?)),
         Db::Postgres(url) => Ok(Box::new(postgres::PgAdmin::new(url.clone()))),
+    }
+}
+
+/// As [`admin`], creating (and migrating) an SQLite file that does not exist yet: for
+/// `provider create`, the command that sets a database up.
+pub fn admin_creating(db: &Db) -> Result<Box<dyn AdminStore>, StoreError> {
+    match db {
+        Db::Sqlite(path) => Ok(Box::new(sqlite::SqliteAdmin::open(path)?)),
+        Db::Postgres(_) => admin(db),
     }
 }
 
@@ -611,7 +651,7 @@ impl AttemptEnd {
 
 /// Result of an operation on a transaction named by a provider (R-7.4).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Owned<T> {
+pub enum OwnerChecked<T> {
     /// The transaction exists and belongs to the provider.
     Done(T),
     /// No such transaction (404 `contract not found`).
@@ -727,7 +767,7 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         provider_id: String,
         update: UpdateTransaction,
         now: DateTime<Utc>,
-    ) -> BoxFuture<'_, Result<Owned<()>, StoreError>>;
+    ) -> BoxFuture<'_, Result<OwnerChecked<()>, StoreError>>;
 
     /// Records a payment: PENDING with at least one active item → PAID, the amount paid being
     /// the sum of the active items' totals (R-3.3, R-3.6).
@@ -738,7 +778,7 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         details: PaymentDetails,
         paid_at: DateTime<Utc>,
         now: DateTime<Utc>,
-    ) -> BoxFuture<'_, Result<Owned<PayOutcome>, StoreError>>;
+    ) -> BoxFuture<'_, Result<OwnerChecked<PayOutcome>, StoreError>>;
 
     /// The transaction whose payment page has a token of the first form with this SHA-256, if
     /// any (links sent before page tokens carried their transaction's id).
@@ -834,6 +874,16 @@ pub(crate) fn new_reference(created_at: DateTime<Utc>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn provider_commands_refuse_a_missing_sqlite_file() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let missing = dir.path().join("chekout.db");
+        let refused = admin(&Db::Sqlite(missing.clone())).expect_err("no such file");
+        assert!(refused.to_string().contains("no database at"), "{refused}");
+        assert!(refused.to_string().contains("migrate"), "{refused}");
+        assert!(!missing.exists(), "the mistyped path was created");
+    }
     use chrono::TimeZone;
 
     #[test]
@@ -860,6 +910,15 @@ mod tests {
         );
         assert!(Db::parse("").is_err());
         assert!(Db::parse("sqlite:").is_err());
+        for other in ["mysql://u@h/db", "mariadb://h/db", "redis://h"] {
+            let refused = Db::parse(other).expect_err(other).to_string();
+            assert!(
+                refused.contains("unsupported database URL scheme")
+                    && refused.contains("postgres://"),
+                "{other}: {refused}"
+            );
+        }
+        assert!(Db::parse("sqlite://c.db").is_ok());
         assert!(Db::Postgres("postgres://u@h/db".to_owned()).is_shared());
         assert!(!Db::Sqlite("c.db".into()).is_shared());
     }

@@ -1,6 +1,8 @@
 //! Throw-away PostgreSQL databases for tests (feature `test-support`): each test gets a fresh
 //! database on the server named by `CHECKOUT_TEST_PG_URL`, dropped when the handle is dropped.
-//! Without the variable, tests that need PostgreSQL say that they were skipped.
+//! Tests that need PostgreSQL are `#[ignore]`d (so that a run without a server says how many
+//! it left out); run with `-- --include-ignored` where the variable names a server. Run without
+//! it, they fail and say what to set.
 
 /// The environment variable naming the PostgreSQL server of the tests, as a URL of a database
 /// the tests may connect to in order to create others, e.g.
@@ -55,23 +57,26 @@ async fn execute(url: &str, sql: &str) -> Result<(), crate::store::StoreError> {
 }
 
 impl TestDatabase {
-    /// A fresh, empty database, or `None` (with a line on stderr saying why the caller is
-    /// skipped) when `CHECKOUT_TEST_PG_URL` is unset.
-    pub fn create(test: &str) -> Option<TestDatabase> {
-        let Ok(admin_url) = std::env::var(TEST_URL_VAR) else {
-            eprintln!("skipped {test}: set {TEST_URL_VAR} to run it against PostgreSQL");
-            return None;
-        };
+    /// A fresh, empty database for the test named `test`. Panics, saying what to set, when
+    /// `CHECKOUT_TEST_PG_URL` is unset: a test that needs PostgreSQL is `#[ignore]`d, and one
+    /// asked for with `--include-ignored` must not pass without having run.
+    pub fn create(test: &str) -> TestDatabase {
+        let admin_url = std::env::var(TEST_URL_VAR).unwrap_or_else(|_| {
+            panic!(
+                "{test} needs PostgreSQL: set {TEST_URL_VAR} (for example \
+                 postgres://postgres@127.0.0.1:5432/postgres)"
+            )
+        });
         let name = format!("checkout_test_{}", uuid::Uuid::new_v4().simple());
         let sql = format!("CREATE DATABASE {name}");
         block_on(execute(&admin_url, &sql))
             .unwrap_or_else(|e| panic!("creating test database on {admin_url}: {e}"));
         let url = with_database(&admin_url, &name);
-        Some(TestDatabase {
+        TestDatabase {
             admin_url,
             name,
             url,
-        })
+        }
     }
 
     /// The URL of this database.
