@@ -292,7 +292,7 @@ pub fn admin(db: &Db) -> Result<Box<dyn AdminStore>, StoreError> {
 }
 
 /// The administration of per-provider processors on `db` (`provider set-processor`, …); an
-/// SQLite file must exist, as for [`admin`].
+/// SQLite file must exist, as for [`admin()`].
 pub fn processor_admin(db: &Db) -> Result<Box<dyn processors::ProcessorAdmin>, StoreError> {
     match db {
         Db::Sqlite(path) if !path.exists() => Err(StoreError::Config(format!(
@@ -306,7 +306,7 @@ pub fn processor_admin(db: &Db) -> Result<Box<dyn processors::ProcessorAdmin>, S
     }
 }
 
-/// As [`admin`], creating (and migrating) an SQLite file that does not exist yet: for
+/// As [`admin()`], creating (and migrating) an SQLite file that does not exist yet: for
 /// `provider create`, the command that sets a database up.
 pub fn admin_creating(db: &Db) -> Result<Box<dyn AdminStore>, StoreError> {
     match db {
