@@ -196,3 +196,83 @@ impl LocalStripe {
         }
     }
 }
+
+/// The webhook signing secret the tests give the provider and the fake.
+pub const WEBHOOK_SECRET: &str = "whsec_localstripe_test_0001";
+
+/// A test server whose provider "Acme" takes payments with Stripe at a fresh localstripe:
+/// the secrets key in a file the server is given, the Stripe keys set as
+/// `provider set-processor … stripe` sets them, and (with `webhooks`) Acme's endpoint
+/// registered at the fake, which then signs and sends its events to the server.
+#[derive(Debug)]
+pub struct StripeServer {
+    /// The server (public URL: its own address, so that a browser's `Origin` is the page's).
+    pub server: crate::http::TestServer,
+    /// Acme's credential.
+    pub creds: crate::http::Creds,
+    /// The fake.
+    pub fake: LocalStripe,
+    _key_dir: tempfile::TempDir,
+}
+
+impl StripeServer {
+    /// Starts the fake and the server; panics when localstripe is not installed.
+    pub async fn start(test: &str, webhooks: bool) -> StripeServer {
+        use host_http::app::processors::{ProcessorChoice, set_processor};
+        use host_http::secrets::SecretsKey;
+
+        let fake = LocalStripe::start(test).await;
+        let key_dir = tempfile::tempdir().expect("temp dir");
+        let key_file = key_dir.path().join("secrets.key");
+        std::fs::write(&key_file, SecretsKey::generate()).expect("key file");
+        let settings = StripeSettings {
+            api_base: fake.api_base(),
+            js_url: fake.js_url(),
+        };
+        let key_path = key_file.clone();
+        let server = crate::http::TestServer::start_configured(move |config| {
+            config.public_url = None;
+            config.secrets_key_file = Some(key_path.clone());
+            config.stripe = settings.clone();
+        })
+        .await;
+        let creds = server.provider("Acme");
+        let key = SecretsKey::from_file(&key_file).expect("key");
+        set_processor(
+            &server.db,
+            &creds.provider_id,
+            &ProcessorChoice::Stripe {
+                secret_key: Secret::new(SECRET_KEY),
+                publishable_key: PUBLISHABLE_KEY.to_owned(),
+                webhook_secret: Secret::new(WEBHOOK_SECRET),
+            },
+            Some(&key),
+            chrono::Utc::now(),
+        )
+        .expect("stripe set");
+        if webhooks {
+            let url = format!(
+                "http://{}/stripe/webhook/{}",
+                server.addr, creds.provider_id
+            );
+            let reply = fake
+                .post(
+                    &format!("/_config/webhooks/{}", creds.provider_id),
+                    &[("url", &url), ("secret", WEBHOOK_SECRET)],
+                )
+                .await;
+            // The fake answers 200 with an empty body.
+            assert!(
+                matches!(&reply, Reply::Ok(_))
+                    || matches!(&reply, Reply::Unknown(detail) if detail.contains("HTTP 200")),
+                "{reply:?}"
+            );
+        }
+        StripeServer {
+            server,
+            creds,
+            fake,
+            _key_dir: key_dir,
+        }
+    }
+}

@@ -586,3 +586,174 @@ async fn the_german_page_follows_the_browser_language() {
     browser.assert_accessible("the German confirmation").await;
     browser.close().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Stripe (issue 23): the page with Stripe.js's card element, against localstripe, whose fake
+// Stripe.js mounts five plain inputs (placeholders `number`, `exp_month`, `exp_year`, `cvc`,
+// `postal_code`) and shows a 3-D Secure dialog with two buttons.
+// ---------------------------------------------------------------------------------------------
+
+impl Browser {
+    /// Types a card into the fake card element, replacing what it held.
+    async fn card(&self, number: &str) {
+        for (placeholder, value) in [
+            ("number", number),
+            ("exp_month", "12"),
+            ("exp_year", "34"),
+            ("cvc", "123"),
+        ] {
+            let input = self
+                .client
+                .wait()
+                .at_most(WAIT)
+                .for_element(Locator::Css(&format!(
+                    "#card-element input[placeholder='{placeholder}']"
+                )))
+                .await
+                .unwrap_or_else(|e| panic!("card element input {placeholder}: {e}"));
+            input.clear().await.expect("clear");
+            input.send_keys(value).await.expect("type");
+        }
+    }
+
+    async fn click_pay(&self) {
+        self.client
+            .find(Locator::Css("button[type=submit]"))
+            .await
+            .expect("pay button")
+            .click()
+            .await
+            .expect("click");
+    }
+
+    /// Waits until `#stripe-status` says something containing `expected`.
+    async fn wait_for_status(&self, expected: &str) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Ok(status) = self.client.find(Locator::Css("#stripe-status")).await
+                && status
+                    .text()
+                    .await
+                    .is_ok_and(|text| text.contains(expected))
+            {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "#stripe-status never said {expected:?}: {}",
+                self.client.source().await.unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Clicks a button of the fake 3-D Secure dialog.
+    async fn authenticate(&self, button: &str) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            for candidate in self
+                .client
+                .find_all(Locator::Css("button"))
+                .await
+                .expect("buttons")
+            {
+                if candidate.text().await.is_ok_and(|text| text == button) {
+                    candidate.click().await.expect("click");
+                    return;
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no 3-D Secure button {button:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+const STRIPE_CUSTOMER: [(&str, &str); 3] = [
+    ("first-name", "Ada"),
+    ("last-name", "Lovelace"),
+    ("email", "ada@example.com"),
+];
+
+async fn stripe_trip(setup: &tests::localstripe::StripeServer) -> (String, String) {
+    trip(&setup.server, &setup.creds).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a browser and localstripe: chromium, chromedriver, `npm ci --prefix tests/browser`, `bash scripts/localstripe.sh`; run with -- --include-ignored"]
+async fn stripe_a_declined_card_then_another_card_pays_through_stripe_js() {
+    let _one = ONE_BROWSER.lock().await;
+    let browser = Browser::start("stripe_declined_then_paid", "en-GB,en").await;
+    let setup = tests::localstripe::StripeServer::start("stripe browser decline", true).await;
+    let (id, path) = stripe_trip(&setup).await;
+    browser.open(&setup.server, &path).await;
+    assert_eq!(browser.text("h1").await, "Berlin trip");
+    // No card field of the page's own: the labels are the customer's fields only.
+    assert_eq!(
+        browser.texts("label").await,
+        ["First name", "Last name", "E-mail", "Billing name"]
+    );
+    browser.fill(&STRIPE_CUSTOMER).await;
+
+    browser.card("4000000000000341").await;
+    browser.click_pay().await;
+    browser.wait_for_status("Your card was declined.").await;
+    let status_record = status(&setup.server, &setup.creds, &id).await;
+    assert_eq!(status_record["status"], "PENDING");
+
+    browser.card("4242424242424242").await;
+    browser.click_pay().await;
+    browser.wait_for_h1("Payment received").await;
+    let record = status(&setup.server, &setup.creds, &id).await;
+    assert_eq!(record["status"], "PAID");
+    assert_eq!(record["checkout"]["payment"]["provider"], "stripe");
+    assert_eq!(record["checkout"]["card"]["last4"], "4242");
+    let intent = record["checkout"]["payment"]["reference"].as_str().unwrap();
+    let confirmation = browser.texts(".confirmation dd").await;
+    assert!(
+        confirmation.contains(&intent.to_owned()),
+        "{confirmation:?}"
+    );
+    // The event arrives after the page's confirmation and changes nothing.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert_eq!(
+        status(&setup.server, &setup.creds, &id).await["status"],
+        "PAID"
+    );
+    assert!(setup.fake.refunds_of(intent).await.is_empty());
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a browser and localstripe: chromium, chromedriver, `npm ci --prefix tests/browser`, `bash scripts/localstripe.sh`; run with -- --include-ignored"]
+async fn stripe_three_d_secure_failed_stays_pending_and_completed_pays() {
+    let _one = ONE_BROWSER.lock().await;
+    let browser = Browser::start("stripe_3ds", "en-GB,en").await;
+    let setup = tests::localstripe::StripeServer::start("stripe browser 3ds", false).await;
+    let (id, path) = stripe_trip(&setup).await;
+    browser.open(&setup.server, &path).await;
+    browser.fill(&STRIPE_CUSTOMER).await;
+
+    browser.card("4000002760003184").await;
+    browser.click_pay().await;
+    browser.authenticate("Fail authentication").await;
+    browser
+        .wait_for_status("authentication did not succeed")
+        .await;
+    assert_eq!(
+        status(&setup.server, &setup.creds, &id).await["status"],
+        "PENDING"
+    );
+
+    browser.card("4000002760003184").await;
+    browser.click_pay().await;
+    browser.authenticate("Complete authentication").await;
+    browser.wait_for_h1("Payment received").await;
+    assert_eq!(
+        status(&setup.server, &setup.creds, &id).await["status"],
+        "PAID"
+    );
+    browser.close().await;
+}

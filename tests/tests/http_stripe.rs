@@ -6,81 +6,16 @@
 
 use std::time::Duration;
 
-use host_http::app::processors::{ProcessorChoice, set_processor};
-use host_http::processors::stripe::StripeSettings;
-use host_http::processors::stripe::client::Reply;
 use host_http::processors::stripe::signature::sign;
-use host_http::secrets::{Secret, SecretsKey};
 use hyper::Method;
 use serde_json::{Value, json};
-use tests::http::{Creds, TestServer};
-use tests::localstripe::{LocalStripe, PUBLISHABLE_KEY, SECRET_KEY};
+use tests::localstripe::{PUBLISHABLE_KEY, SECRET_KEY, StripeServer, WEBHOOK_SECRET};
 
-const WEBHOOK_SECRET: &str = "whsec_localstripe_test_0001";
-
-/// A server whose provider "Acme" takes payments with Stripe at `fake`, its key file in the
-/// server's directory, and Acme's webhook endpoint registered at the fake.
-struct Setup {
-    server: TestServer,
-    creds: Creds,
-    fake: LocalStripe,
-}
+/// The setup of every case: a server whose provider takes payments with localstripe.
+type Setup = StripeServer;
 
 async fn setup(test: &str, webhooks: bool) -> Setup {
-    let fake = LocalStripe::start(test).await;
-    let key_dir = tempfile::tempdir().expect("temp dir");
-    let key_file = key_dir.path().join("secrets.key");
-    std::fs::write(&key_file, SecretsKey::generate()).expect("key file");
-    let settings = StripeSettings {
-        api_base: fake.api_base(),
-        js_url: fake.js_url(),
-    };
-    let key_path = key_file.clone();
-    let server = TestServer::start_configured(move |config| {
-        config.public_url = None;
-        config.secrets_key_file = Some(key_path.clone());
-        config.stripe = settings.clone();
-    })
-    .await;
-    // The key file outlives the test's server (kept with the fake's lifetime).
-    std::mem::forget(key_dir);
-    let creds = server.provider("Acme");
-    let key = SecretsKey::from_file(&key_file).expect("key");
-    set_processor(
-        &server.db,
-        &creds.provider_id,
-        &ProcessorChoice::Stripe {
-            secret_key: Secret::new(SECRET_KEY),
-            publishable_key: PUBLISHABLE_KEY.to_owned(),
-            webhook_secret: Secret::new(WEBHOOK_SECRET),
-        },
-        Some(&key),
-        chrono::Utc::now(),
-    )
-    .expect("stripe set");
-    if webhooks {
-        let url = format!(
-            "http://{}/stripe/webhook/{}",
-            server.addr, creds.provider_id
-        );
-        let reply = fake
-            .post(
-                &format!("/_config/webhooks/{}", creds.provider_id),
-                &[("url", &url), ("secret", WEBHOOK_SECRET)],
-            )
-            .await;
-        // The fake answers 200 with an empty body.
-        assert!(
-            matches!(&reply, Reply::Ok(_))
-                || matches!(&reply, Reply::Unknown(detail) if detail.contains("HTTP 200")),
-            "{reply:?}"
-        );
-    }
-    Setup {
-        server,
-        creds,
-        fake,
-    }
+    StripeServer::start(test, webhooks).await
 }
 
 const TRIP: &str = r#"{"title":"Berlin trip","currency":"EUR","items":[
