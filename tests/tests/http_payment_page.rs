@@ -1087,3 +1087,41 @@ async fn provider_texts_on_the_page_are_isolated_and_lose_their_bidi_controls() 
         assert!(page.contains(isolated), "missing {isolated:?} in\n{page}");
     }
 }
+
+/// `restrictedMethods` (issue 23): comma-separated card brands the provider deactivated. The
+/// page names them, and a card of such a brand is refused before anything is charged; another
+/// card pays.
+#[tokio::test]
+async fn a_card_of_a_restricted_brand_is_refused_before_charging() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let body = BERLIN_TRIP.replacen('{', r#"{"restrictedMethods":"amex, diners","#, 1);
+    let reply = server.json(Method::POST, "/initialize", &acme, &body).await;
+    assert_eq!(reply.status, 201, "{}", text(&reply));
+    let created = reply.json();
+    let id = created["transactionId"].as_str().unwrap().to_owned();
+    let path = created["paymentUrl"]
+        .as_str()
+        .unwrap()
+        .strip_prefix(PUBLIC_URL)
+        .unwrap()
+        .to_owned();
+    let page = text(&open(&server, &path, &[]).await);
+    assert!(
+        page.contains("Not accepted for this booking: amex, diners."),
+        "{page}"
+    );
+    let token = form_token(&page);
+    let refused = submit(&server, &path, &form("3782 822463 10005", &token)).await;
+    assert_eq!(refused.status, 422, "{}", text(&refused));
+    assert!(
+        text(&refused).contains("American Express cards are not accepted for this booking"),
+        "{}",
+        text(&refused)
+    );
+    assert_eq!(status(&server, &acme, &id).await["status"], "PENDING");
+    let token = form_token(&text(&refused));
+    let paid = submit(&server, &path, &form("4242 4242 4242 4242", &token)).await;
+    assert_eq!(paid.status, 303, "{}", text(&paid));
+    assert_eq!(status(&server, &acme, &id).await["status"], "PAID");
+}

@@ -86,6 +86,9 @@ pub struct PageView {
     pub attempts_left: u32,
     /// When the provider takes payments with Stripe: what its page needs.
     pub stripe: Option<super::stripe_payments::StripePage>,
+    /// Card brands and methods the provider deactivated for this transaction
+    /// (`restrictedMethods`).
+    pub refused_brands: Vec<String>,
 }
 
 /// One active item as the page shows it.
@@ -232,6 +235,9 @@ pub enum PayAttempt {
     Invalid(Vec<(Field, FieldProblem)>),
     /// The processor declined the card; the transaction stays PENDING.
     Declined(String),
+    /// The card's brand is one the provider deactivated for this transaction
+    /// (`restrictedMethods`): nothing was charged. The brand.
+    BrandRefused(String),
 }
 
 impl Services {
@@ -286,6 +292,11 @@ impl Services {
             // Not sent to the processor: not counted.
             return Ok(PayAttempt::Invalid(problems));
         };
+        // A brand the provider deactivated is refused before anything is charged.
+        let restricted = super::stripe_payments::restricted_of(&record);
+        if super::stripe_payments::brand_refused(&restricted, card.brand()) {
+            return Ok(PayAttempt::BrandRefused(card.brand().to_owned()));
+        }
         // One attempt in flight per transaction, across instances, counted before it is sent.
         let attempt_id = uuid::Uuid::now_v7().hyphenated().to_string();
         match self
@@ -504,7 +515,9 @@ impl Services {
             .and_then(|p| p.payment.as_ref())
             .and_then(|p| p.reference.clone());
         let stripe = self.stripe_page(&record).await?;
+        let refused_brands = super::stripe_payments::restricted_of(&record);
         Ok(PageView {
+            refused_brands,
             stripe: stripe.clone(),
             state,
             form_token: self.pages.key.form_token(&record.id, now.timestamp()),

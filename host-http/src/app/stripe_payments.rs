@@ -144,7 +144,7 @@ pub fn brand_refused(restricted: &[String], brand: &str) -> bool {
         .any(|name| name == "card" || name == "cards" || name == brand)
 }
 
-fn restricted_of(record: &TransactionRecord) -> Vec<String> {
+pub(super) fn restricted_of(record: &TransactionRecord) -> Vec<String> {
     let restricted = serde_json::from_str::<serde_json::Value>(&record.payload)
         .ok()
         .and_then(|body| {
@@ -883,7 +883,7 @@ impl Services {
 }
 
 /// A brand as customers read it.
-fn brand_name(brand: &str) -> String {
+pub fn brand_name(brand: &str) -> String {
     match brand {
         "amex" => "American Express".to_owned(),
         "diners" => "Diners Club".to_owned(),

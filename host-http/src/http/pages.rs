@@ -78,6 +78,8 @@ struct ItemView {
 }
 
 struct FormView {
+    /// The brands refused for this booking, in words.
+    refused_note: Option<String>,
     action: String,
     token: String,
     card: Vec<FieldView>,
@@ -345,6 +347,14 @@ pub async fn submit(
                 ..Submitted::default()
             },
         ),
+        PayAttempt::BrandRefused(brand) => (
+            Some(StatusCode::UNPROCESSABLE_ENTITY),
+            Submitted {
+                problems: vec![(Field::CardNumber, brand_refused_text(lang, &brand))],
+                form: kept,
+                ..Submitted::default()
+            },
+        ),
         PayAttempt::Declined(message) => (
             Some(StatusCode::PAYMENT_REQUIRED),
             Submitted {
@@ -424,6 +434,20 @@ pub fn stylesheet(services: &Services) -> HttpResponse {
     );
     transport_security(services, headers);
     response
+}
+
+/// The customer's message for a card of a deactivated brand.
+fn brand_refused_text(lang: Lang, brand: &str) -> String {
+    let brand = crate::app::stripe_payments::brand_name(brand);
+    match lang {
+        Lang::En => {
+            format!("{brand} cards are not accepted for this booking. Please use another card.")
+        }
+        Lang::De => format!(
+            "{brand}-Karten werden für diese Buchung nicht akzeptiert. Bitte nutzen Sie eine \
+             andere Karte."
+        ),
+    }
 }
 
 /// The customer's message for a declined card: the processor's words in English, ours in
@@ -556,6 +580,7 @@ fn render(
         Some(stripe) => {
             let stripe_texts = super::stripe::texts(lang);
             FormView {
+                refused_note: None,
                 action: format!("{page_path}/stripe?lang={}", lang.tag()),
                 token: view.form_token.clone(),
                 card: Vec::new(),
@@ -576,6 +601,11 @@ fn render(
             }
         }
         None => FormView {
+            refused_note: (!view.refused_brands.is_empty()).then(|| {
+                super::stripe::texts(lang)
+                    .refused_brands
+                    .replace("{brands}", &view.refused_brands.join(", "))
+            }),
             action: format!("{page_path}?lang={}", lang.tag()),
             token: view.form_token.clone(),
             card: fields(lang, &CARD_FIELDS, &submitted),
