@@ -509,4 +509,18 @@ async fn a_success_for_a_cancelled_transaction_is_refunded_in_full_never_kept() 
     let (_, again) = post(&setup, &format!("{path}/stripe/confirm"), &body).await;
     assert_eq!(again["outcome"], "not_open", "{again}");
     assert_eq!(setup.fake.refunds_of(&intent).await.len(), 1);
+    // Reported to the provider as an event.
+    let events = setup.server.get("/events", &setup.creds).await.json();
+    let reported: Vec<&Value> = events["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|event| event["type"] == "transaction.payment_failed")
+        .collect();
+    assert_eq!(reported.len(), 1, "{events}");
+    let text = reported[0].to_string();
+    assert!(
+        text.contains(&intent) && text.contains("refunded in full"),
+        "{text}"
+    );
 }

@@ -533,20 +533,22 @@ impl Services {
         let same_amount = intent.amount == Some(expected)
             && intent.currency.as_deref() == Some(record.currency.as_str());
         let state = page_state(&record, now)?;
-        let why = if intent.status != IntentStatus::Succeeded {
+        if intent.status != IntentStatus::Succeeded {
             return Ok(StripeStep::InProgress);
-        } else if !same_amount {
-            Some(format!(
-                "the intent's amount {:?} {:?} is not the amount due {expected} {}",
-                intent.amount, intent.currency, record.currency
-            ))
-        } else {
-            match state {
-                PageState::Open => None,
-                PageState::Paid => Some("the transaction was paid otherwise".to_owned()),
-                PageState::Cancelled => Some("the transaction was cancelled".to_owned()),
-                PageState::Expired => Some("the payment link had expired".to_owned()),
-            }
+        }
+        let why = match state {
+            PageState::Paid => Some("the transaction was paid otherwise".to_owned()),
+            PageState::Cancelled => Some("the transaction was cancelled".to_owned()),
+            PageState::Expired => Some("the payment link had expired".to_owned()),
+            PageState::Open if !same_amount => Some(format!(
+                "its amount ({} {}) is not the amount due ({expected} {})",
+                intent
+                    .amount
+                    .map_or_else(|| "?".to_owned(), |amount| amount.to_string()),
+                intent.currency.as_deref().unwrap_or("?"),
+                record.currency
+            )),
+            PageState::Open => None,
         };
         if let Some(why) = why {
             return self
@@ -645,6 +647,8 @@ impl Services {
         )
         .await
         {
+            // Refunded and reported before (the page and the event, or a second look).
+            Answer::Ok(_) if row.is_some_and(|row| row.state == "REFUNDED") => {}
             Answer::Ok(refund) => {
                 self.metrics.card_payment("voided");
                 tracing::warn!(
@@ -658,6 +662,20 @@ impl Services {
                      it was refunded in full"
                 );
                 self.set_intent(&intent.id, "REFUNDED", now).await?;
+                // The provider hears of it: `transaction.payment_failed` with what happened,
+                // written with the page's failed payments (this one took no money in the end).
+                self.store
+                    .add_payment_failure(
+                        record.id.clone(),
+                        now,
+                        now,
+                        Some(format!(
+                            "Stripe payment {} succeeded after {why}; it was refunded in full \
+                             ({refund})",
+                            intent.id
+                        )),
+                    )
+                    .await?;
                 if let Some(row) = row {
                     self.store
                         .finish_payment_attempt(
