@@ -212,7 +212,37 @@ pub struct StripeServer {
     pub creds: crate::http::Creds,
     /// The fake.
     pub fake: LocalStripe,
+    key_file: PathBuf,
     _key_dir: tempfile::TempDir,
+}
+
+/// A second instance of the service on a [`StripeServer`]'s database, stopped when dropped.
+#[derive(Debug)]
+pub struct Instance {
+    /// Where it listens.
+    pub addr: std::net::SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Instance {
+    /// Stops it gracefully.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
 }
 
 impl StripeServer {
@@ -272,7 +302,39 @@ impl StripeServer {
             server,
             creds,
             fake,
+            key_file,
             _key_dir: key_dir,
+        }
+    }
+
+    /// Another instance on the same database, with the same secrets key and Stripe settings,
+    /// as a second server process behind a load balancer would be.
+    pub async fn second_instance(&self) -> Instance {
+        let mut config =
+            host_http::Config::new("127.0.0.1:0".parse().expect("address"), &self.server.db);
+        config.sandbox = true;
+        config.shutdown_grace = std::time::Duration::from_secs(5);
+        config.secrets_key_file = Some(self.key_file.clone());
+        config.stripe = StripeSettings {
+            api_base: self.fake.api_base(),
+            js_url: self.fake.js_url(),
+        };
+        let app = host_http::App::build(config)
+            .await
+            .expect("second instance starts");
+        let addr = app.local_addr();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            app.run_until(async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("second instance runs");
+        });
+        Instance {
+            addr,
+            stop: Some(stop),
+            task: Some(task),
         }
     }
 }

@@ -524,3 +524,101 @@ async fn a_success_for_a_cancelled_transaction_is_refunded_in_full_never_kept() 
         "{text}"
     );
 }
+
+/// Two instances on one database (PostgreSQL under `CHECKOUT_TEST_STORE=postgres`): the page is
+/// paid on one, Stripe's event arrives at the other, and a cancellation sent to both at once
+/// with one `Idempotency-Key` refunds once at Stripe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs localstripe: `bash scripts/localstripe.sh`; run with -- --include-ignored"]
+async fn two_instances_pay_once_and_refund_once() {
+    let setup = setup("stripe two instances", false).await;
+    let other = setup.second_instance().await;
+    // Stripe's events go to the second instance.
+    let url = format!(
+        "http://{}/stripe/webhook/{}",
+        other.addr, setup.creds.provider_id
+    );
+    let _ = setup
+        .fake
+        .post(
+            &format!("/_config/webhooks/{}", setup.creds.provider_id),
+            &[("url", &url), ("secret", WEBHOOK_SECRET)],
+        )
+        .await;
+    let (id, path) = create(&setup, TRIP).await;
+    let (html, _) = page(&setup, &path).await;
+    let token = form_token(&html);
+    let (_, answer) = pay(&setup, &path, "4000002760003184").await;
+    assert_eq!(answer["outcome"], "requires_action", "{answer}");
+    let intent = answer["intent"].as_str().unwrap().to_owned();
+    let _ = setup
+        .fake
+        .post(
+            &format!("/v1/payment_intents/{intent}/_authenticate?success=true"),
+            &[
+                ("key", PUBLISHABLE_KEY),
+                ("client_secret", answer["clientSecret"].as_str().unwrap()),
+            ],
+        )
+        .await;
+    // The page's confirmation reaches the second instance too, while the event is on its way.
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http();
+    let confirm = form_urlencoded::Serializer::new(String::new())
+        .append_pair("form_token", &token)
+        .append_pair("intent", &intent)
+        .finish();
+    let confirmed = tests::http::send_request(
+        &client,
+        other.addr,
+        Method::POST,
+        &format!("{path}/stripe/confirm"),
+        None,
+        &[("content-type", "application/x-www-form-urlencoded")],
+        bytes::Bytes::from(confirm),
+    )
+    .await;
+    assert_eq!(confirmed.json()["outcome"], "paid");
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let record = status(&setup, &id).await;
+    assert_eq!(record["status"], "PAID");
+    assert_eq!(record["checkout"]["payment"]["reference"], intent.as_str());
+
+    // One cancellation, sent to both instances at once with one key.
+    let basic = setup.creds.basic();
+    let headers = [
+        ("content-type", "application/json"),
+        ("idempotency-key", "cancel-both-1"),
+    ];
+    let body = r#"{"itemsOrder":[1]}"#;
+    let cancel_path = format!("/cancel/{id}");
+    let on_first = setup.server.send(
+        Method::PATCH,
+        &cancel_path,
+        Some(&basic),
+        &headers,
+        Some(body),
+    );
+    let on_second = tests::http::send_request(
+        &client,
+        other.addr,
+        Method::PATCH,
+        &cancel_path,
+        Some(&basic),
+        &headers,
+        bytes::Bytes::from(body),
+    );
+    let (first, second) = tokio::join!(on_first, on_second);
+    for reply in [&first, &second] {
+        assert!(
+            [200, 409].contains(&reply.status.as_u16()),
+            "{} {:?}",
+            reply.status,
+            reply.body
+        );
+    }
+    let refunds = setup.fake.refunds_of(&intent).await;
+    assert_eq!(refunds.len(), 1, "{refunds:?}");
+    assert_eq!(refunds[0]["amount"], 11900);
+    other.stop().await;
+}
