@@ -43,7 +43,8 @@ use jsonschema::Validator;
 use rust_decimal::Decimal;
 use serde_json::Value;
 
-use super::{Compiled, CompiledBody, instant, parse_bound};
+use super::rules::{instant, parse_bound};
+use super::{Compiled, CompiledBody};
 use crate::api::{
     Attachment, CancellationPolicy, CancellationReq, Category, CheckoutEmail, CorporateCheckout,
     Item, ItemTax, Location, MAX_ATTACHMENTS, MAX_ITEM_TOTAL, MAX_ITEMS, MAX_LONG_STRING_CHARS,
