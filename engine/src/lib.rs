@@ -14,7 +14,7 @@
 //! - [`preview`]: the refund preview of a cancellation request over stored data.
 //! - [`time`]: zones, local times in gaps and folds, calendar steps.
 //! - [`money`]: currencies, rounding at the named points, checked arithmetic.
-//! - [`lines`]: the JSON-Lines commands `checkout-server quote` and `preview`.
+//! - [`jsonl`]: the JSON Lines commands `checkout-server quote` and `preview`.
 //!
 //! # Quoting a checkout at creation
 //!
@@ -116,7 +116,7 @@
 pub mod api;
 pub mod decimal;
 pub mod error;
-pub mod lines;
+pub mod jsonl;
 pub mod money;
 pub mod penalty;
 pub mod policy;
