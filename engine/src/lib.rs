@@ -14,6 +14,7 @@
 //! - [`preview`]: the refund preview of a cancellation request over stored data.
 //! - [`time`]: zones, local times in gaps and folds, calendar steps.
 //! - [`money`]: currencies, rounding at the named points, checked arithmetic.
+//! - [`text`]: the one text rule of request strings, no control characters.
 //! - [`jsonl`]: the JSON Lines commands `checkout-server quote` and `preview`.
 //!
 //! # Quoting a checkout at creation
@@ -126,6 +127,7 @@ pub mod schema;
 #[cfg(feature = "strategies")]
 pub mod strategies;
 pub mod terms;
+pub mod text;
 pub mod time;
 pub mod validate;
 

@@ -6,6 +6,7 @@ use serde_json::{Map, Value, json};
 use super::bodies::COMPONENTS;
 use super::component_schemas;
 use crate::api::MAX_EVENT_CURSOR_CHARS;
+use crate::text::TEXT_PATTERN;
 
 fn schema_ref(name: &str) -> Value {
     json!({ "$ref": format!("{COMPONENTS}{name}") })
@@ -107,10 +108,6 @@ const FORM_SPACE: &str =
 /// The white space of JSON (RFC 8259), allowed inside the one-field array form `[1,3]`.
 const JSON_SPACE: &str = r"[ \t\n\r]";
 
-/// Request text without control characters (tab, line feed and carriage return allowed), as
-/// in the JSON bodies.
-const FORM_TEXT: &str = r"^[^\x00-\x08\x0B\x0C\x0E-\x1F\x7F-\x9F]*$";
-
 /// The multipart form of a cancellation (R-4.6, R-4.7): the CancellationReq fields as form
 /// fields, each part's schema exact. `itemsOrder` is repeated fields (an array, one part per
 /// entry), one field holding a JSON array (`[1,3]`) or one comma-separated field (`1,3`).
@@ -172,7 +169,7 @@ fn multipart_cancel(with_transaction_id: bool, file_required: bool) -> Value {
             json!({
                 "type": "string",
                 "maxLength": 2000,
-                "pattern": FORM_TEXT,
+                "pattern": TEXT_PATTERN,
                 "description": description
             }),
         );

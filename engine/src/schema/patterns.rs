@@ -45,9 +45,8 @@ pub const LAT_PATTERN: &str = r"^-?(90(\.0+)?|[1-8]?[0-9](\.[0-9]+)?)$";
 pub const LNG_PATTERN: &str = r"^-?(180(\.0+)?|(1[0-7][0-9]|[1-9]?[0-9])(\.[0-9]+)?)$";
 /// An absolute http(s) URL with a host (R-8.8).
 pub const URL_PATTERN: &str = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s/?#@]+([/?#][^\s]*)?$";
-/// Text without control characters (U+0000–U+001F but tab, line feed and carriage return;
-/// U+007F–U+009F): given to every request string that has no pattern, format or enumeration of
-/// its own, so that a NUL byte or an escape sequence never reaches storage, logs or receipts.
-pub const TEXT_PATTERN: &str = r"^[^\x00-\x08\x0B\x0C\x0E-\x1F\x7F-\x9F]*$";
+/// Text without control characters (R-8.10): the pattern of [`crate::text`], written from its
+/// character set, here beside the other patterns of request strings.
+pub use crate::text::TEXT_PATTERN;
 /// The shape of an e-mail address; `format: email` is asserted beside it (R-8.4).
 pub const EMAIL_PATTERN: &str = r"^[^\s@]+@[^\s@]+\.[^\s@]+$";

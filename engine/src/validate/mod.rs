@@ -176,15 +176,6 @@ pub fn cancellation_req_full(bytes: &[u8]) -> Result<CancellationReq, Validation
     run(bytes, &CANCELLATION, rules::cancellation_rules)
 }
 
-/// Whether `text` breaks the one text rule of request strings (R-8.10,
-/// [`schema::TEXT_PATTERN`]): it holds a control character other than tab, line feed and
-/// carriage return (U+0000–U+001F, U+007F–U+009F). For the texts that come in other forms than
-/// a JSON body (multipart fields, the payment page's form), so that they are refused as a JSON
-/// string is.
-pub fn has_control_characters(text: &str) -> bool {
-    !fast::no_control_characters(text)
-}
-
 /// Validates an update body.
 pub fn update(bytes: &[u8]) -> Result<UpdateTransaction, ValidationErrors> {
     run(bytes, &UPDATE, |_, _| {})
