@@ -4,7 +4,7 @@ One check, `refusals_name_their_rule`. `schemathesis.toml` lets `positive_data_a
 accept a 400 (or a 422) for a schema-valid request on the operations where the service refuses
 it by a rule no JSON Schema can state: it depends on stored state or the clock, or on the digits
 of a JSON number. This check keeps that allowance exact: every message of such a 400 or 422
-must be one of the messages of those rules (RULINGS.md numbers beside them), so a schema-valid
+must be one of the messages of those rules (docs/SPEC.md numbers beside them), so a schema-valid
 request refused for any other reason — a rule the document could state but does not — still
 fails the run.
 """

@@ -6,12 +6,12 @@
 use std::hint::black_box;
 
 use benches::{at, cancel_all, checkout, context, paid_at, typical_payload};
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use checkout_engine::api::CorporateCheckout;
 use checkout_engine::money::Currency;
 use checkout_engine::penalty::{Anchors, ItemSchedule};
 use checkout_engine::policy::Policy;
 use checkout_engine::preview::preview_refund;
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
 fn quote(c: &mut Criterion) {
     let mut group = c.benchmark_group("quote");

@@ -1,9 +1,9 @@
 //! Inputs shared by the criterion benchmarks: checkouts of a given size, a typical creation
 //! payload, and a transaction with policies to preview.
 
-use chrono::{DateTime, TimeZone, Utc};
 use checkout_engine::api::{CancellationReq, CorporateCheckout, ProviderSettings};
 use checkout_engine::preview::RefundContext;
+use chrono::{DateTime, TimeZone, Utc};
 use serde_json::{Value, json};
 
 /// One item of a typical accommodation or flight booking, with a tax and a four-step policy.

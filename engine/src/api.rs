@@ -1,5 +1,5 @@
-//! Wire types of the API: every request and response body of `service-spec.md` and
-//! `RULINGS.md`, with the spec's exact field names.
+//! Wire types of the API: every request and response body of the contract (`docs/SPEC.md`),
+//! with the spec's exact field names.
 //!
 //! These types are what the JSON Schemas in `schemas/` are generated from, so a schema attribute
 //! here is a rule a client can check without the service. Rules JSON Schema cannot express live

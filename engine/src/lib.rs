@@ -9,6 +9,8 @@
 //! - [`policy`]: the effective policy of an item and the typed, unmixable [`policy::Policy`].
 //! - [`penalty`]: an item's penalty schedule and its penalty at an instant.
 //! - [`preview`]: the refund preview of a cancellation request over stored data.
+//! - [`lifecycle`]: which changes a transaction's state allows, what a payment records, which
+//!   events each change emits.
 //! - [`terms`]: an item's cancellation terms as a customer reads them before paying.
 //! - [`time`]: zones, local times in gaps and folds, calendar steps.
 //! - [`money`]: currencies, rounding at the named points, checked arithmetic.
@@ -24,6 +26,7 @@ pub mod api;
 pub mod decimal;
 pub mod error;
 pub mod jsonl;
+pub mod lifecycle;
 pub mod money;
 pub mod penalty;
 pub mod policy;

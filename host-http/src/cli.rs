@@ -11,8 +11,8 @@ use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args, Subcommand};
 use serde::Serialize;
 
+use crate::app::providers::{self, AdminError, IssuedCredential, NewProvider, PolicyChange};
 use crate::auth::Scopes;
-use crate::providers::{self, AdminError, IssuedCredential, NewProvider, PolicyChange};
 use crate::store::{Db, PoolSettings};
 use crate::{App, Config};
 
@@ -144,7 +144,7 @@ pub struct ServeArgs {
     pub max_in_flight_per_provider: usize,
     /// Refund gateway, retries and recovery.
     #[command(flatten)]
-    pub refunds: crate::refunds::GatewayArgs,
+    pub refunds: crate::app::refunds::GatewayArgs,
 }
 
 /// An absolute http(s) URL without query or fragment; a trailing slash is dropped.
@@ -294,45 +294,9 @@ pub enum ProviderCommand {
     },
 }
 
-/// Installs the log subscriber: `RUST_LOG` filters, lines on stderr. The default is `info`,
-/// except that the PostgreSQL driver's server notices (`relation … already exists, skipping`
-/// at every start, from the idempotent schema statements) are left out below `warn`.
-pub fn init_logging() {
-    let _ = subscriber().with_writer(std::io::stderr).try_init();
-}
-
-fn subscriber() -> tracing_subscriber::fmt::SubscriberBuilder<
-    tracing_subscriber::fmt::format::DefaultFields,
-    tracing_subscriber::fmt::format::Format,
-    tracing_subscriber::EnvFilter,
-> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,tokio_postgres=warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-}
-
-/// The server's log: as [`init_logging`], but request threads only format their line into a
-/// queue and a thread of its own writes it to stderr, so that a slow or busy stderr never holds
-/// a request. The queue is not lossy (a full queue waits rather than drops a line); the guard
-/// flushes it when the server stops. A stderr that is a file is written out to its disk every
-/// few megabytes ([`crate::log_output`]).
-fn init_server_logging() -> Option<tracing_appender::non_blocking::WorkerGuard> {
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(false)
-        .thread_name("log-writer")
-        .finish(crate::log_output::LogOutput::stderr());
-    subscriber()
-        .with_writer(writer)
-        .try_init()
-        .ok()
-        .map(|()| guard)
-}
-
 /// Runs `serve` until SIGINT/SIGTERM.
 pub fn serve(args: ServeArgs) -> ExitCode {
-    let _log = init_server_logging();
+    let _log = crate::telemetry::init_server_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -401,7 +365,7 @@ pub fn serve(args: ServeArgs) -> ExitCode {
 
 /// `checkout-server migrate`: brings the database's schema up to date and prints its version.
 pub fn migrate(args: DbArg) -> ExitCode {
-    init_logging();
+    crate::telemetry::init_logging();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -462,7 +426,10 @@ fn print_json<T: Serialize>(value: &T) -> ExitCode {
 
 fn category_policies(
     arguments: &[String],
-) -> Result<BTreeMap<checkout_engine::api::Category, checkout_engine::api::CancellationPolicy>, AdminError> {
+) -> Result<
+    BTreeMap<checkout_engine::api::Category, checkout_engine::api::CancellationPolicy>,
+    AdminError,
+> {
     arguments
         .iter()
         .map(|a| providers::read_category_policy(a))
@@ -516,7 +483,8 @@ pub fn provider(command: ProviderCommand) -> ExitCode {
             let clear_categories = clear_category_policy
                 .iter()
                 .map(|c| {
-                    checkout_engine::api::Category::parse(c).ok_or_else(|| AdminError::Category(c.clone()))
+                    checkout_engine::api::Category::parse(c)
+                        .ok_or_else(|| AdminError::Category(c.clone()))
                 })
                 .collect::<Result<_, _>>()?;
             let change = PolicyChange {

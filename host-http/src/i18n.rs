@@ -2,10 +2,10 @@
 //! German: the reader's choice (`?lang=`, then `Accept-Language`), every text, and amounts,
 //! percentages and instants written the way a reader of that language expects.
 
-use chrono::{DateTime, Datelike, Timelike, Utc, Weekday};
-use chrono_tz::Tz;
 use checkout_engine::api::{AttachmentType, Category, QuantityUnit};
 use checkout_engine::terms::Terms;
+use chrono::{DateTime, Datelike, Timelike, Utc, Weekday};
+use chrono_tz::Tz;
 use rust_decimal::Decimal;
 
 use crate::app::payments::{Field, FieldProblem};

@@ -7,8 +7,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use host_http::cli;
 
-mod offline;
-mod schemas_cmd;
+mod commands;
+
+use commands::{offline, schemas};
 
 /// Version line: the package version and the embedded time-zone database.
 const VERSION: &str = concat!(
@@ -55,7 +56,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => cli::serve(*args),
         Command::Provider(command) => cli::provider(command),
         Command::Migrate(db) => cli::migrate(db),
-        Command::Schemas { out } => match schemas_cmd::run(&out) {
+        Command::Schemas { out } => match schemas::run(&out) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("checkout-server schemas: {e}");

@@ -11,7 +11,7 @@ mod support;
 
 use std::time::Duration;
 
-use host_http::providers::IssuedCredential;
+use host_http::app::providers::IssuedCredential;
 use host_http::store::Db;
 use host_http::store::postgres::testing::TestDatabase;
 use hyper::{Method, StatusCode};

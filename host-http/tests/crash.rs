@@ -12,8 +12,8 @@ mod support;
 
 use std::time::Duration;
 
-use host_http::gateway::testing::FakeGateway;
-use host_http::providers::IssuedCredential;
+use host_http::app::providers::IssuedCredential;
+use host_http::processors::testing::FakeGateway;
 use host_http::store::Db;
 use host_http::store::postgres::testing::TestDatabase;
 use hyper::{Method, StatusCode};

@@ -7,8 +7,8 @@ mod support;
 
 use std::time::Duration;
 
+use host_http::app::providers;
 use host_http::events::testing::{SmtpSink, WebhookReceiver};
-use host_http::providers;
 use host_http::store::Db;
 use host_http::store::postgres::testing::TestDatabase;
 use hyper::Method;

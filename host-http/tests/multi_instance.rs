@@ -15,9 +15,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use host_http::app::providers::{self, IssuedCredential, NewProvider};
 use host_http::auth::Scopes;
-use host_http::gateway::testing::{FakeBehavior, FakeGateway};
-use host_http::providers::{self, IssuedCredential, NewProvider};
+use host_http::processors::testing::{FakeBehavior, FakeGateway};
 use host_http::store::Db;
 use host_http::store::postgres::testing::TestDatabase;
 use hyper::{Method, StatusCode};

@@ -137,7 +137,7 @@ fn each_demo_start_revokes_the_credentials_printed_before() {
         "the earlier one is revoked"
     );
 
-    let providers = host_http::providers::list_providers(
+    let providers = host_http::app::providers::list_providers(
         host_http::store::Db::parse(db.to_str().expect("utf-8 path")).expect("db"),
     )
     .expect("list");
@@ -672,4 +672,23 @@ fn unusable_public_urls_are_refused_before_the_start() {
         .map(|entry| entry.expect("entry").file_name())
         .collect();
     assert!(left.is_empty(), "files created: {left:?}");
+}
+
+/// The version line names the time-zone database compiled into the binary, the one chrono-tz
+/// carries.
+#[test]
+fn the_version_line_names_the_compiled_in_tz_database_r_6_7() {
+    let output = checkout_server()
+        .arg("--version")
+        .output()
+        .expect("run checkout-server --version");
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        format!(
+            "checkout-server {} (tzdb {})\n",
+            env!("CARGO_PKG_VERSION"),
+            chrono_tz::IANA_TZDB_VERSION
+        )
+    );
 }

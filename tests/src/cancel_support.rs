@@ -6,10 +6,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
+use host_http::app::refunds::{GatewayChoice, RefundSettings};
 use host_http::auth::Scopes;
-use host_http::gateway::testing::FakeGateway;
-use host_http::gateway::{HttpGatewayConfig, RetryPolicy};
-use host_http::refunds::{GatewayChoice, RefundSettings};
+use host_http::processors::HttpGatewayConfig;
+use host_http::processors::refund::RetryPolicy;
+use host_http::processors::testing::FakeGateway;
 use host_http::store::Db;
 use host_http::{App, Config};
 use hyper::Method;

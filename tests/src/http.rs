@@ -13,8 +13,8 @@ use base64::Engine as _;
 use bytes::Bytes;
 use std::sync::Arc;
 
+use host_http::app::providers::{self, IssuedCredential, NewProvider};
 use host_http::auth::Scopes;
-use host_http::providers::{self, IssuedCredential, NewProvider};
 use host_http::store::Db;
 use host_http::store::postgres::testing::TestDatabase;
 use host_http::{App, Config};

@@ -1,8 +1,8 @@
 //! Black-box tests of authentication and access: 401 vs 403 vs scopes, another
 //! provider's contracts, and credential rotation on a running server.
 
+use host_http::app::providers;
 use host_http::auth::Scopes;
-use host_http::providers;
 use hyper::Method;
 use tests::http::{Creds, TestServer, basic, checkout_body};
 

@@ -2,7 +2,7 @@
 //! ), against the real server and a real HTTP refund gateway.
 
 use host_http::auth::{Scope, Scopes};
-use host_http::gateway::testing::FakeBehavior;
+use host_http::processors::testing::FakeBehavior;
 use hyper::Method;
 use serde_json::{Value, json};
 use tests::cancel_support::{CancelServer, checkout};
@@ -578,10 +578,10 @@ async fn a_later_provider_zone_change_does_not_move_existing_thresholds_r_3_5() 
     server.pay_at(&acme, &id, "2026-01-01T00:00:00Z").await;
     // In Pacific/Kiritimati (UTC+14) the penalty would apply from 2026-01-10T10:00Z; in the
     // zone at creation (UTC) only from 2026-01-11T00:00Z.
-    host_http::providers::set_policy(
+    host_http::app::providers::set_policy(
         &server.db,
         &acme.provider_id,
-        &host_http::providers::PolicyChange {
+        &host_http::app::providers::PolicyChange {
             time_zone: Some("Pacific/Kiritimati".to_owned()),
             ..Default::default()
         },
@@ -611,9 +611,9 @@ async fn a_provider_fixed_amount_must_fit_the_checkout_currency_r_1_5() {
                        "offset": {"amount": 1, "unit": "HOURS"}}]
     }))
     .expect("policy");
-    let acme: tests::http::Creds = host_http::providers::create_provider(
+    let acme: tests::http::Creds = host_http::app::providers::create_provider(
         &server.db,
-        &host_http::providers::NewProvider {
+        &host_http::app::providers::NewProvider {
             name: "acme".to_owned(),
             time_zone: "UTC".to_owned(),
             default_policy: Some(policy),

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
+use host_http::app::providers;
 use host_http::events::testing::{Delivery, HangingEndpoint, SmtpSink, WebhookReceiver};
-use host_http::providers;
 use hyper::Method;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
@@ -834,7 +834,7 @@ async fn a_delivery_failing_for_three_days_ends_failed_and_metrics_count_every_o
     let receiver = WebhookReceiver::start(1).await;
     let sink = SmtpSink::start(1).await;
     let smtp = sink.url();
-    let gateway = host_http::gateway::testing::FakeGateway::start()
+    let gateway = host_http::processors::testing::FakeGateway::start()
         .await
         .expect("fake gateway");
     let refunds = tests::cancel_support::fast_settings(&gateway.url());
@@ -879,7 +879,7 @@ async fn a_delivery_failing_for_three_days_ends_failed_and_metrics_count_every_o
     assert_eq!(receiver.wait_for(2, RETRY_WAIT).await.len(), 2);
     assert_eq!(sink.wait_for(1, RETRY_WAIT).await.len(), 1);
     // A refund whose gateway never answers stays pending.
-    gateway.set_behavior(host_http::gateway::testing::FakeBehavior::Hang);
+    gateway.set_behavior(host_http::processors::testing::FakeBehavior::Hang);
     let paid = server
         .json(
             Method::POST,
@@ -929,7 +929,7 @@ async fn a_delivery_failing_for_three_days_ends_failed_and_metrics_count_every_o
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refund_the_gateway_declines_is_a_cancellation_failed_event() {
-    let gateway = host_http::gateway::testing::FakeGateway::start()
+    let gateway = host_http::processors::testing::FakeGateway::start()
         .await
         .expect("fake gateway");
     let refunds = tests::cancel_support::fast_settings(&gateway.url());
@@ -951,7 +951,7 @@ async fn a_refund_the_gateway_declines_is_a_cancellation_failed_event() {
         )
         .await;
     assert_eq!(paid.status, 200);
-    gateway.set_behavior(host_http::gateway::testing::FakeBehavior::Decline {
+    gateway.set_behavior(host_http::processors::testing::FakeBehavior::Decline {
         status: 422,
         body: r#"{"reason":"card account closed"}"#.to_owned(),
     });

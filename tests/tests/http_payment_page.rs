@@ -323,7 +323,7 @@ async fn non_refundable_and_free_at_any_time_in_english_and_german() {
 }
 
 /// The link key of the server's database, read behind its back.
-fn link_key(server: &TestServer) -> host_http::payments::LinkKey {
+fn link_key(server: &TestServer) -> host_http::app::payment_links::LinkKey {
     let sql = if server.db.sqlite_path().is_some() {
         "SELECT hex(key) FROM service_keys WHERE name = 'payment_link'"
     } else {
@@ -334,7 +334,7 @@ fn link_key(server: &TestServer) -> host_http::payments::LinkKey {
         .step_by(2)
         .map(|at| u8::from_str_radix(&text[at..at + 2], 16).unwrap())
         .collect();
-    host_http::payments::LinkKey::new(bytes.try_into().expect("32 bytes"))
+    host_http::app::payment_links::LinkKey::new(bytes.try_into().expect("32 bytes"))
 }
 
 #[tokio::test]
@@ -344,7 +344,7 @@ async fn links_sent_before_tokens_carried_the_id_still_open_their_page() {
     let (id, path) = trip(&server, &acme).await;
     // A transaction created before: the hash of its first-form token stored with it.
     let legacy = link_key(&server).legacy_page_token(&id);
-    let hash: String = host_http::payments::token_hash(&legacy)
+    let hash: String = host_http::app::payment_links::token_hash(&legacy)
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();

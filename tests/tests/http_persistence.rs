@@ -2,7 +2,7 @@
 //! is stored as written, and effective policies are fixed at creation.
 
 use checkout_engine::api::CancellationPolicy;
-use host_http::providers::{self, PolicyChange};
+use host_http::app::providers::{self, PolicyChange};
 use hyper::Method;
 use serde_json::json;
 use tests::http::TestServer;

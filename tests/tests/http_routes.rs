@@ -224,6 +224,72 @@ async fn sandbox_payment_records_the_payment_r_3_6() {
     );
 }
 
+/// A penalty's `condition` AFTER_PAYMENT is kept with the item's policy and shown again in the
+/// status record and the refund preview; it changes nothing, since penalties only ever apply
+/// to paid items: the same penalty without it costs the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn penalty_condition_after_payment_is_stored_and_echoed_r_5_8() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let policy = |condition: Option<&str>| {
+        let mut penalty = json!({
+            "type": "OFFSET_PENALTY", "value": {"amount": 25, "unit": "PERCENTAGE"},
+            "offset": {"amount": 1, "unit": "HOURS"}
+        });
+        if let Some(condition) = condition {
+            penalty["condition"] = json!(condition);
+        }
+        json!({"reference": "PAYMENT_DATE", "penalties": [penalty]})
+    };
+    let body = json!({
+        "title": "Condition", "currency": "EUR",
+        "items": [
+            {"name": "With", "price": 100, "cancellationPolicy": policy(Some("AFTER_PAYMENT"))},
+            {"name": "Without", "price": 100, "cancellationPolicy": policy(None)}
+        ]
+    })
+    .to_string();
+    let id = server.create(&acme, &body).await;
+    let record = server.get(&format!("/status/{id}"), &acme).await.json();
+    assert_eq!(
+        record["items"][0]["cancellationPolicy"],
+        policy(Some("AFTER_PAYMENT"))
+    );
+    assert_eq!(record["items"][1]["cancellationPolicy"], policy(None));
+
+    let pay = format!("/sandbox/transactions/{id}/pay");
+    let paid = server
+        .json(
+            Method::POST,
+            &pay,
+            &acme,
+            r#"{"paidAt":"2025-01-02T03:00:00Z"}"#,
+        )
+        .await;
+    assert_eq!(paid.status, 200, "{}", String::from_utf8_lossy(&paid.body));
+    let preview = server
+        .json(
+            Method::POST,
+            &format!("/cancel/{id}/quote?at=2025-01-02T05:00:00Z"),
+            &acme,
+            r#"{"itemsOrder":[1,2]}"#,
+        )
+        .await;
+    assert_eq!(
+        preview.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&preview.body)
+    );
+    let lines = preview.json()["items"].clone();
+    assert_eq!(lines[0]["appliedPenalty"]["condition"], "AFTER_PAYMENT");
+    assert!(lines[1]["appliedPenalty"].get("condition").is_none());
+    for line in [&lines[0], &lines[1]] {
+        assert_eq!(line["penalty"].to_string(), "25.00", "{line}");
+        assert_eq!(line["refundable"].to_string(), "75.00", "{line}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandbox_payment_refuses_a_future_instant_and_defaults_to_now_r_3_6() {
     let server = TestServer::start().await;

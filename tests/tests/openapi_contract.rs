@@ -424,13 +424,16 @@ fn start_period_needs_a_period_r_5_2() {
 #[test]
 fn dates_are_days_of_the_calendar_r_6_1_r_5_4() {
     use chrono::NaiveDate;
-    let date = jsonschema::validator_for(&json!({ "pattern": checkout_engine::schema::DATE_PATTERN }))
-        .expect("pattern");
-    let date_time =
-        jsonschema::validator_for(&json!({ "pattern": checkout_engine::schema::DATE_TIME_PATTERN }))
+    let date =
+        jsonschema::validator_for(&json!({ "pattern": checkout_engine::schema::DATE_PATTERN }))
             .expect("pattern");
-    let instant = jsonschema::validator_for(&json!({ "pattern": checkout_engine::schema::INSTANT_PATTERN }))
-        .expect("pattern");
+    let date_time = jsonschema::validator_for(
+        &json!({ "pattern": checkout_engine::schema::DATE_TIME_PATTERN }),
+    )
+    .expect("pattern");
+    let instant =
+        jsonschema::validator_for(&json!({ "pattern": checkout_engine::schema::INSTANT_PATTERN }))
+            .expect("pattern");
     // 29 February exactly in the leap years, over the whole range.
     for year in 1000..=8999 {
         let text = format!("{year}-02-29");

@@ -3,21 +3,21 @@
 //! `<case>::sqlite` on a fresh SQLite file, `<case>::postgres` on a fresh PostgreSQL database
 //! (skipped, with a line on stderr, when `CHECKOUT_TEST_PG_URL` is unset).
 //!
-//! The cases name the rulings they hold (R-…, the contract's RULINGS.md). Instants are fixed
+//! The cases name the rules they hold (R-…, defined in docs/SPEC.md). Instants are fixed
 //! values passed to the store, so nothing here depends on the clock or on sleeping; the races
 //! are real concurrent calls whose outcomes are checked exactly.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use chrono::{DateTime, Duration, TimeZone, Utc};
 use checkout_engine::api::{
     Attachment, AttachmentType, CancellationPolicy, CancelledItem, Category, CheckoutEmail,
     ItemStatus, PaymentInfo, Period, TransactionStatus, UpdateTransaction,
 };
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use host_http::app::providers::{self, NewProvider};
 use host_http::auth::{Scopes, hash_secret};
-use host_http::gateway::{GatewayOutcome, RefundRequest};
-use host_http::providers::{self, NewProvider};
+use host_http::processors::{GatewayOutcome, RefundRequest};
 use host_http::store::cancellation::{
     CancellationView, Lease, NewCancellation, NewFile, Reserved, Settlement, outcome, result_of,
 };
@@ -232,7 +232,9 @@ fn transaction(provider_id: &str, currency: &str, totals: &[&str]) -> NewTransac
         items,
         created_at: t0(),
         payment_link: PaymentLink {
-            token_hash: Some(host_http::payments::token_hash(&format!("page of {id}"))),
+            token_hash: Some(host_http::app::payment_links::token_hash(&format!(
+                "page of {id}"
+            ))),
             expires_at: t0() + Duration::days(7),
         },
     }
@@ -246,9 +248,9 @@ async fn payment_links_failures_and_service_keys(opened: &Opened, db: &Db) {
     let id = create(opened, &provider.provider_id, &["10.00"]).await;
     let other = create(opened, &provider.provider_id, &["20.00"]).await;
     let store = &opened.store;
-    let hash = host_http::payments::token_hash(&format!("page of {id}"));
+    let hash = host_http::app::payment_links::token_hash(&format!("page of {id}"));
     assert_eq!(store.payment_link(hash).await.unwrap(), Some(id.clone()));
-    let unknown = host_http::payments::token_hash("no such page");
+    let unknown = host_http::app::payment_links::token_hash("no such page");
     assert_eq!(store.payment_link(unknown).await.unwrap(), None);
     let stored = record(opened, &id).await;
     let expires = stored.payment_link_expires_at.expect("expiry stored");
@@ -264,7 +266,7 @@ async fn payment_links_failures_and_service_keys(opened: &Opened, db: &Db) {
     store.create_transaction(new, None).await.unwrap();
     let stored = record(opened, &unhashed).await;
     assert!(stored.payment_link_expires_at.is_some());
-    let derived = host_http::payments::token_hash(&format!("page of {unhashed}"));
+    let derived = host_http::app::payment_links::token_hash(&format!("page of {unhashed}"));
     assert_eq!(store.payment_link(derived).await.unwrap(), None);
 
     let window = at(0);

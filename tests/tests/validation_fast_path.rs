@@ -271,7 +271,9 @@ fn item(scale: u32) -> impl Strategy<Value = Value> {
         amount(scale, 7),
         maybe(text(20)),
         maybe(select(
-            checkout_engine::api::Category::ALL.map(|c| c.as_str()).to_vec(),
+            checkout_engine::api::Category::ALL
+                .map(|c| c.as_str())
+                .to_vec(),
         )),
         maybe(text(40)),
         maybe((

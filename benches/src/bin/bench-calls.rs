@@ -46,12 +46,16 @@ fn main() -> ExitCode {
                 black_box(checkout_engine::validate::checkout(black_box(&payload), zone).is_ok());
             }
             "checkout_full_path" => {
-                black_box(checkout_engine::validate::checkout_full(black_box(&payload), zone).is_ok());
+                black_box(
+                    checkout_engine::validate::checkout_full(black_box(&payload), zone).is_ok(),
+                );
             }
             "serde_typed_same_bytes" => {
                 black_box(
-                    serde_json::from_slice::<checkout_engine::api::CorporateCheckout>(black_box(&payload))
-                        .is_ok(),
+                    serde_json::from_slice::<checkout_engine::api::CorporateCheckout>(black_box(
+                        &payload,
+                    ))
+                    .is_ok(),
                 );
             }
             "serde_json_value_same_bytes" => {
@@ -75,7 +79,9 @@ fn main() -> ExitCode {
                 black_box(checkout_engine::jsonl::quote_line_full(black_box(&quote)));
             }
             _ => {
-                black_box(checkout_engine::jsonl::preview_line_full(black_box(&preview)));
+                black_box(checkout_engine::jsonl::preview_line_full(black_box(
+                    &preview,
+                )));
             }
         }
     }

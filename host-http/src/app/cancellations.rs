@@ -4,21 +4,21 @@
 //! request's arrival instant, (3) the refund recorded PENDING with its items reserved, in one
 //! write transaction that re-checks everything a concurrent request could have changed, then
 //! sent to the gateway, (4–5) the answer settled with the receipt in one write transaction
-//! ([`crate::refunds`]).
+//! ([`super::refunds`]).
 
-use chrono::{DateTime, Utc};
 use checkout_engine::api::{
     CancellationReq, CancellationResult, CancelledItem, ProviderSettings, RefundPreview,
     TransactionStatus,
 };
 use checkout_engine::preview::{ItemState, RefundContext};
+use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use serde::Serialize;
 
 use super::files::{FileInfo, UploadedFile, file_info};
 use super::idempotency::StoredResponse;
 use super::{Error, Principal, Resource, Services};
-use crate::refunds::Driven;
+use crate::app::refunds::Driven;
 use crate::store::cancellation::{CancellationView, NewCancellation, NewFile, Reserved, result_of};
 use crate::store::{IdempotencyKey, ItemRecord, Owned, StoreError, TransactionRecord};
 

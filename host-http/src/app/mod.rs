@@ -16,7 +16,10 @@ mod error;
 pub mod events;
 pub mod files;
 pub mod idempotency;
+pub mod payment_links;
 pub mod payments;
+pub mod providers;
+pub mod refunds;
 pub mod transactions;
 
 use std::collections::HashMap;
@@ -27,9 +30,10 @@ use chrono::Duration;
 
 pub use error::{Error, Resource};
 
+use self::payment_links::LinkKey;
+use self::refunds::Refunds;
 use crate::auth::Scopes;
-use crate::payments::{LinkKey, PaymentProcessor};
-use crate::refunds::Refunds;
+use crate::processors::PaymentProcessor;
 use crate::store::Store;
 use crate::store::cancellation::CancellationStore;
 use crate::store::outbox::OutboxStore;

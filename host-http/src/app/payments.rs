@@ -7,20 +7,19 @@
 //! transaction, and only its SHA-256 is stored. Failed attempts are counted per transaction in
 //! the store, so the limit holds across instances.
 
-use chrono::{DateTime, Datelike, Duration, Utc};
-use chrono_tz::Tz;
 use checkout_engine::api::{
     Attachment, BeneficiaryInfo, BillingInfo, Category, CustomerInfo, ItemStatus, PaymentInfo,
     QuantityUnit, TaxUnit, TransactionStatus,
 };
 use checkout_engine::terms::Terms;
+use chrono::{DateTime, Datelike, Duration, Utc};
+use chrono_tz::Tz;
 use rust_decimal::Decimal;
 
 use super::cancellations::{contract_zone, refund_context};
+use super::payment_links::{PageToken, token_hash};
 use super::{Error, Resource, Services};
-use crate::payments::{
-    CardData, Charge, ChargeOutcome, PageToken, VoidCharge, luhn_valid, token_hash,
-};
+use crate::processors::payment::{CardData, Charge, ChargeOutcome, VoidCharge, luhn_valid};
 use crate::store::{
     AttemptEnd, AttemptStart, NewPaymentAttempt, Owned, PayOutcome, PaymentDetails,
     TransactionRecord,
@@ -549,10 +548,12 @@ fn page_items(
     zone_name: &str,
     now: DateTime<Utc>,
 ) -> Result<Vec<PageItem>, Error> {
-    let zone = checkout_engine::time::parse_zone(zone_name).map_err(|e| Error::Internal(e.to_string()))?;
+    let zone =
+        checkout_engine::time::parse_zone(zone_name).map_err(|e| Error::Internal(e.to_string()))?;
     let checkout = checkout_engine::validate::checkout(record.payload.as_bytes(), zone_name)
         .map_err(|e| Error::Internal(format!("stored body: {}", e.messages.join("; "))))?;
-    let quote = checkout_engine::quote::quote(&checkout).map_err(|e| Error::Internal(e.to_string()))?;
+    let quote =
+        checkout_engine::quote::quote(&checkout).map_err(|e| Error::Internal(e.to_string()))?;
     let terms = checkout_engine::terms::payment_terms(&refund_context(record, zone_name)?, now)
         .map_err(|e| Error::Internal(e.to_string()))?;
     let mut items = Vec::new();

@@ -2,12 +2,12 @@
 //! payment, the status record and the quote of a body.
 
 use bytes::Bytes;
-use chrono::{DateTime, Utc};
 use checkout_engine::api::{
     Amounts, CheckoutEmail, CheckoutInfo, CorporateCheckout, Created, EmailStatus, PaymentReq,
     ProviderSettings, QuoteResult, StatusItem, StatusRecord, TransactionStatus, UpdateResult,
     UpdateTransaction,
 };
+use chrono::{DateTime, Utc};
 
 use super::idempotency::{StoredResponse, body_hash, key_of};
 use super::{Error, Principal, Resource, Services, Versioned};

@@ -189,11 +189,14 @@ pub fn contract(
     to: Vec<String>,
 ) -> RenderedMail {
     let lang = Lang::En;
-    let email = record.email.clone().unwrap_or(checkout_engine::api::CheckoutEmail {
-        recipients: None,
-        subject: None,
-        content: None,
-    });
+    let email = record
+        .email
+        .clone()
+        .unwrap_or(checkout_engine::api::CheckoutEmail {
+            recipients: None,
+            subject: None,
+            content: None,
+        });
     let subject =
         without_bidi_controls(email.subject.as_deref().unwrap_or(&record.title)).into_owned();
     let content = email.content.unwrap_or_default();

@@ -355,7 +355,8 @@ impl Dispatcher {
             .clone()
             .unwrap_or_else(|| provider.time_zone.clone());
         let context = refund_context(&record, &zone).map_err(|e| e.to_string())?;
-        let terms = checkout_engine::terms::payment_terms(&context, terms_at).map_err(|e| e.to_string())?;
+        let terms =
+            checkout_engine::terms::payment_terms(&context, terms_at).map_err(|e| e.to_string())?;
         let items: Vec<mail::MailItem> = record
             .items
             .iter()

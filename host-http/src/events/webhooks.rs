@@ -23,7 +23,7 @@ use hyper_util::client::legacy::connect::dns::Name;
 use hyper_util::rt::TokioExecutor;
 use sha2::Sha256;
 
-use crate::gateway::http::error_chain;
+use crate::processors::refund_http::error_chain;
 use crate::store::outbox::DeliveryJob;
 
 /// Prefix of a webhook secret.

@@ -57,8 +57,8 @@ pub async fn cancel_json(
         Prior::New => false,
         Prior::Running => true,
     };
-    let request =
-        checkout_engine::validate::cancellation_req(&body).map_err(|e| ApiError::Validation(e.messages))?;
+    let request = checkout_engine::validate::cancellation_req(&body)
+        .map_err(|e| ApiError::Validation(e.messages))?;
     let cancellation = Cancellation {
         transaction_id: id,
         request,
@@ -161,8 +161,8 @@ pub async fn refund_quote(
             .with_timezone(&Utc),
     };
     let body = read_json_body(request).await?;
-    let req =
-        checkout_engine::validate::cancellation_req(&body).map_err(|e| ApiError::Validation(e.messages))?;
+    let req = checkout_engine::validate::cancellation_req(&body)
+        .map_err(|e| ApiError::Validation(e.messages))?;
     json(
         StatusCode::OK,
         &services.refund_quote(&principal, &id, &req, at).await?,

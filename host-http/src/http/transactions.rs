@@ -2,8 +2,8 @@
 //! and `/transactions`, `PUT /{id}`, `POST /quote`, and the sandbox payment. Each parses the
 //! request, calls one use-case of [`crate::app`] and renders its outcome.
 
-use chrono::{DateTime, Utc};
 use checkout_engine::api::HealthStatus;
+use chrono::{DateTime, Utc};
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 
@@ -94,7 +94,8 @@ pub async fn update(
     let id = transaction_id(id)?;
     services.check_owner(&principal, &id).await?;
     let body = read_json_body(request).await?;
-    let change = checkout_engine::validate::update(&body).map_err(|e| ApiError::Validation(e.messages))?;
+    let change =
+        checkout_engine::validate::update(&body).map_err(|e| ApiError::Validation(e.messages))?;
     json(
         StatusCode::OK,
         &services.update(&principal, &id, change, now).await?,
@@ -159,7 +160,8 @@ pub async fn sandbox_pay(
     let id = transaction_id(id)?;
     services.check_owner(&principal, &id).await?;
     let body = read_json_body_or_empty(request).await?;
-    let payment = checkout_engine::validate::payment(&body).map_err(|e| ApiError::Validation(e.messages))?;
+    let payment =
+        checkout_engine::validate::payment(&body).map_err(|e| ApiError::Validation(e.messages))?;
     json(
         StatusCode::OK,
         &services.pay(&principal, &id, payment, now).await?,

@@ -7,8 +7,8 @@
 //! so that every invariant (R-4.5: Σ refunds ≤ paid; an item is in at most one live refund) is
 //! checked and kept inside the transaction that could break it, never by a read before it.
 
-use chrono::{DateTime, Utc};
 use checkout_engine::api::{CancelledItem, TransactionStatus};
+use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 use rust_decimal::Decimal;
 
@@ -263,8 +263,9 @@ pub trait CancellationStore: Send + Sync + std::fmt::Debug + 'static {
         lease: Lease,
     ) -> BoxFuture<'_, Result<bool, StoreError>>;
 
-    /// Drops running idempotency claims of cancel routes, made before `before`, that no pending
-    /// refund carries: their request stopped before it reserved anything.
+    /// Drops running idempotency claims of `routes`, made before `before`, that no pending
+    /// refund carries: their request stopped before it finished or reserved anything. Which
+    /// claims are orphans is decided by `app::idempotency::release_orphan_claims`.
     fn release_orphan_claims(
         &self,
         routes: Vec<String>,
@@ -340,11 +341,9 @@ pub fn result_of(view: &CancellationView) -> checkout_engine::api::CancellationR
     }
 }
 
-/// What a reservation re-checks inside its write transaction, the same on every store (R-3.4,
-/// the transaction's status, that it was not paid in between, that every item
-/// is still ACTIVE, and that Σ succeeded and pending refunds + this one ≤ paid. `items` are the
-/// stored items' order numbers and statuses; `committed` is Σ of the PENDING and SUCCESS refunds.
-/// `Err` holds the 400 messages.
+/// The reservation's re-check of the engine's lifecycle rules for a
+/// new cancellation: see [`checkout_engine::lifecycle::check_reservation`]. `Err` holds the
+/// 400 messages.
 pub fn check_reservation(
     c: &NewCancellation,
     status: TransactionStatus,
@@ -352,63 +351,13 @@ pub fn check_reservation(
     items: &[(u32, checkout_engine::api::ItemStatus)],
     committed: Decimal,
 ) -> Result<(), Vec<String>> {
-    if status == TransactionStatus::Cancelled {
-        return Err(vec![
-            "contract status CANCELLED does not allow cancellation".to_owned(),
-        ]);
-    }
-    if paid.is_some() != c.paid {
-        // Paid between the computation and this transaction: the refund computed for an unpaid
-        // transaction (0) no longer holds.
-        return Err(vec![format!(
-            "contract status changed to {} during the cancellation; retry the request",
-            status.as_str()
-        )]);
-    }
-    // re-checked where no concurrent request can interleave: an item reserved by a
-    // pending refund counts as already cancelled (its refund is being completed).
-    let mut messages = Vec::new();
-    for (position, line) in c.items.iter().enumerate() {
-        match items.iter().find(|(order, _)| *order == line.order) {
-            Some((_, checkout_engine::api::ItemStatus::Active)) => {}
-            Some(_) => messages.push(format!(
-                "itemsOrder.{position} item {} is already cancelled",
-                line.order
-            )),
-            None => messages.push(format!(
-                "itemsOrder.{position} item {} does not exist",
-                line.order
-            )),
-        }
-    }
-    if !messages.is_empty() {
-        return Err(messages);
-    }
-    // Σ succeeded and pending refunds + this ≤ paid, held by the store.
-    if let Some(paid) = paid {
-        let fits = committed
-            .checked_add(c.refund)
-            .is_some_and(|after| after <= paid);
-        if !fits {
-            return Err(vec![format!(
-                "amount must not exceed the refundable amount {}",
-                paid - committed
-            )]);
-        }
-    }
-    Ok(())
-}
-
-/// the status after a refund completes, from the status before it and the number of
-/// items not yet CANCELLED. PENDING stays PENDING (a void) until nothing is left; PAID and
-/// PARTIALLY_CANCELLED move to PARTIALLY_CANCELLED or CANCELLED. Items CANCELLING under another
-/// refund still count as not cancelled: that refund's completion makes the last move.
-pub fn status_after(status: TransactionStatus, remaining: i64) -> TransactionStatus {
-    match (status, remaining) {
-        (_, 0) => TransactionStatus::Cancelled,
-        (TransactionStatus::Pending, _) => TransactionStatus::Pending,
-        _ => TransactionStatus::PartiallyCancelled,
-    }
+    let orders: Vec<u32> = c.items.iter().map(|line| line.order).collect();
+    let reservation = checkout_engine::lifecycle::Reservation {
+        computed_as_paid: c.paid,
+        orders: &orders,
+        refund: c.refund,
+    };
+    checkout_engine::lifecycle::check_reservation(reservation, status, paid, items, committed)
 }
 
 /// Receipt numbers: `CR-` and at least six digits, counted per provider.

@@ -20,12 +20,12 @@ pub use admin::{AdminStore, CredentialListing, NewCredential};
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, SecondsFormat, Utc};
 use checkout_engine::api::{
     Attachment, BeneficiaryInfo, BillingInfo, CancellationPolicy, CancellationRecord, Category,
     CheckoutEmail, CustomerInfo, FreeForm, ItemStatus, PaymentInfo, Period, ProviderSettings,
     RefIds, TransactionStatus, UpdateTransaction,
 };
+use chrono::{DateTime, SecondsFormat, Utc};
 use futures_util::future::BoxFuture;
 use rand::Rng;
 use rust_decimal::Decimal;
@@ -210,7 +210,7 @@ pub struct Opened {
     /// Cancellations, receipts, files.
     pub cancellations: std::sync::Arc<dyn cancellation::CancellationStore>,
     /// The `ledger` refund gateway, which records refunds in this database.
-    pub ledger: std::sync::Arc<dyn crate::gateway::RefundGateway>,
+    pub ledger: std::sync::Arc<dyn crate::processors::RefundGateway>,
     /// The outbox: events, webhook deliveries, e-mails.
     pub outbox: std::sync::Arc<dyn outbox::OutboxStore>,
 }
@@ -220,7 +220,7 @@ pub async fn open(db: &Db, pool: &PoolSettings) -> Result<Opened, StoreError> {
     match db {
         Db::Sqlite(path) => {
             let store = sqlite::SqliteStore::open(path)?;
-            let ledger = crate::gateway::LedgerGateway::open(path)
+            let ledger = crate::store::sqlite::ledger::LedgerGateway::open(path)
                 .await
                 .map_err(|e| StoreError::Config(e.to_string()))?;
             Ok(Opened {

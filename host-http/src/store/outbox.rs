@@ -6,48 +6,20 @@
 //! The payloads are built here, from what the store holds inside the changing transaction, the
 //! same way on both stores.
 
-use chrono::{DateTime, Utc};
 use checkout_engine::api::{
     Amounts, CancellationPolicy, Category, CheckoutEmail, EventCancellation, EventData,
     EventPayload, ItemStatus, Period, TransactionStatus,
 };
+use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 use rust_decimal::Decimal;
 
 use super::cancellation::{CancellationView, Lease};
 use super::{StoreError, format_instant};
 
-/// The event types (Standard Webhooks `type`).
-pub mod types {
-    /// A transaction was created.
-    pub const CREATED: &str = "transaction.created";
-    /// Descriptive fields were replaced.
-    pub const UPDATED: &str = "transaction.updated";
-    /// A payment was recorded.
-    pub const PAID: &str = "transaction.paid";
-    /// A card was declined on the payment page.
-    pub const PAYMENT_FAILED: &str = "transaction.payment_failed";
-    /// A cancellation succeeded (items cancelled or voided, refund made, receipt issued).
-    pub const CANCELLATION_SUCCEEDED: &str = "cancellation.succeeded";
-    /// The gateway declined a cancellation's refund; nothing changed.
-    pub const CANCELLATION_FAILED: &str = "cancellation.failed";
-    /// The gateway's answer on a refund is unknown; it is retried until definite.
-    pub const REFUND_PENDING: &str = "refund.pending";
-    /// A refund that was pending reached its end (succeeded or declined).
-    pub const REFUND_COMPLETED: &str = "refund.completed";
-
-    /// Every type, for `--events` filters.
-    pub const ALL: [&str; 8] = [
-        CREATED,
-        UPDATED,
-        PAID,
-        PAYMENT_FAILED,
-        CANCELLATION_SUCCEEDED,
-        CANCELLATION_FAILED,
-        REFUND_PENDING,
-        REFUND_COMPLETED,
-    ];
-}
+/// The event types (Standard Webhooks `type`); which change emits which is the engine's rule
+/// ([`checkout_engine::lifecycle::events::emitted`]).
+pub use checkout_engine::lifecycle::events as types;
 
 /// Kinds of e-mail.
 pub mod mail_kinds {

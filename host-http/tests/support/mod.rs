@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use bytes::Bytes;
-use host_http::gateway::testing::{FakeBehavior, FakeGateway};
+use host_http::processors::testing::{FakeBehavior, FakeGateway};
 use http_body_util::{BodyExt, Full};
 use hyper::header::HeaderMap;
 use hyper::{Method, Request, StatusCode};
@@ -39,10 +39,10 @@ pub fn free_port() -> SocketAddr {
 
 /// Creates the provider "acme" (UTC, no policies, every scope) on `db` and returns its
 /// credential.
-pub fn acme_provider(db: &host_http::store::Db) -> host_http::providers::IssuedCredential {
-    host_http::providers::create_provider(
+pub fn acme_provider(db: &host_http::store::Db) -> host_http::app::providers::IssuedCredential {
+    host_http::app::providers::create_provider(
         db,
-        &host_http::providers::NewProvider {
+        &host_http::app::providers::NewProvider {
             name: "acme".to_owned(),
             time_zone: "UTC".to_owned(),
             default_policy: None,

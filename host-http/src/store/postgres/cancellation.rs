@@ -4,9 +4,11 @@
 //! receipt numbers come from the provider's counter row inside the settling transaction, so they
 //! are unique and gap-free per provider.
 
+use checkout_engine::api::{CancelledItem, ItemStatus};
+use checkout_engine::lifecycle::events::{Change, emitted};
+use checkout_engine::lifecycle::status_after;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
-use checkout_engine::api::{CancelledItem, ItemStatus};
 use futures_util::future::BoxFuture;
 use rust_decimal::Decimal;
 use tokio_postgres::Row;
@@ -17,7 +19,7 @@ use super::{
 };
 use crate::store::cancellation::{
     CancellationStore, CancellationView, FileRecord, Lease, NewCancellation, NewFile, Reserved,
-    Settlement, check_reservation, outcome, receipt_number, result_of, status_after,
+    Settlement, check_reservation, outcome, receipt_number, result_of,
 };
 use crate::store::outbox as events;
 use crate::store::sqlite::{from_json, to_json};
@@ -312,7 +314,7 @@ async fn succeed(
     let status = transaction_status(row.try_get(0)?)?;
     let refunded: Decimal = row.try_get(1)?;
     let remaining: i64 = row.try_get(2)?;
-    let next = status_after(status, remaining);
+    let next = status_after(status, remaining.unsigned_abs());
     let refunded = refunded
         .checked_add(view.refund)
         .ok_or_else(|| corrupt("transactions.refunded_amount", "sum overflows"))?;
@@ -374,18 +376,13 @@ async fn settled_events(
         .await?
         .try_get(0)?;
     let summary = super::outbox::summary(client, &view.transaction_id).await?;
-    let kind = if view.outcome == outcome::SUCCESS {
-        events::types::CANCELLATION_SUCCEEDED
-    } else {
-        events::types::CANCELLATION_FAILED
+    let change = Change::Settled {
+        succeeded: view.outcome == outcome::SUCCESS,
+        was_unknown,
     };
-    super::outbox::write_event(client, &events::cancellation(kind, &summary, view, now)?).await?;
-    if was_unknown {
-        super::outbox::write_event(
-            client,
-            &events::cancellation(events::types::REFUND_COMPLETED, &summary, view, now)?,
-        )
-        .await?;
+    for kind in emitted(change) {
+        super::outbox::write_event(client, &events::cancellation(kind, &summary, view, now)?)
+            .await?;
     }
     Ok(())
 }
@@ -536,11 +533,13 @@ impl CancellationStore for PgStore {
             if changed == 1 {
                 let view = must_view(&tx, &refund_id).await?;
                 let summary = super::outbox::summary(&tx, &transaction_id).await?;
-                super::outbox::write_event(
-                    &tx,
-                    &events::cancellation(events::types::REFUND_PENDING, &summary, &view, now)?,
-                )
-                .await?;
+                for kind in emitted(Change::RefundUnknown) {
+                    super::outbox::write_event(
+                        &tx,
+                        &events::cancellation(kind, &summary, &view, now)?,
+                    )
+                    .await?;
+                }
             }
             tx.commit().await?;
             Ok(())

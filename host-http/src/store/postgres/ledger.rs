@@ -4,8 +4,11 @@
 use std::sync::Arc;
 
 use super::PgStore;
-use crate::gateway::{BoxFuture, GatewayOutcome, LedgerEntry, RefundGateway, RefundRequest};
+use futures_util::future::BoxFuture;
+
+use crate::processors::{GatewayOutcome, RefundGateway, RefundRequest};
 use crate::store::StoreError;
+use crate::store::sqlite::ledger::LedgerEntry;
 
 /// [`RefundGateway`] recording refunds in PostgreSQL.
 #[derive(Debug, Clone)]
@@ -61,7 +64,7 @@ impl RefundGateway for PgLedger {
     fn send<'a>(&'a self, refund: &'a RefundRequest) -> BoxFuture<'a, GatewayOutcome> {
         Box::pin(async move {
             match self.record(refund).await {
-                Ok(stored) => crate::gateway::ledger::outcome_of(&stored, refund),
+                Ok(stored) => crate::store::sqlite::ledger::outcome_of(&stored, refund),
                 Err(error) => GatewayOutcome::Unknown {
                     detail: error.to_string(),
                 },

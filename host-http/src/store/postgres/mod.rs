@@ -17,16 +17,18 @@ pub mod outbox;
 pub mod testing;
 pub mod tls;
 
+use checkout_engine::lifecycle::events::{Change, emitted};
+use checkout_engine::lifecycle::{self, NotPayable};
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod};
 use checkout_engine::api::{
     Attachment, CancellationPolicy, CancellationRecord, Category, CheckoutEmail, ItemStatus,
     Period, RefIds, TransactionStatus, UpdateTransaction,
 };
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod};
 use futures_util::future::BoxFuture;
 use rust_decimal::Decimal;
 use tokio_postgres::Row;
@@ -894,11 +896,9 @@ impl PgStore {
         )
         .await?;
         let summary = outbox::summary(&tx, id).await?;
-        outbox::write_event(
-            &tx,
-            &events::changed(events::types::UPDATED, &summary, now)?,
-        )
-        .await?;
+        for kind in emitted(Change::Updated) {
+            outbox::write_event(&tx, &events::changed(kind, &summary, now)?).await?;
+        }
         tx.commit().await?;
         Ok(Owned::Done(()))
     }
@@ -918,30 +918,17 @@ impl PgStore {
             Owned::NotFound => return Ok(Owned::NotFound),
             Owned::OtherProvider => return Ok(Owned::OtherProvider),
         };
-        if locked.status != TransactionStatus::Pending {
-            return Ok(Owned::Done(PayOutcome::NotPayable(format!(
-                "contract status {} does not allow payment",
-                locked.status.as_str()
-            ))));
-        }
-        let active: Vec<Decimal> = read_items(&tx, id)
-            .await?
-            .into_iter()
-            .filter(|item| item.status == ItemStatus::Active)
-            .map(|item| item.total)
-            .collect();
-        if active.is_empty() {
-            return Ok(Owned::Done(PayOutcome::NotPayable(
-                "contract has no active items to pay".to_owned(),
-            )));
-        }
-        let paid = active
-            .into_iter()
-            .try_fold(Decimal::ZERO, |sum, total| sum.checked_add(total))
-            .ok_or_else(|| corrupt("items.total", "sum overflows"))?;
-        // R-1.4: the amount paid is written at the currency's scale.
-        let scale = checkout_engine::money::minor_units(&locked.currency).unwrap_or(2);
-        let paid = checkout_engine::money::round_to_scale(paid, scale);
+        let items = read_items(&tx, id).await?;
+        let totals = items.iter().map(|item| (item.status, item.total));
+        let paid = match lifecycle::amount_payable(
+            locked.status,
+            &locked.currency,
+            lifecycle::active_totals(totals),
+        ) {
+            Ok(paid) => paid,
+            Err(NotPayable::Overflow) => return Err(corrupt("items.total", "sum overflows")),
+            Err(refused) => return Ok(Owned::Done(PayOutcome::NotPayable(refused.message()))),
+        };
         let details = to_json(details)?;
         tx.execute(
             "UPDATE transactions SET status = 'PAID', paid_amount = $2, paid_at = $3, \
@@ -950,7 +937,9 @@ impl PgStore {
         )
         .await?;
         let summary = outbox::summary(&tx, id).await?;
-        outbox::write_event(&tx, &events::changed(events::types::PAID, &summary, now)?).await?;
+        for kind in emitted(Change::Paid) {
+            outbox::write_event(&tx, &events::changed(kind, &summary, now)?).await?;
+        }
         tx.commit().await?;
         Ok(Owned::Done(PayOutcome::Paid(paid)))
     }

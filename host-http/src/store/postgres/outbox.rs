@@ -4,9 +4,9 @@
 //! and e-mails claimed with `FOR UPDATE SKIP LOCKED` under leases, so that several instances
 //! share the work and each attempt belongs to one of them.
 
+use checkout_engine::api::CheckoutEmail;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
-use checkout_engine::api::CheckoutEmail;
 use futures_util::future::BoxFuture;
 use rust_decimal::Decimal;
 

@@ -1,8 +1,10 @@
 //! The SQLite implementation of [`CancellationStore`], on the host store's single writer (each
 //! method one write transaction, R-4.8) and its reader pool.
 
-use chrono::{DateTime, Utc};
 use checkout_engine::api::{CancelledItem, ItemStatus};
+use checkout_engine::lifecycle::events::{Change, emitted};
+use checkout_engine::lifecycle::status_after;
+use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 use rusqlite::{Connection, OptionalExtension, params};
 use rust_decimal::Decimal;
@@ -13,7 +15,7 @@ use super::{
 };
 use crate::store::cancellation::{
     CancellationStore, CancellationView, FileRecord, Lease, NewCancellation, NewFile, Reserved,
-    Settlement, check_reservation, outcome, receipt_number, result_of, status_after,
+    Settlement, check_reservation, outcome, receipt_number, result_of,
 };
 use crate::store::outbox as events;
 use crate::store::{IdempotencyKey, IdempotentResponse, Owned, StoreError, format_instant};
@@ -363,7 +365,7 @@ fn succeed(
             "SELECT count(*) FROM items WHERE transaction_id = ?1 AND status <> 'CANCELLED'",
         )?
         .query_row([&view.transaction_id], |r| r.get(0))?;
-    let next = status_after(status, remaining);
+    let next = status_after(status, remaining.unsigned_abs());
     let refunded = decimal("transactions.refunded_amount", &refunded)?
         .checked_add(view.refund)
         .ok_or_else(|| corrupt("transactions.refunded_amount", "sum overflows"))?;
@@ -410,17 +412,12 @@ fn settled_events(conn: &Connection, view: &CancellationView, now: &str) -> Resu
         .query_row([&view.refund_id], |r| r.get(0))?;
     let summary = super::outbox::summary(conn, &view.transaction_id)?;
     let at = events::instant("cancellations.completed_at", now)?;
-    let kind = if view.outcome == outcome::SUCCESS {
-        events::types::CANCELLATION_SUCCEEDED
-    } else {
-        events::types::CANCELLATION_FAILED
+    let change = Change::Settled {
+        succeeded: view.outcome == outcome::SUCCESS,
+        was_unknown,
     };
-    super::outbox::write_event(conn, &events::cancellation(kind, &summary, view, at)?)?;
-    if was_unknown {
-        super::outbox::write_event(
-            conn,
-            &events::cancellation(events::types::REFUND_COMPLETED, &summary, view, at)?,
-        )?;
+    for kind in emitted(change) {
+        super::outbox::write_event(conn, &events::cancellation(kind, &summary, view, at)?)?;
     }
     Ok(())
 }
@@ -436,15 +433,10 @@ fn refund_unknown(conn: &Connection, refund_id: &str, now: &str) -> Result<(), S
         let view = read_view(conn, refund_id)?
             .ok_or_else(|| corrupt("cancellations", "refund missing"))?;
         let summary = super::outbox::summary(conn, &view.transaction_id)?;
-        super::outbox::write_event(
-            conn,
-            &events::cancellation(
-                events::types::REFUND_PENDING,
-                &summary,
-                &view,
-                events::instant("cancellations.unknown_since", now)?,
-            )?,
-        )?;
+        let at = events::instant("cancellations.unknown_since", now)?;
+        for kind in emitted(Change::RefundUnknown) {
+            super::outbox::write_event(conn, &events::cancellation(kind, &summary, &view, at)?)?;
+        }
     }
     Ok(())
 }

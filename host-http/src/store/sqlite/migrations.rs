@@ -123,7 +123,7 @@ CREATE INDEX idempotency_keys_created ON idempotency_keys(created_at);
     Migration {
         version: 3,
         description: "ledger refund gateway's own table",
-        sql: crate::gateway::LEDGER_MIGRATION,
+        sql: crate::store::sqlite::ledger::LEDGER_MIGRATION,
     },
     Migration {
         version: 4,

@@ -10,6 +10,8 @@
 //! neighbours. In WAL mode readers see the last committed snapshot and never wait for the
 //! writer.
 
+use checkout_engine::lifecycle::events::{Change, emitted};
+use checkout_engine::lifecycle::{self, NotPayable};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -17,11 +19,11 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use checkout_engine::api::{
     Attachment, CancellationPolicy, CancellationRecord, Category, CheckoutEmail, ItemStatus,
     Period, RefIds, TransactionStatus, UpdateTransaction,
 };
+use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 use rusqlite::{Connection, OptionalExtension, params};
 use rust_decimal::Decimal;
@@ -32,6 +34,7 @@ use tokio::sync::oneshot;
 pub mod admin;
 pub mod cancellation;
 mod commits;
+pub mod ledger;
 pub mod migrations;
 pub mod outbox;
 
@@ -233,9 +236,6 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_BATCH: usize = 1024;
 /// Reader connections kept open between requests.
 const MAX_IDLE_READERS: usize = 8;
-/// Routes whose idempotency claims are finished in the same commit as their effect, so that a
-/// `running` claim of theirs found at startup belongs to a request that never completed.
-pub const ATOMIC_IDEMPOTENT_ROUTES: &[&str] = &["/initialize", "/transactions"];
 
 /// Sets the per-connection PRAGMAs every connection to the file needs.
 pub fn configure(conn: &Connection) -> Result<(), rusqlite::Error> {
@@ -548,15 +548,6 @@ impl SqliteStore {
     /// Opens (creating and migrating if needed) the database at `path` and starts its writer.
     pub fn open(path: &Path) -> Result<Arc<SqliteStore>, StoreError> {
         let conn = open_migrated(path)?;
-        // A `running` claim of a route that finishes its claim in the same commit as its
-        // effect belongs to a request that never completed (the process stopped mid-way);
-        // keeping it would answer 409 to every retry for a day.
-        for route in ATOMIC_IDEMPOTENT_ROUTES {
-            conn.execute(
-                "DELETE FROM idempotency_keys WHERE state = 'running' AND route = ?1",
-                [route],
-            )?;
-        }
         let writer = Writer::spawn(conn, path)?;
         Ok(Arc::new(SqliteStore {
             path: path.to_owned(),
@@ -1140,14 +1131,10 @@ fn update(
         now,
     ])?;
     let summary = outbox::summary(conn, id)?;
-    outbox::write_event(
-        conn,
-        &events::changed(
-            events::types::UPDATED,
-            &summary,
-            events::instant("transactions.updated_at", now)?,
-        )?,
-    )?;
+    let at = events::instant("transactions.updated_at", now)?;
+    for kind in emitted(Change::Updated) {
+        outbox::write_event(conn, &events::changed(kind, &summary, at)?)?;
+    }
     Ok(Owned::Done(()))
 }
 
@@ -1167,31 +1154,22 @@ fn pay(
     let (status, currency): (String, String) = conn
         .prepare_cached("SELECT status, currency FROM transactions WHERE id = ?1")?
         .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    if status != TransactionStatus::Pending.as_str() {
-        return Ok(Owned::Done(PayOutcome::NotPayable(format!(
-            "contract status {status} does not allow payment"
-        ))));
-    }
-    let active = read_items(conn, id)?
-        .into_iter()
-        .filter(|item| item.status == ItemStatus::Active)
-        .map(|item| item.total)
-        .collect::<Vec<_>>();
-    if active.is_empty() {
-        return Ok(Owned::Done(PayOutcome::NotPayable(
-            "contract has no active items to pay".to_owned(),
-        )));
-    }
-    let mut paid = Decimal::ZERO;
-    for total in active {
-        paid = paid.checked_add(total).ok_or_else(|| StoreError::Corrupt {
-            column: "items.total",
-            detail: "sum overflows".to_owned(),
-        })?;
-    }
-    // R-1.4: the amount paid is written at the currency's scale.
-    let scale = checkout_engine::money::minor_units(&currency).unwrap_or(2);
-    let paid = checkout_engine::money::round_to_scale(paid, scale);
+    let items = read_items(conn, id)?;
+    let totals = items.iter().map(|item| (item.status, item.total));
+    let paid = match lifecycle::amount_payable(
+        transaction_status(&status)?,
+        &currency,
+        lifecycle::active_totals(totals),
+    ) {
+        Ok(paid) => paid,
+        Err(NotPayable::Overflow) => {
+            return Err(StoreError::Corrupt {
+                column: "items.total",
+                detail: "sum overflows".to_owned(),
+            });
+        }
+        Err(refused) => return Ok(Owned::Done(PayOutcome::NotPayable(refused.message()))),
+    };
     conn.prepare_cached(
         "UPDATE transactions SET status = 'PAID', paid_amount = ?2, paid_at = ?3, payment = ?4, \
          updated_at = ?5 WHERE id = ?1",
@@ -1204,14 +1182,10 @@ fn pay(
         now
     ])?;
     let summary = outbox::summary(conn, id)?;
-    outbox::write_event(
-        conn,
-        &events::changed(
-            events::types::PAID,
-            &summary,
-            events::instant("transactions.updated_at", now)?,
-        )?,
-    )?;
+    let at = events::instant("transactions.updated_at", now)?;
+    for kind in emitted(Change::Paid) {
+        outbox::write_event(conn, &events::changed(kind, &summary, at)?)?;
+    }
     Ok(Owned::Done(PayOutcome::Paid(paid)))
 }
 

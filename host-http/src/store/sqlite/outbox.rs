@@ -2,8 +2,8 @@
 //! writer makes them a total order), deliveries and e-mails claimed under leases like pending
 //! refunds, so that the same workers run on both stores.
 
-use chrono::{DateTime, Utc};
 use checkout_engine::api::CheckoutEmail;
+use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 use rusqlite::{Connection, OptionalExtension, params};
 

@@ -13,9 +13,9 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::fault;
-use crate::gateway::{
-    GatewayOutcome, HttpGateway, HttpGatewayConfig, RefundGateway, RefundRequest, RetryPolicy,
-    send_with_retries,
+use crate::processors::refund::{RetryPolicy, send_with_retries};
+use crate::processors::{
+    GatewayOutcome, HttpGateway, HttpGatewayConfig, RefundGateway, RefundRequest,
 };
 use crate::store::StoreError;
 use crate::store::cancellation::{CancellationStore, CancellationView, Lease, Settlement};
@@ -88,10 +88,10 @@ impl RefundSettings {
 pub enum GatewaySetupError {
     /// The ledger could not open its table.
     #[error("ledger gateway: {0}")]
-    Ledger(#[from] crate::gateway::LedgerError),
+    Ledger(#[from] crate::store::sqlite::ledger::LedgerError),
     /// The http gateway's URL or timeouts are wrong.
     #[error("http gateway: {0}")]
-    Http(#[from] crate::gateway::HttpGatewayConfigError),
+    Http(#[from] crate::processors::HttpGatewayConfigError),
 }
 
 /// Opens the chosen gateway; the ledger lives in the service's database, opened with it.

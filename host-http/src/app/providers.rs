@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use chrono::{DateTime, Utc};
 use checkout_engine::api::{CancellationPolicy, Category};
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::auth::{Scopes, UnknownScope, new_credential};

@@ -1,5 +1,5 @@
-//! The refund gateway seam: where a computed refund leaves the service, with its two
-//! implementations (`ledger`, `http`) and the bounded retry helper used before a refund is left
+//! The refund gateway seam: where a computed refund leaves the service, and the bounded
+//! retry helper used before a refund is left
 //! pending for the recovery task.
 //!
 //! A gateway never fails with an error value: every way a call can end is one of the three
@@ -7,23 +7,10 @@
 //! (`Succeeded`), refused for good (`Declined`), or must be retried later with the same refund id
 //! (`Unknown`).
 
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use rust_decimal::Decimal;
-
-pub mod http;
-pub mod ledger;
-#[cfg(any(test, feature = "test-support"))]
-pub mod testing;
-
-pub use self::http::{HttpGateway, HttpGatewayConfig, HttpGatewayConfigError};
-pub use self::ledger::{LEDGER_MIGRATION, LedgerEntry, LedgerError, LedgerGateway};
-
-/// A boxed future that can cross threads; lets [`RefundGateway`] be used as `dyn` (the host picks
-/// the implementation at start-up from `serve --gateway`).
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// One refund as the gateway sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,7 +13,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Map, Value};
 
-use super::{BoxFuture, GatewayOutcome, RefundGateway, RefundRequest};
+use futures_util::future::BoxFuture;
+
+use crate::processors::{GatewayOutcome, RefundGateway, RefundRequest};
 
 /// Most bytes of a response body that are read; the rest is dropped unread. Enough for any
 /// reason or reference, and no gateway can make the service hold more.
@@ -318,8 +320,8 @@ mod tests {
     use rust_decimal::Decimal;
 
     use super::*;
-    use crate::gateway::testing::{FakeBehavior, FakeGateway, refusing_url};
-    use crate::gateway::{RetryPolicy, send_with_retries};
+    use crate::processors::refund::{RetryPolicy, send_with_retries};
+    use crate::processors::testing::{FakeBehavior, FakeGateway, refusing_url};
 
     fn refund(id: &str) -> RefundRequest {
         RefundRequest {

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{BoxFuture, GatewayOutcome, RefundGateway, RefundRequest};
+use futures_util::future::BoxFuture;
+
+use crate::processors::{GatewayOutcome, RefundGateway, RefundRequest};
 
 /// Schema of the ledger's table. Idempotent (`IF NOT EXISTS`), so the host may list it among its
 /// migrations and the gateway may also apply it when it opens the database on its own.

@@ -52,7 +52,12 @@ mod tests {
     fn one_answer_per_line_in_order() {
         let input = b"{\"checkout\":{\"title\":\"a\",\"currency\":\"EUR\",\"items\":[{\"price\":1}]}}\nnot json\n\n{\"checkout\":{\"title\":\"b\",\"currency\":\"KWD\",\"items\":[{\"price\":1}]}}\n";
         let mut out = Vec::new();
-        pump(&input[..], &mut out, checkout_engine::jsonl::write_quote_line).unwrap();
+        pump(
+            &input[..],
+            &mut out,
+            checkout_engine::jsonl::write_quote_line,
+        )
+        .unwrap();
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
