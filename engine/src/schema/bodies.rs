@@ -217,7 +217,9 @@ fn document_rules(defs: &mut Map<String, Value>, prefix: &str) {
 }
 
 /// Where an OpenAPI document keeps its named schemas: the prefix of a `$ref` to one of them.
-pub(super) const COMPONENTS: &str = "#/components/schemas/";
+/// The schemas of [`component_schemas`] refer to one another under it, so a document places
+/// them at `components/schemas`.
+pub const COMPONENTS: &str = "#/components/schemas/";
 
 /// Points every `$ref` of `value` that names a renamed component at its new name.
 fn rename_refs(value: &mut Value, renamed: &[(String, String)]) {
@@ -284,24 +286,6 @@ pub fn component_schemas() -> Map<String, Value> {
         components.entry(name).or_insert(schema);
     }
     document_rules(&mut components, COMPONENTS);
-    components.insert(
-        "FileUploaded".to_owned(),
-        json!({
-            "type": "object",
-            "description": "201 body of `POST /files` and 200 body of `POST /files/{fileId}/renew`: the stored file, the URL to use as `Attachment.url` (a capability link that needs no credentials) and when that link stops working unless its owner renews it.",
-            "properties": {
-                "fileId": { "type": "string", "format": "uuid" },
-                "url": { "type": "string", "format": "uri" },
-                "token": {
-                    "type": "string",
-                    "pattern": "^[0-9a-f]{64}$",
-                    "description": "The capability token that ends `url`: the `token` of `GET /files/shared/{token}`."
-                },
-                "expiresAt": { "type": "string", "format": "date-time" }
-            },
-            "required": ["fileId", "url", "token", "expiresAt"]
-        }),
-    );
     components.sort_keys();
     components
 }

@@ -3,8 +3,9 @@
 //! more arm in `http::dispatch`.
 //!
 //! The path template of every route is written once, in [`paths`]: the route table answers it
-//! for logs, metrics and idempotency keys, and the links the service hands out are built
-//! from it. A test holds the matcher to the templates, route by route.
+//! for logs, metrics and idempotency keys, the OpenAPI document ([`super::openapi`])
+//! describes the routes under it, and the links the service hands out are built from it. A test
+//! holds the matcher to the templates, route by route.
 
 use hyper::Method;
 

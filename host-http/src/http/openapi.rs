@@ -1,12 +1,33 @@
-//! The OpenAPI 3.1 document of every HTTP route: operations, parameters, responses and the
-//! links between them, around the body schemas of [`super::component_schemas`].
+//! The OpenAPI 3.1 document of every HTTP route, served at `GET /openapi.json` and committed as
+//! `schemas/openapi.json`: operations, parameters, responses and the links between them, each
+//! route under its template of [`super::routes::paths`]. The bodies are the engine's contract:
+//! their schemas come from [`checkout_engine::schema::component_schemas`], and this module adds
+//! the host's own (`FileUploaded`, the multipart forms).
 
+use checkout_engine::api::MAX_EVENT_CURSOR_CHARS;
+use checkout_engine::schema::{COMPONENTS, component_schemas};
+use checkout_engine::text::TEXT_PATTERN;
 use serde_json::{Map, Value, json};
 
-use super::bodies::COMPONENTS;
-use super::component_schemas;
-use crate::api::MAX_EVENT_CURSOR_CHARS;
-use crate::text::TEXT_PATTERN;
+use super::multipart::MAX_TEXT_CHARS;
+use super::routes::paths;
+
+/// Every document of `schemas/`, by file name, in a fixed order: the engine's body schemas, then
+/// this document. `checkout-server schemas` writes each as [`schema_text`]; a test compares them
+/// with the committed files.
+pub fn schema_documents() -> Vec<(&'static str, Value)> {
+    let mut documents = checkout_engine::schema::body_schemas();
+    documents.push(("openapi.json", document()));
+    documents
+}
+
+/// The exact text of a file of `schemas/`: pretty JSON and a line feed, so that the files are
+/// byte-for-byte deterministic.
+pub fn schema_text(document: &Value) -> Result<String, serde_json::Error> {
+    let mut text = serde_json::to_string_pretty(document)?;
+    text.push('\n');
+    Ok(text)
+}
 
 fn schema_ref(name: &str) -> Value {
     json!({ "$ref": format!("{COMPONENTS}{name}") })
@@ -168,7 +189,7 @@ fn multipart_cancel(with_transaction_id: bool, file_required: bool) -> Value {
             name.to_owned(),
             json!({
                 "type": "string",
-                "maxLength": 2000,
+                "maxLength": MAX_TEXT_CHARS,
                 "pattern": TEXT_PATTERN,
                 "description": description
             }),
@@ -211,7 +232,7 @@ fn multipart_cancel(with_transaction_id: bool, file_required: bool) -> Value {
 /// `itemsOrder` (every transaction has it: ), merged into the body the client
 /// makes, so that the walk reaches a real cancellation and its receipt rather than
 /// `item 217 does not exist`.
-fn add_links(paths: &mut Map<String, Value>) {
+fn add_links(path_items: &mut Map<String, Value>) {
     let by_transaction = |operation: &str| {
         json!({
             "operationId": operation,
@@ -282,27 +303,17 @@ fn add_links(paths: &mut Map<String, Value>) {
         }
     });
     let targets = [
-        ("/initialize", "post", "201", from_creation),
-        ("/transactions", "post", "201", from_creation),
-        (
-            "/sandbox/transactions/{transactionId}/pay",
-            "post",
-            "200",
-            &from_payment,
-        ),
-        ("/cancel/{transactionId}", "patch", "200", &to_receipt),
-        (
-            "/cancel/{transactionId}/invoice",
-            "patch",
-            "200",
-            &to_receipt,
-        ),
-        ("/cancel", "patch", "200", &to_receipt),
-        ("/files", "post", "201", &from_upload),
-        ("/files/{fileId}/renew", "post", "200", &from_upload),
+        (paths::INITIALIZE, "post", "201", from_creation),
+        (paths::TRANSACTIONS, "post", "201", from_creation),
+        (paths::SANDBOX_PAY, "post", "200", &from_payment),
+        (paths::CANCEL, "patch", "200", &to_receipt),
+        (paths::CANCEL_INVOICE, "patch", "200", &to_receipt),
+        (paths::CANCEL_FORM, "patch", "200", &to_receipt),
+        (paths::FILE_UPLOAD, "post", "201", &from_upload),
+        (paths::FILE_RENEW, "post", "200", &from_upload),
     ];
     for (path, method, status, links) in targets {
-        if let Some(response) = paths
+        if let Some(response) = path_items
             .get_mut(path)
             .and_then(|p| p.get_mut(method))
             .and_then(|o| o.get_mut("responses"))
@@ -314,7 +325,7 @@ fn add_links(paths: &mut Map<String, Value>) {
 }
 
 /// The OpenAPI 3.1 document of every route of the spec and of the rulings.
-pub fn openapi() -> Value {
+pub fn document() -> Value {
     let cancel_errors: &[u16] = &[400, 401, 403, 404, 409, 413, 415, 422, 500];
     let cancel_ok = || {
         ok_response(
@@ -334,7 +345,7 @@ pub fn openapi() -> Value {
     };
     let operations: Vec<(&str, &str, Operation<'_>)> = vec![
         (
-            "/status",
+            paths::HEALTH,
             "get",
             Operation {
                 id: "healthCheck",
@@ -351,7 +362,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/status/{transactionId}",
+            paths::STATUS,
             "get",
             Operation {
                 id: "getTransactionStatus",
@@ -363,12 +374,12 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/initialize",
+            paths::INITIALIZE,
             "post",
             create("initializeTransaction", "Creates a transaction."),
         ),
         (
-            "/transactions",
+            paths::TRANSACTIONS,
             "post",
             create(
                 "createTransaction",
@@ -376,7 +387,7 @@ pub fn openapi() -> Value {
             ),
         ),
         (
-            "/{transactionId}",
+            paths::UPDATE,
             "put",
             Operation {
                 id: "updateTransaction",
@@ -393,7 +404,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/cancel/{transactionId}",
+            paths::CANCEL,
             "patch",
             Operation {
                 id: "cancelItems",
@@ -405,7 +416,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/cancel/{transactionId}/invoice",
+            paths::CANCEL_INVOICE,
             "patch",
             Operation {
                 id: "cancelItemsWithInvoice",
@@ -417,7 +428,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/cancel",
+            paths::CANCEL_FORM,
             "patch",
             Operation {
                 id: "cancelItemsByForm",
@@ -429,7 +440,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/cancel/{transactionId}/quote",
+            paths::CANCEL_QUOTE,
             "post",
             Operation {
                 id: "previewRefund",
@@ -446,7 +457,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/quote",
+            paths::QUOTE,
             "post",
             Operation {
                 id: "quoteCheckout",
@@ -458,7 +469,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/openapi.json",
+            paths::OPEN_API,
             "get",
             Operation {
                 id: "getOpenApi",
@@ -475,7 +486,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/sandbox/transactions/{transactionId}/pay",
+            paths::SANDBOX_PAY,
             "post",
             Operation {
                 id: "sandboxPay",
@@ -492,7 +503,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/files",
+            paths::FILE_UPLOAD,
             "post",
             Operation {
                 id: "uploadFile",
@@ -525,7 +536,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/files/{fileId}",
+            paths::FILE,
             "get",
             Operation {
                 id: "getFile",
@@ -551,7 +562,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/events",
+            paths::EVENTS,
             "get",
             Operation {
                 id: "listEvents",
@@ -563,7 +574,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/files/{fileId}",
+            paths::FILE,
             "delete",
             Operation {
                 id: "deleteFile",
@@ -575,7 +586,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/files/{fileId}/renew",
+            paths::FILE_RENEW,
             "post",
             Operation {
                 id: "renewFileLink",
@@ -592,7 +603,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/receipts/{receiptNumber}",
+            paths::RECEIPT,
             "get",
             Operation {
                 id: "getReceipt",
@@ -610,9 +621,9 @@ pub fn openapi() -> Value {
         ),
     ];
 
-    let mut paths = Map::new();
+    let mut path_items = Map::new();
     for (path, method, operation) in operations {
-        let entry = paths
+        let entry = path_items
             .entry(path.to_owned())
             .or_insert_with(|| Value::Object(Map::new()));
         if let Value::Object(methods) = entry {
@@ -620,11 +631,11 @@ pub fn openapi() -> Value {
         }
     }
 
-    add_links(&mut paths);
+    add_links(&mut path_items);
 
     // The capability link of a shared file: no credentials, the token is the permission.
-    paths.insert(
-        "/files/shared/{token}".to_owned(),
+    path_items.insert(
+        paths::SHARED_FILE.to_owned(),
         json!({
             "get": {
                 "operationId": "getSharedFile",
@@ -680,7 +691,7 @@ pub fn openapi() -> Value {
         },
         "servers": [{ "url": "/" }],
         "security": [{ "basicAuth": [] }],
-        "paths": paths,
+        "paths": path_items,
         "components": {
             "securitySchemes": {
                 "basicAuth": {
@@ -759,7 +770,34 @@ pub fn openapi() -> Value {
                 "UnprocessableEntity": error_body("The Idempotency-Key was used with another route or body (R-9.1)."),
                 "InternalServerError": error_body("Internal or store failure (R-4.8).")
             },
-            "schemas": component_schemas()
+            "schemas": schemas()
         }
+    })
+}
+
+/// `components/schemas`: the engine's bodies and the host's own, by name.
+fn schemas() -> Map<String, Value> {
+    let mut schemas = component_schemas();
+    schemas.insert("FileUploaded".to_owned(), file_uploaded());
+    schemas.sort_keys();
+    schemas
+}
+
+/// The body of [`super::files::Uploaded`].
+fn file_uploaded() -> Value {
+    json!({
+        "type": "object",
+        "description": "201 body of `POST /files` and 200 body of `POST /files/{fileId}/renew`: the stored file, the URL to use as `Attachment.url` (a capability link that needs no credentials) and when that link stops working unless its owner renews it.",
+        "properties": {
+            "fileId": { "type": "string", "format": "uuid" },
+            "url": { "type": "string", "format": "uri" },
+            "token": {
+                "type": "string",
+                "pattern": "^[0-9a-f]{64}$",
+                "description": "The capability token that ends `url`: the `token` of `GET /files/shared/{token}`."
+            },
+            "expiresAt": { "type": "string", "format": "date-time" }
+        },
+        "required": ["fileId", "url", "token", "expiresAt"]
     })
 }
