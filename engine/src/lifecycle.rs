@@ -211,6 +211,26 @@ pub mod events {
         RefundUnknown,
     }
 
+    /// Kinds of e-mail to the checkout's recipients.
+    pub mod mails {
+        /// The contract e-mail, sent at creation.
+        pub const CONTRACT: &str = "CONTRACT";
+        /// A cancellation receipt.
+        pub const RECEIPT: &str = "RECEIPT";
+    }
+
+    /// The e-mail an event sends to the checkout's recipients, if it has any: the contract
+    /// with `transaction.created`, a receipt with `cancellation.succeeded`; no other event
+    /// writes to the customer.
+    pub fn mail_of(event_type: &str, has_recipients: bool) -> Option<&'static str> {
+        match event_type {
+            _ if !has_recipients => None,
+            CREATED => Some(mails::CONTRACT),
+            CANCELLATION_SUCCEEDED => Some(mails::RECEIPT),
+            _ => None,
+        }
+    }
+
     /// The events a change emits, in the order they are written (and delivered).
     pub fn emitted(change: Change) -> &'static [&'static str] {
         match change {
@@ -395,5 +415,24 @@ mod tests {
         );
         assert_eq!(emitted(Change::RefundUnknown), [REFUND_PENDING]);
         assert_eq!(emitted(Change::Paid), [PAID]);
+    }
+
+    #[test]
+    fn only_creation_and_a_successful_cancellation_write_to_the_customer_r_8_4() {
+        use events::*;
+        assert_eq!(mail_of(CREATED, true), Some(mails::CONTRACT));
+        assert_eq!(mail_of(CANCELLATION_SUCCEEDED, true), Some(mails::RECEIPT));
+        assert_eq!(mail_of(CREATED, false), None);
+        assert_eq!(mail_of(CANCELLATION_SUCCEEDED, false), None);
+        for quiet in [
+            UPDATED,
+            PAID,
+            PAYMENT_FAILED,
+            CANCELLATION_FAILED,
+            REFUND_PENDING,
+            REFUND_COMPLETED,
+        ] {
+            assert_eq!(mail_of(quiet, true), None, "{quiet}");
+        }
     }
 }

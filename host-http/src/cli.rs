@@ -16,11 +16,38 @@ use crate::auth::Scopes;
 use crate::store::{Db, PoolSettings};
 use crate::{App, Config};
 
+/// A listen address as a person types it: `127.0.0.1:8080`, `[::1]:8080` or `localhost:8080`
+/// (a host name is resolved, and the first address it names is used).
+pub fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(address) = text.parse::<SocketAddr>() {
+        return Ok(address);
+    }
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err(format!(
+            "`{text}` is not HOST:PORT (for example 127.0.0.1:8080 or localhost:8080)"
+        ));
+    };
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(format!(
+            "`{text}` is not HOST:PORT with a port from 0 to 65535 (for example localhost:8080)"
+        ));
+    }
+    match text.to_socket_addrs() {
+        Ok(mut addresses) => addresses
+            .next()
+            .ok_or_else(|| format!("`{host}` names no address")),
+        Err(error) => Err(format!("cannot resolve `{host}`: {error}")),
+    }
+}
+
 /// `checkout-server serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// Address to listen on.
-    #[arg(long, env = "CHECKOUT_LISTEN", default_value = "127.0.0.1:8080")]
+    /// Address to listen on: `HOST:PORT`, where HOST is an IP address or a name such as
+    /// `localhost` (resolved at start; the first address it names is used).
+    #[arg(long, env = "CHECKOUT_LISTEN", default_value = "127.0.0.1:8080",
+          value_parser = listen_address)]
     pub listen: SocketAddr,
     /// Database: an SQLite file path or `sqlite:` URL (created on first start), or a
     /// `postgres://` / `postgresql://` URL (several instances may share it).
@@ -106,7 +133,7 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub smtp_concurrency: u32,
     /// Address of the metrics listener (GET /metrics, no credentials); default: none.
-    #[arg(long, env = "CHECKOUT_METRICS_LISTEN")]
+    #[arg(long, env = "CHECKOUT_METRICS_LISTEN", value_parser = listen_address)]
     pub metrics_listen: Option<SocketAddr>,
     /// How long a payment link works after its transaction is created, in seconds.
     #[arg(long, env = "CHECKOUT_PAYMENT_LINK_TTL_SECS",
@@ -552,4 +579,28 @@ pub fn provider(command: ProviderCommand) -> ExitCode {
         )),
     })();
     outcome.unwrap_or_else(|error| fail(&error))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listen_address_may_name_its_host() {
+        assert_eq!(
+            listen_address("127.0.0.1:8080"),
+            Ok("127.0.0.1:8080".parse().expect("address"))
+        );
+        assert_eq!(
+            listen_address("[::1]:0"),
+            Ok("[::1]:0".parse().expect("address"))
+        );
+        let local = listen_address("localhost:8080").expect("localhost resolves");
+        assert!(local.ip().is_loopback(), "{local}");
+        assert_eq!(local.port(), 8080);
+        for wrong in ["localhost", "localhost:http", ":8080", "localhost:70000"] {
+            let refused = listen_address(wrong).expect_err(wrong);
+            assert!(refused.contains("HOST:PORT"), "{wrong}: {refused}");
+        }
+    }
 }

@@ -29,9 +29,9 @@ impl Drop for Demo {
     }
 }
 
-fn start_demo(db: &Path, addr: SocketAddr) -> Demo {
+fn start_demo(db: &Path, listen: &str) -> Demo {
     let mut child = checkout_server()
-        .args(["serve", "--demo", "--listen", &addr.to_string(), "--db"])
+        .args(["serve", "--demo", "--listen", listen, "--db"])
         .arg(db)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -119,12 +119,12 @@ fn each_demo_start_revokes_the_credentials_printed_before() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("demo.db");
     let addr = free_port();
-    let first = start_demo(&db, addr);
+    let first = start_demo(&db, &addr.to_string());
     assert_eq!(status_code(addr, &first.auth), 200);
     let first_auth = first.auth.clone();
     drop(first);
 
-    let second = start_demo(&db, addr);
+    let second = start_demo(&db, &addr.to_string());
     assert_ne!(second.auth, first_auth);
     assert_eq!(
         status_code(addr, &second.auth),
@@ -412,7 +412,7 @@ fn curl_request(words: &[String], addr: SocketAddr) -> CurlRequest {
 fn the_demo_banners_commands_work_as_printed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let addr = free_port();
-    let demo = start_demo(&dir.path().join("checkout.db"), addr);
+    let demo = start_demo(&dir.path().join("checkout.db"), &addr.to_string());
     let commands: Vec<_> = demo
         .banner
         .lines()
@@ -691,4 +691,28 @@ fn the_version_line_names_the_compiled_in_tz_database_r_6_7() {
             chrono_tz::IANA_TZDB_VERSION
         )
     );
+}
+
+/// `--listen localhost:PORT`, as a newcomer types it: the name is resolved and the server
+/// answers on the address it names.
+#[test]
+fn a_listen_address_may_be_a_host_name() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let port = free_port().port();
+    let demo = start_demo(
+        &dir.path().join("checkout.db"),
+        &format!("localhost:{port}"),
+    );
+    let listening = demo
+        .banner
+        .lines()
+        .find_map(|line| line.split("listening on http://").nth(1))
+        .unwrap_or_else(|| panic!("no listening line in the banner:\n{}", demo.banner));
+    let addr: SocketAddr = listening
+        .trim()
+        .parse()
+        .expect("the banner names an address");
+    assert!(addr.ip().is_loopback(), "{addr}");
+    assert_eq!(addr.port(), port);
+    assert_eq!(status_code(addr, &demo.auth), 200);
 }

@@ -1,5 +1,5 @@
 //! Store conformance: every case is written once, against the `Store` and `CancellationStore`
-//! traits and the ledger gateway of an [`Opened`] database, and runs on both implementations:
+//! traits and the ledger gateway of an opened database ([`Stores`]), and runs on both implementations:
 //! `<case>::sqlite` on a fresh SQLite file, `<case>::postgres` on a fresh PostgreSQL database
 //! (skipped, with a line on stderr, when `CHECKOUT_TEST_PG_URL` is unset).
 //!
@@ -15,8 +15,10 @@ use checkout_engine::api::{
     ItemStatus, PaymentInfo, Period, TransactionStatus, UpdateTransaction,
 };
 use chrono::{DateTime, Duration, TimeZone, Utc};
+use host_http::app::idempotency::release_orphan_claims;
 use host_http::app::providers::{self, NewProvider};
 use host_http::auth::{Scopes, hash_secret};
+use host_http::http::routes::IDEMPOTENT_ROUTES;
 use host_http::processors::{GatewayOutcome, RefundRequest};
 use host_http::store::cancellation::{
     CancellationView, Lease, NewCancellation, NewFile, Reserved, Settlement, outcome, result_of,
@@ -24,7 +26,7 @@ use host_http::store::cancellation::{
 use host_http::store::postgres::testing::TestDatabase;
 use host_http::store::{
     self, Claim, Db, IdempotencyKey, IdempotencyState, IdempotentResponse, NewItem, NewTransaction,
-    Opened, Owned, PayOutcome, PaymentDetails, PaymentLink, PoolSettings, StoreError,
+    OwnerChecked, PayOutcome, PaymentDetails, PaymentLink, PoolSettings, StoreError, Stores,
     format_instant,
 };
 use rust_decimal::Decimal;
@@ -45,7 +47,7 @@ enum Keep {
 /// A fresh, opened database of one store.
 #[derive(Debug)]
 struct Env {
-    opened: Opened,
+    opened: Stores,
     db: Db,
     _keep: Keep,
 }
@@ -85,7 +87,7 @@ impl Env {
 }
 
 /// `conformance!(case);` makes `mod case { sqlite(), postgres() }`, each running the async fn
-/// `case(&Opened, &Db)` on a fresh database of that store.
+/// `case(&Stores, &Db)` on a fresh database of that store.
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {$(
         mod $case {
@@ -128,6 +130,7 @@ conformance!(
     claim_pending_takes_only_expired_leases_r_4_8,
     renew_lease_only_for_the_holder_of_a_pending_refund_r_4_8,
     release_orphan_claims_keeps_carried_recent_and_other_routes_r_9_1,
+    orphan_claims_at_start_up_are_all_running_alone_and_old_ones_shared_r_9_1,
     files_store_read_and_share_r_4_6,
     shared_file_links_renew_and_delete_but_invoices_stay,
     receipt_is_scoped_to_its_provider_r_7_4_r_10_2,
@@ -243,7 +246,7 @@ fn transaction(provider_id: &str, currency: &str, totals: &[&str]) -> NewTransac
 /// A payment page of the first form is found by its token's hash only; its expiry is read back with the
 /// transaction; failed attempts count per transaction within a window; a service key is made
 /// once and then read back by every caller, whatever it proposes.
-async fn payment_links_failures_and_service_keys(opened: &Opened, db: &Db) {
+async fn payment_links_failures_and_service_keys(opened: &Stores, db: &Db) {
     let provider = provider(db, "pages");
     let id = create(opened, &provider.provider_id, &["10.00"]).await;
     let other = create(opened, &provider.provider_id, &["20.00"]).await;
@@ -306,7 +309,7 @@ async fn payment_links_failures_and_service_keys(opened: &Opened, db: &Db) {
 /// Every change writes its event in its own commit, in the order of the changes; deliveries
 /// fan out to the provider's endpoints by type and are claimed one per endpoint and transaction
 /// at a time, oldest first, under a lease; e-mails go with creation (recipients) and receipts.
-async fn outbox_events_deliveries_and_mails_in_order(opened: &Opened, db: &Db) {
+async fn outbox_events_deliveries_and_mails_in_order(opened: &Stores, db: &Db) {
     use host_http::store::outbox::{Attempt, types};
     let acme = provider(db, "acme");
     let other = provider(db, "other");
@@ -623,7 +626,7 @@ async fn outbox_events_deliveries_and_mails_in_order(opened: &Opened, db: &Db) {
 /// instance (lease owner): an endpoint that does not answer holds that many attempts, and the
 /// due deliveries of other endpoints are claimed past its backlog. A finished attempt or a lease
 /// that ran out frees its place.
-async fn outbox_claims_bound_each_endpoint_over_every_instance(opened: &Opened, db: &Db) {
+async fn outbox_claims_bound_each_endpoint_over_every_instance(opened: &Stores, db: &Db) {
     use host_http::store::outbox::Attempt;
     let acme = provider(db, "acme");
     let other = provider(db, "other");
@@ -733,7 +736,7 @@ async fn outbox_claims_bound_each_endpoint_over_every_instance(opened: &Opened, 
 
 /// After a rotation, the previous secret signs beside the new one for 24 hours (two `v1,`
 /// signatures), and from then on only the new one does.
-async fn outbox_rotated_secret_signs_for_24_hours_only(opened: &Opened, db: &Db) {
+async fn outbox_rotated_secret_signs_for_24_hours_only(opened: &Stores, db: &Db) {
     use host_http::store::outbox::Attempt;
     let acme = provider(db, "acme");
     let hook = providers::set_webhook(
@@ -791,7 +794,7 @@ async fn outbox_rotated_secret_signs_for_24_hours_only(opened: &Opened, db: &Db)
 
 /// The backlog figures of the metrics: refunds pending at the gateway, deliveries queued, and
 /// the age of the oldest queued entry at the instant asked for.
-async fn outbox_stats_count_pending_refunds_and_age_the_oldest_entry(opened: &Opened, db: &Db) {
+async fn outbox_stats_count_pending_refunds_and_age_the_oldest_entry(opened: &Stores, db: &Db) {
     use host_http::store::outbox::Attempt;
     let acme = provider(db, "acme");
     providers::set_webhook(
@@ -866,7 +869,7 @@ async fn execute_sql(db: &Db, sqlite: &str, postgres: &str) {
 /// A statement of the outbox that fails after the event row was written rolls the whole
 /// change back: neither the change nor its event, delivery or e-mail remains; once it works
 /// again, the change is written with exactly its events.
-async fn outbox_a_change_that_rolls_back_leaves_no_event(opened: &Opened, db: &Db) {
+async fn outbox_a_change_that_rolls_back_leaves_no_event(opened: &Stores, db: &Db) {
     let acme = provider(db, "acme");
     providers::set_webhook(
         db,
@@ -984,7 +987,7 @@ async fn outbox_a_change_that_rolls_back_leaves_no_event(opened: &Opened, db: &D
     assert_eq!((stats.deliveries_queued, stats.mails_queued), (3, 1));
 }
 
-async fn paid_again(opened: &Opened, provider_id: &str, id: &str) {
+async fn paid_again(opened: &Stores, provider_id: &str, id: &str) {
     let outcome = opened
         .store
         .record_payment(
@@ -997,7 +1000,7 @@ async fn paid_again(opened: &Opened, provider_id: &str, id: &str) {
         .await
         .expect("payment recorded");
     assert!(
-        matches!(outcome, Owned::Done(PayOutcome::Paid(_))),
+        matches!(outcome, OwnerChecked::Done(PayOutcome::Paid(_))),
         "{outcome:?}"
     );
 }
@@ -1109,7 +1112,7 @@ async fn insert_event(
 }
 
 /// Creates an unpaid EUR transaction; returns its id.
-async fn create(opened: &Opened, provider_id: &str, totals: &[&str]) -> String {
+async fn create(opened: &Stores, provider_id: &str, totals: &[&str]) -> String {
     let new = transaction(provider_id, "EUR", totals);
     let id = new.id.clone();
     opened
@@ -1131,7 +1134,7 @@ fn payment_details() -> PaymentDetails {
 }
 
 /// Creates and pays an EUR transaction; returns its id.
-async fn paid(opened: &Opened, provider_id: &str, totals: &[&str]) -> String {
+async fn paid(opened: &Stores, provider_id: &str, totals: &[&str]) -> String {
     let id = create(opened, provider_id, totals).await;
     let outcome = opened
         .store
@@ -1145,7 +1148,7 @@ async fn paid(opened: &Opened, provider_id: &str, totals: &[&str]) -> String {
         .await
         .expect("payment recorded");
     assert!(
-        matches!(outcome, Owned::Done(PayOutcome::Paid(_))),
+        matches!(outcome, OwnerChecked::Done(PayOutcome::Paid(_))),
         "{outcome:?}"
     );
     id
@@ -1212,15 +1215,15 @@ fn paid_cancellation(
     )
 }
 
-async fn reserve(opened: &Opened, c: NewCancellation) -> Reserved {
+async fn reserve(opened: &Stores, c: NewCancellation) -> Reserved {
     match opened.cancellations.reserve(c).await.expect("reserve") {
-        Owned::Done(reserved) => reserved,
+        OwnerChecked::Done(reserved) => reserved,
         other => panic!("expected the owner's transaction, got {other:?}"),
     }
 }
 
 /// Reserves and expects a pending refund.
-async fn reserve_pending(opened: &Opened, c: NewCancellation) -> CancellationView {
+async fn reserve_pending(opened: &Stores, c: NewCancellation) -> CancellationView {
     match reserve(opened, c).await {
         Reserved::Pending(view) => view,
         other => panic!("expected a pending refund, got {other:?}"),
@@ -1228,7 +1231,7 @@ async fn reserve_pending(opened: &Opened, c: NewCancellation) -> CancellationVie
 }
 
 async fn settle(
-    opened: &Opened,
+    opened: &Stores,
     refund_id: &str,
     settlement: Settlement,
     now: DateTime<Utc>,
@@ -1247,7 +1250,7 @@ fn succeeded(reference: &str) -> Settlement {
     }
 }
 
-async fn record(opened: &Opened, id: &str) -> store::TransactionRecord {
+async fn record(opened: &Stores, id: &str) -> store::TransactionRecord {
     opened
         .store
         .transaction(id.to_owned())
@@ -1285,7 +1288,7 @@ fn day_before(now: DateTime<Utc>) -> DateTime<Utc> {
     now - Duration::hours(24)
 }
 
-async fn claim(opened: &Opened, k: &IdempotencyKey, now: DateTime<Utc>) -> Claim {
+async fn claim(opened: &Stores, k: &IdempotencyKey, now: DateTime<Utc>) -> Claim {
     opened
         .store
         .claim_idempotency(k.clone(), now, day_before(now), stale_before(now))
@@ -1293,7 +1296,7 @@ async fn claim(opened: &Opened, k: &IdempotencyKey, now: DateTime<Utc>) -> Claim
         .expect("claim")
 }
 
-async fn key_state(opened: &Opened, k: &IdempotencyKey) -> Option<IdempotencyState> {
+async fn key_state(opened: &Stores, k: &IdempotencyKey) -> Option<IdempotencyState> {
     opened
         .store
         .idempotency(k.provider_id.clone(), k.key.clone(), at(-3600))
@@ -1312,7 +1315,7 @@ fn ids(views: &[CancellationView]) -> Vec<String> {
 
 /// an active credential is found with the hash of its secret and its scopes; a revoked
 /// one and an unknown one are not.
-async fn credential_active_revoked_unknown_r_7_1(opened: &Opened, db: &Db) {
+async fn credential_active_revoked_unknown_r_7_1(opened: &Stores, db: &Db) {
     let acme = provider(db, "acme");
     let row = opened
         .store
@@ -1360,7 +1363,7 @@ async fn credential_active_revoked_unknown_r_7_1(opened: &Opened, db: &Db) {
 /// settings, made by the `provider` commands on the database — and not with anything else
 /// (creates, payments, settled cancellations bumping the receipt counter).
 async fn access_epoch_moves_with_credentials_and_settings_only_r_7_1_r_5_1(
-    opened: &Opened,
+    opened: &Stores,
     db: &Db,
 ) {
     let epoch = || async { opened.store.access_epoch().await.expect("epoch read") };
@@ -1425,7 +1428,7 @@ async fn access_epoch_moves_with_credentials_and_settings_only_r_7_1_r_5_1(
 /// receipt — and is read in the same snapshot as the record; renewing a refund's lease shows
 /// nothing and leaves it.
 async fn transaction_version_moves_with_what_the_status_record_shows_r_10(
-    opened: &Opened,
+    opened: &Stores,
     db: &Db,
 ) {
     let acme = provider(db, "acme");
@@ -1528,7 +1531,7 @@ async fn transaction_version_moves_with_what_the_status_record_shows_r_10(
 }
 
 /// a provider is read with its zone and (absent) policies; an unknown one is not.
-async fn provider_reads_its_configuration_r_5_1_r_6_1(opened: &Opened, db: &Db) {
+async fn provider_reads_its_configuration_r_5_1_r_6_1(opened: &Stores, db: &Db) {
     let acme = provider_in(db, "acme", "Europe/Berlin");
     let row = opened
         .store
@@ -1571,7 +1574,7 @@ fn is_reference(text: &str) -> bool {
 
 /// a new transaction is stored as given, with a fresh unique reference, its
 /// items numbered from 1, amounts with the scale they were written with ("100.50", "0.00").
-async fn create_transaction_keeps_items_and_amount_scales_r_1_4_r_3_2(opened: &Opened, db: &Db) {
+async fn create_transaction_keeps_items_and_amount_scales_r_1_4_r_3_2(opened: &Stores, db: &Db) {
     let acme = provider(db, "acme");
     let mut new = transaction(&acme.provider_id, "EUR", &["100.50", "0.00"]);
     assert_eq!(new.total.to_string(), "100.50");
@@ -1668,7 +1671,7 @@ async fn create_transaction_keeps_items_and_amount_scales_r_1_4_r_3_2(opened: &O
 
 /// the response of a creation's key is stored in the commit that creates the
 /// transaction, so a repeat replays it.
-async fn create_transaction_finishes_its_key_in_the_same_commit_r_9_1(opened: &Opened, db: &Db) {
+async fn create_transaction_finishes_its_key_in_the_same_commit_r_9_1(opened: &Stores, db: &Db) {
     let acme = provider(db, "acme");
     let k = key(&acme.provider_id, "create-1", "/transactions", "{body}");
     assert_eq!(claim(opened, &k, t0()).await, Claim::Claimed);
@@ -1727,7 +1730,7 @@ async fn create_transaction_finishes_its_key_in_the_same_commit_r_9_1(opened: &O
 }
 
 /// the owner of a transaction, and nothing for an unknown one.
-async fn transaction_owner_and_missing_transactions_r_7_4(opened: &Opened, db: &Db) {
+async fn transaction_owner_and_missing_transactions_r_7_4(opened: &Stores, db: &Db) {
     let acme = provider(db, "acme");
     let globex = provider(db, "globex");
     let mine = create(opened, &acme.provider_id, &["5.00"]).await;
@@ -1755,7 +1758,7 @@ async fn transaction_owner_and_missing_transactions_r_7_4(opened: &Opened, db: &
 /// an update names its transaction on behalf of a provider: unknown → NotFound,
 /// another's → OtherProvider and nothing changes; the owner's replaces the given fields only.
 async fn update_transaction_checks_ownership_and_keeps_absent_fields_r_7_4_r_8_6(
-    opened: &Opened,
+    opened: &Stores,
     db: &Db,
 ) {
     let acme = provider(db, "acme");
@@ -1777,13 +1780,13 @@ async fn update_transaction_checks_ownership_and_keeps_absent_fields_r_7_4_r_8_6
     };
     assert_eq!(
         update(new_id(), &acme.provider_id).await.expect("update"),
-        Owned::NotFound
+        OwnerChecked::NotFound
     );
     assert_eq!(
         update(id.clone(), &globex.provider_id)
             .await
             .expect("update"),
-        Owned::OtherProvider
+        OwnerChecked::OtherProvider
     );
     let untouched = record(opened, &id).await;
     assert_eq!(untouched.title, "conformance");
@@ -1791,7 +1794,7 @@ async fn update_transaction_checks_ownership_and_keeps_absent_fields_r_7_4_r_8_6
 
     assert_eq!(
         update(id.clone(), &acme.provider_id).await.expect("update"),
-        Owned::Done(())
+        OwnerChecked::Done(())
     );
     let updated = record(opened, &id).await;
     assert_eq!(updated.title, "renamed");
@@ -1811,7 +1814,7 @@ async fn update_transaction_checks_ownership_and_keeps_absent_fields_r_7_4_r_8_6
 /// a payment moves PENDING → PAID with the sum of the active items at the
 /// currency's scale, once; ownership first.
 async fn record_payment_pays_active_items_at_currency_scale_once_r_3_3_r_3_6(
-    opened: &Opened,
+    opened: &Stores,
     db: &Db,
 ) {
     let acme = provider(db, "acme");
@@ -1824,16 +1827,16 @@ async fn record_payment_pays_active_items_at_currency_scale_once_r_3_3_r_3_6(
     };
     assert_eq!(
         pay(new_id(), &acme.provider_id).await.expect("pay"),
-        Owned::NotFound
+        OwnerChecked::NotFound
     );
     assert_eq!(
         pay(id.clone(), &globex.provider_id).await.expect("pay"),
-        Owned::OtherProvider
+        OwnerChecked::OtherProvider
     );
     assert_eq!(record(opened, &id).await.status, TransactionStatus::Pending);
 
     let outcome = pay(id.clone(), &acme.provider_id).await.expect("pay");
-    let Owned::Done(PayOutcome::Paid(amount)) = outcome else {
+    let OwnerChecked::Done(PayOutcome::Paid(amount)) = outcome else {
         panic!("expected Paid, got {outcome:?}");
     };
     assert_eq!(amount.to_string(), "120.50", "at the currency's scale");
@@ -1852,7 +1855,7 @@ async fn record_payment_pays_active_items_at_currency_scale_once_r_3_3_r_3_6(
 
     assert_eq!(
         pay(id.clone(), &acme.provider_id).await.expect("pay"),
-        Owned::Done(PayOutcome::NotPayable(
+        OwnerChecked::Done(PayOutcome::NotPayable(
             "contract status PAID does not allow payment".to_owned()
         ))
     );
@@ -1875,7 +1878,7 @@ async fn record_payment_pays_active_items_at_currency_scale_once_r_3_3_r_3_6(
         .await
         .expect("created");
     let outcome = pay(kwd_id, &acme.provider_id).await.expect("pay");
-    let Owned::Done(PayOutcome::Paid(amount)) = outcome else {
+    let OwnerChecked::Done(PayOutcome::Paid(amount)) = outcome else {
         panic!("expected Paid, got {outcome:?}");
     };
     assert_eq!(amount.to_string(), "3.500");
@@ -1887,7 +1890,7 @@ async fn record_payment_pays_active_items_at_currency_scale_once_r_3_3_r_3_6(
 
 /// a key is claimed once per provider while running; released, it may be claimed again;
 /// expired, it is replaced; pruning deletes keys made before the cut-off.
-async fn idempotency_claim_release_expiry_and_prune_r_9_1(opened: &Opened, db: &Db) {
+async fn idempotency_claim_release_expiry_and_prune_r_9_1(opened: &Stores, db: &Db) {
     let acme = provider(db, "acme");
     let globex = provider(db, "globex");
     let k = key(
@@ -2000,7 +2003,7 @@ async fn idempotency_claim_release_expiry_and_prune_r_9_1(opened: &Opened, db: &
 /// refund; a success cancels them, moves the status, numbers the receipt per provider and
 /// finishes the request's key with the 200 body, in one step; settling again changes nothing.
 async fn reserve_then_settle_succeeded_makes_receipts_and_moves_status_r_4_8_r_10_2(
-    opened: &Opened,
+    opened: &Stores,
     db: &Db,
 ) {
     let acme = provider(db, "acme");
@@ -2192,7 +2195,7 @@ async fn reserve_then_settle_succeeded_makes_receipts_and_moves_status_r_4_8_r_1
 
 /// a decline ends FAILED with its reason; the items are ACTIVE again, status and amounts
 /// stay, no receipt number is used; the items may be cancelled again.
-async fn settle_declined_fails_and_releases_items_r_4_8(opened: &Opened, db: &Db) {
+async fn settle_declined_fails_and_releases_items_r_4_8(opened: &Stores, db: &Db) {
     let acme = provider(db, "acme");
     let id = paid(opened, &acme.provider_id, &["70.00", "30.00"]).await;
     let k = key(&acme.provider_id, "cancel-d", CANCEL_ROUTE, "{}");
@@ -2287,7 +2290,7 @@ async fn settle_declined_fails_and_releases_items_r_4_8(opened: &Opened, db: &Db
 /// on an unpaid transaction the items are voided at once (refund 0, no
 /// pending refund); PENDING stays PENDING until the last item, then CANCELLED; a payment after a
 /// void pays the remaining items only.
-async fn reserve_voids_unpaid_items_without_refund_r_4_4_r_3_3(opened: &Opened, db: &Db) {
+async fn reserve_voids_unpaid_items_without_refund_r_4_4_r_3_3(opened: &Stores, db: &Db) {
     let acme = provider(db, "acme");
     let id = create(opened, &acme.provider_id, &["30.00", "12.5", "7.25"]).await;
 
@@ -2359,7 +2362,7 @@ async fn reserve_voids_unpaid_items_without_refund_r_4_4_r_3_3(opened: &Opened, 
         .expect("pay");
     assert_eq!(
         outcome,
-        Owned::Done(PayOutcome::Paid(dec("7.25"))),
+        OwnerChecked::Done(PayOutcome::Paid(dec("7.25"))),
         "the amount paid is the sum of the active items"
     );
 
@@ -2396,7 +2399,7 @@ async fn reserve_voids_unpaid_items_without_refund_r_4_4_r_3_3(opened: &Opened, 
             )
             .await
             .expect("pay"),
-        Owned::Done(PayOutcome::NotPayable(
+        OwnerChecked::Done(PayOutcome::NotPayable(
             "contract status CANCELLED does not allow payment".to_owned()
         ))
     );
@@ -2407,7 +2410,7 @@ async fn reserve_voids_unpaid_items_without_refund_r_4_4_r_3_3(opened: &Opened, 
 /// is left of the amount paid, a payment in between, a CANCELLED transaction; and answers
 /// NotFound / OtherProvider for a transaction that is not the provider's. A refused request's
 /// running key is dropped.
-async fn reserve_refuses_what_changed_underneath_r_3_4_r_4_1_r_4_5_r_7_4(opened: &Opened, db: &Db) {
+async fn reserve_refuses_what_changed_underneath_r_3_4_r_4_1_r_4_5_r_7_4(opened: &Stores, db: &Db) {
     let acme = provider(db, "acme");
     let globex = provider(db, "globex");
     let id = paid(opened, &acme.provider_id, &["60.00", "40.00"]).await;
@@ -2419,7 +2422,7 @@ async fn reserve_refuses_what_changed_underneath_r_3_4_r_4_1_r_4_5_r_7_4(opened:
             .reserve(unknown)
             .await
             .expect("reserve"),
-        Owned::NotFound
+        OwnerChecked::NotFound
     );
     let foreign = paid_cancellation(&globex.provider_id, &id, vec![line(1, "60.00", "60.00")]);
     assert_eq!(
@@ -2428,7 +2431,7 @@ async fn reserve_refuses_what_changed_underneath_r_3_4_r_4_1_r_4_5_r_7_4(opened:
             .reserve(foreign)
             .await
             .expect("reserve"),
-        Owned::OtherProvider
+        OwnerChecked::OtherProvider
     );
 
     let first = reserve_pending(
@@ -2549,7 +2552,7 @@ async fn reserve_refuses_what_changed_underneath_r_3_4_r_4_1_r_4_5_r_7_4(opened:
 }
 
 /// every refund still PENDING is listed, oldest first; settled ones are not.
-async fn pending_refunds_are_listed_oldest_first_r_4_8(opened: &Opened, db: &Db) {
+async fn pending_refunds_are_listed_oldest_first_r_4_8(opened: &Stores, db: &Db) {
     let acme = provider(db, "acme");
     let mut expected = Vec::new();
     // Recorded out of order: listed by request instant.
@@ -2601,7 +2604,7 @@ async fn pending_refunds_are_listed_oldest_first_r_4_8(opened: &Opened, db: &Db)
 
 /// Three pending refunds of one provider, requested at 0 s, 2 s and 4 s, leased by
 /// `instance-a` until 10 s, 120 s and 5 s.
-async fn three_leased_refunds(opened: &Opened, provider_id: &str) -> [CancellationView; 3] {
+async fn three_leased_refunds(opened: &Stores, provider_id: &str) -> [CancellationView; 3] {
     let mut views = Vec::new();
     for (requested, until) in [(0, 10), (2, 120), (4, 5)] {
         let id = paid(opened, provider_id, &["10.00"]).await;
@@ -2633,7 +2636,7 @@ fn lease(owner: &str, until: DateTime<Utc>) -> Lease {
 
 /// claim_pending takes, oldest first and up to the limit, the pending refunds whose lease
 /// has run out, and sets the new lease; another instance before that lease's end gets nothing.
-async fn claim_pending_takes_only_expired_leases_r_4_8(opened: &Opened, db: &Db) {
+async fn claim_pending_takes_only_expired_leases_r_4_8(opened: &Stores, db: &Db) {
     let acme = provider(db, "acme");
     let [a, b, c] = three_leased_refunds(opened, &acme.provider_id).await;
     let claim_at = |owner: &str, until: i64, now: i64, limit: u32| {
@@ -2700,7 +2703,7 @@ async fn claim_pending_takes_only_expired_leases_r_4_8(opened: &Opened, db: &Db)
 
 /// renew_lease extends a PENDING refund's lease for its holder only; once settled, no
 /// one holds it.
-async fn renew_lease_only_for_the_holder_of_a_pending_refund_r_4_8(opened: &Opened, db: &Db) {
+async fn renew_lease_only_for_the_holder_of_a_pending_refund_r_4_8(opened: &Stores, db: &Db) {
     let acme = provider(db, "acme");
     let [a, b, _] = three_leased_refunds(opened, &acme.provider_id).await;
     let renew = |refund: &CancellationView, owner: &str, until: i64| {
@@ -2750,8 +2753,70 @@ async fn renew_lease_only_for_the_holder_of_a_pending_refund_r_4_8(opened: &Open
 
 /// release_orphan_claims drops the running claims of the listed routes made before the
 /// cut-off that no pending refund carries, and nothing else.
+/// Which claims are orphans at start-up is `app::idempotency`'s decision: on a database
+/// of its own every running claim of a create or cancel route, on a shared one those older than
+/// the stale-claim time. Opening the database (as a `provider` command does beside a live
+/// server) releases nothing.
+async fn orphan_claims_at_start_up_are_all_running_alone_and_old_ones_shared_r_9_1(
+    opened: &Stores,
+    db: &Db,
+) {
+    let acme = provider(db, "acme");
+    let old_create = key(&acme.provider_id, "old-create", "/transactions", "{}");
+    let old_cancel = key(&acme.provider_id, "old-cancel", CANCEL_ROUTE, "{}");
+    let young_create = key(&acme.provider_id, "young-create", "/initialize", "{}");
+    for k in [&old_create, &old_cancel] {
+        assert_eq!(claim(opened, k, t0()).await, Claim::Claimed);
+    }
+    assert_eq!(claim(opened, &young_create, at(150)).await, Claim::Claimed);
+
+    let reopened = store::open(db, &PoolSettings::default())
+        .await
+        .expect("reopen");
+    for k in [&old_create, &old_cancel, &young_create] {
+        assert_eq!(
+            key_state(&reopened, k).await,
+            Some(IdempotencyState::Running),
+            "opening the database releases nothing"
+        );
+    }
+
+    let stale = Duration::minutes(2);
+    let released = release_orphan_claims(
+        opened.cancellations.as_ref(),
+        &IDEMPOTENT_ROUTES,
+        true,
+        at(200),
+        stale,
+    )
+    .await
+    .expect("release on a shared database");
+    assert_eq!(released, 2, "the two claims older than 2 minutes");
+    assert_eq!(key_state(opened, &old_create).await, None);
+    assert_eq!(key_state(opened, &old_cancel).await, None);
+    assert_eq!(
+        key_state(opened, &young_create).await,
+        Some(IdempotencyState::Running),
+        "may belong to a request another instance serves"
+    );
+    let released = release_orphan_claims(
+        opened.cancellations.as_ref(),
+        &IDEMPOTENT_ROUTES,
+        false,
+        at(200),
+        stale,
+    )
+    .await
+    .expect("release on a database of its own");
+    assert_eq!(
+        released, 1,
+        "this process is the only one: every running claim"
+    );
+    assert_eq!(key_state(opened, &young_create).await, None);
+}
+
 async fn release_orphan_claims_keeps_carried_recent_and_other_routes_r_9_1(
-    opened: &Opened,
+    opened: &Stores,
     db: &Db,
 ) {
     let acme = provider(db, "acme");
@@ -2830,7 +2895,7 @@ async fn release_orphan_claims_keeps_carried_recent_and_other_routes_r_9_1(
 // ---------------------------------------------------------------------------------------------
 
 /// a stored file is read back whole by id, and by its share token when it has one.
-async fn files_store_read_and_share_r_4_6(opened: &Opened, db: &Db) {
+async fn files_store_read_and_share_r_4_6(opened: &Stores, db: &Db) {
     let acme = provider(db, "acme");
     let content: Vec<u8> = (0..=255u8).cycle().take(3000).collect();
     let shared = NewFile {
@@ -2925,7 +2990,7 @@ async fn files_store_read_and_share_r_4_6(opened: &Opened, db: &Db) {
 
 /// A shared file's link gets a new expiry and the file can be deleted, content and link; a
 /// file without a link (an invoice) is neither renewed nor deleted.
-async fn shared_file_links_renew_and_delete_but_invoices_stay(opened: &Opened, db: &Db) {
+async fn shared_file_links_renew_and_delete_but_invoices_stay(opened: &Stores, db: &Db) {
     let acme = provider(db, "acme");
     let shared = NewFile {
         id: new_id(),
@@ -3016,7 +3081,7 @@ async fn shared_file_links_renew_and_delete_but_invoices_stay(opened: &Opened, d
 
 /// receipt numbers are counted per provider, and a receipt is found only among
 /// its own provider's.
-async fn receipt_is_scoped_to_its_provider_r_7_4_r_10_2(opened: &Opened, db: &Db) {
+async fn receipt_is_scoped_to_its_provider_r_7_4_r_10_2(opened: &Stores, db: &Db) {
     let acme = provider(db, "acme");
     let globex = provider(db, "globex");
     let mut settled = Vec::new();
@@ -3069,7 +3134,7 @@ async fn receipt_is_scoped_to_its_provider_r_7_4_r_10_2(opened: &Opened, db: &Db
 
 /// the ledger gateway is idempotent on the refund id: the same refund twice succeeds
 /// twice (recorded once); the same id with another amount is declined.
-async fn ledger_gateway_is_idempotent_per_refund_id_r_4_8(opened: &Opened, _db: &Db) {
+async fn ledger_gateway_is_idempotent_per_refund_id_r_4_8(opened: &Stores, _db: &Db) {
     assert_eq!(opened.ledger.name(), "ledger");
     let refund = RefundRequest {
         refund_id: new_id(),
@@ -3151,7 +3216,7 @@ where
 /// 32 concurrent reservations of the same item of one paid transaction: exactly
 /// one pending refund, 31 refusals naming the item, no error; Σ refunds ≤ paid.
 async fn race_32_reserves_of_one_item_leave_exactly_one_pending_r_4_5_r_4_1(
-    opened: &Opened,
+    opened: &Stores,
     db: &Db,
 ) {
     let acme = provider(db, "acme");
@@ -3167,8 +3232,8 @@ async fn race_32_reserves_of_one_item_leave_exactly_one_pending_r_4_5_r_4_1(
     let mut refused = 0;
     for result in results {
         match result {
-            Ok(Owned::Done(Reserved::Pending(view))) => pending.push(view),
-            Ok(Owned::Done(Reserved::Refused(messages))) => {
+            Ok(OwnerChecked::Done(Reserved::Pending(view))) => pending.push(view),
+            Ok(OwnerChecked::Done(Reserved::Refused(messages))) => {
                 assert_eq!(
                     messages,
                     vec!["itemsOrder.0 item 1 is already cancelled".to_owned()]
@@ -3200,7 +3265,7 @@ async fn race_32_reserves_of_one_item_leave_exactly_one_pending_r_4_5_r_4_1(
 /// reservations of different items, each fitting on its own, made at once: the sum of
 /// the live refunds never exceeds what was paid. Ten items of 10.00 (paid 100.00), ten
 /// concurrent refunds of 25.00 (as an `amount` spread over items could ask): exactly four fit.
-async fn race_reserves_of_different_items_never_exceed_paid_r_4_5(opened: &Opened, db: &Db) {
+async fn race_reserves_of_different_items_never_exceed_paid_r_4_5(opened: &Stores, db: &Db) {
     const ITEMS: usize = 10;
     let acme = provider(db, "acme");
     let id = paid(opened, &acme.provider_id, &["10.00"; ITEMS]).await;
@@ -3217,11 +3282,11 @@ async fn race_reserves_of_different_items_never_exceed_paid_r_4_5(opened: &Opene
     let mut pending = 0;
     for result in results {
         match result {
-            Ok(Owned::Done(Reserved::Pending(view))) => {
+            Ok(OwnerChecked::Done(Reserved::Pending(view))) => {
                 assert_eq!(view.refund.to_string(), "25.00");
                 pending += 1;
             }
-            Ok(Owned::Done(Reserved::Refused(messages))) => assert_eq!(
+            Ok(OwnerChecked::Done(Reserved::Refused(messages))) => assert_eq!(
                 messages,
                 vec!["amount must not exceed the refundable amount 0.00".to_owned()]
             ),
@@ -3246,7 +3311,7 @@ async fn race_reserves_of_different_items_never_exceed_paid_r_4_5(opened: &Opene
 /// has taken the key over (here: the first claim expired, which both stores replace; on
 /// PostgreSQL a stale running claim is taken over the same way), the first request can neither
 /// create under it, nor reserve a cancellation under it, nor release it; the newer one can.
-async fn a_claim_taken_over_fences_out_its_first_request_r_9_1(opened: &Opened, db: &Db) {
+async fn a_claim_taken_over_fences_out_its_first_request_r_9_1(opened: &Stores, db: &Db) {
     let acme = provider(db, "acme");
     let body = "{\"itemsOrder\":[1]}";
     let first = fenced(
@@ -3327,7 +3392,7 @@ async fn a_claim_taken_over_fences_out_its_first_request_r_9_1(opened: &Opened, 
 }
 
 /// 16 concurrent claims of one key: exactly one claims it, the others find it running.
-async fn race_16_claims_of_one_key_claim_it_once_r_9_1(opened: &Opened, db: &Db) {
+async fn race_16_claims_of_one_key_claim_it_once_r_9_1(opened: &Stores, db: &Db) {
     let acme = provider(db, "acme");
     let k = key(
         &acme.provider_id,
@@ -3363,7 +3428,7 @@ async fn race_16_claims_of_one_key_claim_it_once_r_9_1(opened: &Opened, db: &Db)
 /// receipts of one provider are numbered CR-000001..CR-00000N without gaps or repeats
 /// when its refunds are reserved and settled concurrently from many tasks; a refund settled by
 /// two tasks at once (the request and the recovery task) gets one number.
-async fn race_concurrent_settles_number_receipts_without_gaps_r_10_2(opened: &Opened, db: &Db) {
+async fn race_concurrent_settles_number_receipts_without_gaps_r_10_2(opened: &Stores, db: &Db) {
     const TRANSACTIONS: usize = 8;
     const ITEMS: usize = 2;
     let acme = provider(db, "acme");
@@ -3385,7 +3450,7 @@ async fn race_concurrent_settles_number_receipts_without_gaps_r_10_2(opened: &Op
             let refund_id = new.refund_id.clone();
             let reserved = cancellations.reserve(new).await;
             assert!(
-                matches!(reserved, Ok(Owned::Done(Reserved::Pending(_)))),
+                matches!(reserved, Ok(OwnerChecked::Done(Reserved::Pending(_)))),
                 "{reserved:?}"
             );
             // The request and the recovery task settle the same refund at once.
@@ -3451,7 +3516,7 @@ async fn race_concurrent_settles_number_receipts_without_gaps_r_10_2(opened: &Op
 /// two instances scanning at once over 20 pending refunds with run-out leases split them:
 /// the sets they take are disjoint and together are all 20. Repeated over several rounds (each
 /// after the previous leases ran out) so that the scans overlap in more than one way.
-async fn race_two_instances_claiming_pending_refunds_split_them_r_4_8(opened: &Opened, db: &Db) {
+async fn race_two_instances_claiming_pending_refunds_split_them_r_4_8(opened: &Stores, db: &Db) {
     const REFUNDS: usize = 20;
     let acme = provider(db, "acme");
     let totals = vec!["5.00"; REFUNDS];

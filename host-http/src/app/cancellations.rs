@@ -18,9 +18,9 @@ use serde::Serialize;
 use super::files::{FileInfo, UploadedFile, file_info};
 use super::idempotency::StoredResponse;
 use super::{Error, Principal, Resource, Services};
-use crate::app::refunds::Driven;
+use crate::app::refunds::RefundProgress;
 use crate::store::cancellation::{CancellationView, NewCancellation, NewFile, Reserved, result_of};
-use crate::store::{IdempotencyKey, ItemRecord, Owned, StoreError, TransactionRecord};
+use crate::store::{IdempotencyKey, ItemRecord, OwnerChecked, StoreError, TransactionRecord};
 
 /// A validated cancellation request, whatever form it came in.
 #[derive(Debug)]
@@ -146,18 +146,20 @@ impl Services {
             }
         };
         let view = match reserved {
-            Owned::NotFound => return Err(Error::NotFound(Resource::Contract)),
-            Owned::OtherProvider => return Err(Error::OtherProvider(Resource::Contract)),
-            Owned::Done(Reserved::Refused(messages)) => return Err(Error::Invalid(messages)),
-            Owned::Done(Reserved::Voided(view)) => {
+            OwnerChecked::NotFound => return Err(Error::NotFound(Resource::Contract)),
+            OwnerChecked::OtherProvider => return Err(Error::OtherProvider(Resource::Contract)),
+            OwnerChecked::Done(Reserved::Refused(messages)) => {
+                return Err(Error::Invalid(messages));
+            }
+            OwnerChecked::Done(Reserved::Voided(view)) => {
                 return Ok(Cancelled::Settled(result_of(&view)));
             }
-            Owned::Done(Reserved::Pending(view)) => view,
+            OwnerChecked::Done(Reserved::Pending(view)) => view,
         };
         // (3) to the gateway, (4–5) settled with the receipt.
         match self.refunds.drive(view).await? {
-            Driven::Settled(view) => Ok(Cancelled::Settled(result_of(&view))),
-            Driven::Pending(view) => Err(Error::RefundPending {
+            RefundProgress::Settled(view) => Ok(Cancelled::Settled(result_of(&view))),
+            RefundProgress::Pending(view) => Err(Error::RefundPending {
                 refund_id: view.refund_id,
             }),
         }

@@ -5,7 +5,9 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::{Error, Principal, Resource, Services};
-use crate::store::cancellation::{FileRecord, NewFile};
+/// A stored file as the application hands it out (its bytes, name and content type).
+pub use crate::store::cancellation::FileRecord;
+use crate::store::cancellation::NewFile;
 
 /// A file received from a client, read and hashed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +64,13 @@ pub struct SharedUpload {
     pub token: String,
     /// When the link stops working unless its owner renews it.
     pub expires_at: DateTime<Utc>,
+}
+
+impl SharedUpload {
+    /// `expires_at` as the API writes it: RFC 3339 in UTC, to the microsecond.
+    pub fn expires_at_text(&self) -> String {
+        crate::store::format_instant(self.expires_at)
+    }
 }
 
 /// The length of a share token in hex digits.

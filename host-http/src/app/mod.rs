@@ -21,6 +21,7 @@ pub mod payments;
 pub mod providers;
 pub mod refunds;
 pub mod transactions;
+pub mod webhook_endpoints;
 
 use std::collections::HashMap;
 use std::hash::Hash;

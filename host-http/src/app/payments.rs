@@ -21,7 +21,7 @@ use super::payment_links::{PageToken, token_hash};
 use super::{Error, Resource, Services};
 use crate::processors::payment::{CardData, Charge, ChargeOutcome, VoidCharge, luhn_valid};
 use crate::store::{
-    AttemptEnd, AttemptStart, NewPaymentAttempt, Owned, PayOutcome, PaymentDetails,
+    AttemptEnd, AttemptStart, NewPaymentAttempt, OwnerChecked, PayOutcome, PaymentDetails,
     TransactionRecord,
 };
 
@@ -351,7 +351,7 @@ impl Services {
             .record_payment(id.clone(), record.provider_id.clone(), details, now, now)
             .await?
         {
-            Owned::Done(PayOutcome::Paid(_)) => {
+            OwnerChecked::Done(PayOutcome::Paid(_)) => {
                 self.metrics.card_payment("approved");
                 finish(AttemptEnd::Approved { reference }).await?;
                 Ok(PayAttempt::Paid)
@@ -359,13 +359,15 @@ impl Services {
             // Paid by another way meanwhile (the sandbox route, an attempt whose instance
             // stalled past its lease), or cancelled (R-3.3 allows one payment): this charge is
             // given back and reported, never kept.
-            Owned::Done(PayOutcome::NotPayable(why)) => {
+            OwnerChecked::Done(PayOutcome::NotPayable(why)) => {
                 self.give_back(&id, &reference, amount, &record.currency, &why)
                     .await?;
                 finish(AttemptEnd::Voided { reference }).await?;
                 self.page_outcome(token, now).await
             }
-            Owned::NotFound | Owned::OtherProvider => Err(Error::NotFound(Resource::PaymentPage)),
+            OwnerChecked::NotFound | OwnerChecked::OtherProvider => {
+                Err(Error::NotFound(Resource::PaymentPage))
+            }
         }
     }
 
@@ -430,7 +432,7 @@ impl Services {
         }
     }
 
-    /// Whether this server's pages take card data: the sandbox only (see `crate::payments`).
+    /// Whether this server's pages take card data: the sandbox only (see `crate::processors::payment`).
     pub fn accepts_cards(&self) -> bool {
         self.sandbox && self.pages.processor.takes_card_data()
     }

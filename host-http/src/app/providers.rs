@@ -276,7 +276,7 @@ pub struct IssuedWebhook {
 /// which alone may deliver to it); `events` lists the types delivered (all when empty).
 ///
 /// A host that is an IP literal is checked now as every delivery would check it
-/// ([`crate::events::webhooks::check_url`]): an internal address (loopback, private,
+/// ([`super::webhook_endpoints::check_url`]): an internal address (loopback, private,
 /// link-local, …, also in an IPv6 form that carries one) is refused unless `allow_private`
 /// (the command's `--allow-private-webhooks`, the flag `serve` needs to deliver to it), instead
 /// of an endpoint whose every delivery fails. A host name is checked when it is resolved, at
@@ -301,13 +301,13 @@ pub fn set_webhook(
         _ => None,
     };
     if let Some(ip) = literal {
-        if !allow_private && crate::events::webhooks::is_internal(ip) {
+        if !allow_private && super::webhook_endpoints::is_internal(ip) {
             return Err(AdminError::Webhook(format!(
                 "{url}: {ip} is an internal address; deliveries reach it only from a server run \
                  with --allow-private-webhooks: pass --allow-private-webhooks to add it"
             )));
         }
-        if let Err(refusal) = crate::events::webhooks::check_url(parsed.as_str(), allow_private) {
+        if let Err(refusal) = super::webhook_endpoints::check_url(parsed.as_str(), allow_private) {
             return Err(AdminError::Webhook(format!("{url}: {refusal}")));
         }
     }
@@ -326,7 +326,7 @@ pub fn set_webhook(
     }
     let issued = IssuedWebhook {
         endpoint_id: format!("ep_{}", uuid::Uuid::now_v7().simple()),
-        secret: crate::events::webhooks::new_secret(),
+        secret: super::webhook_endpoints::new_secret(),
     };
     let webhook = crate::store::admin::NewWebhook {
         endpoint_id: issued.endpoint_id.clone(),
@@ -349,8 +349,8 @@ pub fn rotate_webhook_secret(
     endpoint_id: &str,
     now: DateTime<Utc>,
 ) -> Result<IssuedWebhook, AdminError> {
-    let secret = crate::events::webhooks::new_secret();
-    let until = now + crate::events::webhooks::ROTATION_OVERLAP;
+    let secret = super::webhook_endpoints::new_secret();
+    let until = now + super::webhook_endpoints::ROTATION_OVERLAP;
     if !store::admin(&db.into())?.rotate_webhook_secret(endpoint_id, &secret, until)? {
         return Err(AdminError::UnknownWebhook(endpoint_id.to_owned()));
     }

@@ -133,7 +133,7 @@ impl Leases {
 
 /// How one drive of a refund ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Driven {
+pub enum RefundProgress {
     /// Settled (SUCCESS or FAILED), committed.
     Settled(CancellationView),
     /// Still unknown after the bounded retries; the recovery task has it now.
@@ -249,7 +249,7 @@ impl Refunds {
 
     /// Sends a refund recorded PENDING to the gateway (bounded retries) and settles a definite
     /// answer; an unknown one goes to the recovery task.
-    pub async fn drive(&self, view: CancellationView) -> Result<Driven, StoreError> {
+    pub async fn drive(&self, view: CancellationView) -> Result<RefundProgress, StoreError> {
         let request = request_of(&view);
         fault::point(fault::BEFORE_GATEWAY);
         let outcome = self
@@ -273,7 +273,7 @@ impl Refunds {
                 tracing::warn!(refund_id = %view.refund_id,
                     "recovery task not running; the refund is retried at the next start");
             }
-            return Ok(Driven::Pending(view));
+            return Ok(RefundProgress::Pending(view));
         };
         let settled = self
             .store
@@ -284,7 +284,7 @@ impl Refunds {
                 detail: format!("refund {} vanished", view.refund_id),
             })?;
         fault::point(fault::AFTER_COMMIT);
-        Ok(Driven::Settled(settled))
+        Ok(RefundProgress::Settled(settled))
     }
 }
 

@@ -12,8 +12,8 @@ use chrono::{DateTime, Utc};
 use super::idempotency::{StoredResponse, body_hash, key_of};
 use super::{Error, Principal, Resource, Services, Versioned};
 use crate::store::{
-    IdempotentResponse, NewItem, NewTransaction, Owned, PayOutcome, PaymentDetails, PaymentLink,
-    StoreError, TransactionRecord,
+    IdempotentResponse, NewItem, NewTransaction, OwnerChecked, PayOutcome, PaymentDetails,
+    PaymentLink, StoreError, TransactionRecord,
 };
 
 /// Most status records kept rendered; a few thousand records of about 3 KB.
@@ -183,11 +183,11 @@ impl Services {
             .update_transaction(id.to_owned(), principal.provider_id.clone(), change, now)
             .await?
         {
-            Owned::Done(()) => Ok(UpdateResult {
+            OwnerChecked::Done(()) => Ok(UpdateResult {
                 message: format!("transaction {id} updated"),
             }),
-            Owned::NotFound => Err(Error::NotFound(Resource::Contract)),
-            Owned::OtherProvider => Err(Error::OtherProvider(Resource::Contract)),
+            OwnerChecked::NotFound => Err(Error::NotFound(Resource::Contract)),
+            OwnerChecked::OtherProvider => Err(Error::OtherProvider(Resource::Contract)),
         }
     }
 
@@ -228,10 +228,12 @@ impl Services {
             )
             .await?
         {
-            Owned::Done(PayOutcome::Paid(_)) => {}
-            Owned::Done(PayOutcome::NotPayable(message)) => return Err(Error::invalid(message)),
-            Owned::NotFound => return Err(Error::NotFound(Resource::Contract)),
-            Owned::OtherProvider => return Err(Error::OtherProvider(Resource::Contract)),
+            OwnerChecked::Done(PayOutcome::Paid(_)) => {}
+            OwnerChecked::Done(PayOutcome::NotPayable(message)) => {
+                return Err(Error::invalid(message));
+            }
+            OwnerChecked::NotFound => return Err(Error::NotFound(Resource::Contract)),
+            OwnerChecked::OtherProvider => return Err(Error::OtherProvider(Resource::Contract)),
         }
         self.status(principal, id).await
     }

@@ -63,12 +63,6 @@ pub enum ApiError {
     Internal(String),
 }
 
-impl From<crate::store::StoreError> for ApiError {
-    fn from(error: crate::store::StoreError) -> Self {
-        ApiError::App(app::Error::Store(error))
-    }
-}
-
 impl ApiError {
     /// A 400 with one message.
     pub fn invalid(message: impl Into<String>) -> ApiError {

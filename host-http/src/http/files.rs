@@ -20,10 +20,10 @@ use super::multipart;
 use super::request::{authorize, content_type};
 use super::response::{HttpResponse, json};
 use super::routes::paths;
+use crate::app::files::FileRecord;
 use crate::app::files::UploadedFile;
 use crate::app::{Error, Resource, Services};
 use crate::auth::Scope;
-use crate::store::cancellation::FileRecord;
 
 /// 201 body of `POST /files` and 200 body of `POST /files/{fileId}/renew`.
 #[derive(Debug, Clone, Serialize)]
@@ -53,9 +53,9 @@ impl Uploaded {
                 services.pages.public_url,
                 paths::with_parameter(paths::SHARED_FILE, &shared.token)
             ),
+            expires_at: shared.expires_at_text(),
             file_id: shared.file_id,
             token: shared.token,
-            expires_at: crate::store::format_instant(shared.expires_at),
         }
     }
 }

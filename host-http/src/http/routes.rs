@@ -360,7 +360,7 @@ mod tests {
             paths::with_parameter(paths::PAYMENT_PAGE, token),
             format!("{}{token}", crate::app::PAYMENT_PAGE_PREFIX)
         );
-        let file = crate::store::cancellation::FileRecord {
+        let file = crate::app::files::FileRecord {
             id: "0190b6b0-7c3a-7d2e-9f00-000000000000".to_owned(),
             provider_id: String::new(),
             name: None,

@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 use rust_decimal::Decimal;
 
-use super::{IdempotencyKey, Owned, StoreError};
+use super::{IdempotencyKey, OwnerChecked, StoreError};
 
 /// Schema of cancellations, files and receipts, appended to the host's migrations.
 pub const CANCELLATION_MIGRATION: &str = r#"
@@ -222,7 +222,7 @@ pub trait CancellationStore: Send + Sync + std::fmt::Debug + 'static {
     fn reserve(
         &self,
         cancellation: NewCancellation,
-    ) -> BoxFuture<'_, Result<Owned<Reserved>, StoreError>>;
+    ) -> BoxFuture<'_, Result<OwnerChecked<Reserved>, StoreError>>;
 
     /// Steps 4–5 (or the release of a decline) in one write transaction. Only a PENDING refund
     /// changes; a refund already settled is returned as it is, so that the request and the

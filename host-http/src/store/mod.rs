@@ -6,8 +6,8 @@
 //!
 //! [`CancellationStore`]: cancellation::CancellationStore
 //!
-//! Every method that names a transaction on behalf of a provider answers [`Owned::NotFound`]
-//! or [`Owned::OtherProvider`] itself, inside its own write transaction, so that the ownership
+//! Every method that names a transaction on behalf of a provider answers [`OwnerChecked::NotFound`]
+//! or [`OwnerChecked::OtherProvider`] itself, inside its own write transaction, so that the ownership
 //! check and the change are one atomic step.
 
 pub mod admin;
@@ -204,7 +204,7 @@ impl Default for PoolSettings {
 
 /// An opened database: every seam of it, sharing one pool or writer.
 #[derive(Debug, Clone)]
-pub struct Opened {
+pub struct Stores {
     /// Providers, credentials, transactions, idempotency keys.
     pub store: std::sync::Arc<dyn Store>,
     /// Cancellations, receipts, files.
@@ -216,14 +216,14 @@ pub struct Opened {
 }
 
 /// Opens (creating and migrating) the database `db` names.
-pub async fn open(db: &Db, pool: &PoolSettings) -> Result<Opened, StoreError> {
+pub async fn open(db: &Db, pool: &PoolSettings) -> Result<Stores, StoreError> {
     match db {
         Db::Sqlite(path) => {
             let store = sqlite::SqliteStore::open(path)?;
             let ledger = crate::store::sqlite::ledger::LedgerGateway::open(path)
                 .await
                 .map_err(|e| StoreError::Config(e.to_string()))?;
-            Ok(Opened {
+            Ok(Stores {
                 store: store.clone(),
                 cancellations: store.clone(),
                 ledger: std::sync::Arc::new(ledger),
@@ -232,7 +232,7 @@ pub async fn open(db: &Db, pool: &PoolSettings) -> Result<Opened, StoreError> {
         }
         Db::Postgres(url) => {
             let store = postgres::PgStore::open(url, pool).await?;
-            Ok(Opened {
+            Ok(Stores {
                 store: store.clone(),
                 cancellations: store.clone(),
                 outbox: store.clone(),
@@ -598,7 +598,7 @@ impl AttemptEnd {
 
 /// Result of an operation on a transaction named by a provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Owned<T> {
+pub enum OwnerChecked<T> {
     /// The transaction exists and belongs to the provider.
     Done(T),
     /// No such transaction (404 `contract not found`).
@@ -714,7 +714,7 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         provider_id: String,
         update: UpdateTransaction,
         now: DateTime<Utc>,
-    ) -> BoxFuture<'_, Result<Owned<()>, StoreError>>;
+    ) -> BoxFuture<'_, Result<OwnerChecked<()>, StoreError>>;
 
     /// Records a payment: PENDING with at least one active item → PAID, the amount paid being
     /// the sum of the active items' totals.
@@ -725,7 +725,7 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         details: PaymentDetails,
         paid_at: DateTime<Utc>,
         now: DateTime<Utc>,
-    ) -> BoxFuture<'_, Result<Owned<PayOutcome>, StoreError>>;
+    ) -> BoxFuture<'_, Result<OwnerChecked<PayOutcome>, StoreError>>;
 
     /// The transaction whose payment page has a token of the first form with this SHA-256, if
     /// any (links sent before page tokens carried their transaction's id).

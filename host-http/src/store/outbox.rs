@@ -21,13 +21,9 @@ use super::{StoreError, format_instant};
 /// ([`checkout_engine::lifecycle::events::emitted`]).
 pub use checkout_engine::lifecycle::events as types;
 
-/// Kinds of e-mail.
-pub mod mail_kinds {
-    /// The contract e-mail of the spec, sent at creation.
-    pub const CONTRACT: &str = "CONTRACT";
-    /// A cancellation receipt.
-    pub const RECEIPT: &str = "RECEIPT";
-}
+/// Kinds of e-mail; which event sends which is the engine's rule
+/// ([`checkout_engine::lifecycle::events::mail_of`]).
+pub use checkout_engine::lifecycle::events::mails as mail_kinds;
 
 /// States of a delivery or an e-mail.
 pub mod states {
@@ -328,8 +324,8 @@ pub fn created(
 ) -> Result<NewEvent, StoreError> {
     let summary = new_summary(transaction, reference);
     let mut new = event(types::CREATED, &summary, None, None, transaction.created_at)?;
-    if !summary.recipients.is_empty() {
-        new.mail = Some((mail_kinds::CONTRACT, None));
+    if let Some(kind) = types::mail_of(types::CREATED, !summary.recipients.is_empty()) {
+        new.mail = Some((kind, None));
         new.recipients = summary.recipients;
         let snapshot = MailSnapshot::created(transaction, reference);
         new.mail_snapshot =
@@ -386,8 +382,8 @@ pub fn cancellation(
         refund: view.refund,
     };
     let mut new = event(event_type, summary, Some(detail), None, at)?;
-    if event_type == types::CANCELLATION_SUCCEEDED && !summary.recipients.is_empty() {
-        new.mail = Some((mail_kinds::RECEIPT, view.receipt_number.clone()));
+    if let Some(kind) = types::mail_of(event_type, !summary.recipients.is_empty()) {
+        new.mail = Some((kind, view.receipt_number.clone()));
         new.recipients = summary.recipients.clone();
     }
     Ok(new)

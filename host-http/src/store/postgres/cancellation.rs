@@ -23,7 +23,7 @@ use crate::store::cancellation::{
 };
 use crate::store::outbox as events;
 use crate::store::sqlite::{from_json, to_json};
-use crate::store::{IdempotencyKey, IdempotentResponse, Owned, StoreError, format_instant};
+use crate::store::{IdempotencyKey, IdempotentResponse, OwnerChecked, StoreError, format_instant};
 
 fn scale_of(currency: &str) -> u32 {
     checkout_engine::money::minor_units(currency).unwrap_or(2)
@@ -187,12 +187,12 @@ async fn finish_key(
 async fn reserve(
     client: &mut deadpool_postgres::Object,
     c: &NewCancellation,
-) -> Result<Owned<Reserved>, StoreError> {
+) -> Result<OwnerChecked<Reserved>, StoreError> {
     let tx = client.transaction().await?;
     let locked = match lock_owned(&tx, &c.transaction_id, &c.provider_id).await? {
-        Owned::Done(locked) => locked,
-        Owned::NotFound => return Ok(Owned::NotFound),
-        Owned::OtherProvider => return Ok(Owned::OtherProvider),
+        OwnerChecked::Done(locked) => locked,
+        OwnerChecked::NotFound => return Ok(OwnerChecked::NotFound),
+        OwnerChecked::OtherProvider => return Ok(OwnerChecked::OtherProvider),
     };
     // the key's claim must still be this request's (a stalled instance whose claim a
     // newer request took over writes nothing), and stays locked until this commits; taken
@@ -222,7 +222,7 @@ async fn reserve(
             drop_claim(&tx, key).await?;
         }
         tx.commit().await?;
-        return Ok(Owned::Done(Reserved::Refused(messages)));
+        return Ok(OwnerChecked::Done(Reserved::Refused(messages)));
     }
 
     if let Some(file) = &c.invoice_file {
@@ -277,7 +277,7 @@ async fn reserve(
         Reserved::Voided(succeed(&tx, &c.refund_id, None, c.requested_at).await?)
     };
     tx.commit().await?;
-    Ok(Owned::Done(reserved))
+    Ok(OwnerChecked::Done(reserved))
 }
 
 /// Steps 4 and 5: items CANCELLED with their refunds, the transaction's status and
@@ -485,7 +485,7 @@ impl CancellationStore for PgStore {
     fn reserve(
         &self,
         cancellation: NewCancellation,
-    ) -> BoxFuture<'_, Result<Owned<Reserved>, StoreError>> {
+    ) -> BoxFuture<'_, Result<OwnerChecked<Reserved>, StoreError>> {
         Box::pin(async move { reserve(&mut self.client().await?, &cancellation).await })
     }
 

@@ -291,7 +291,7 @@ DROP INDEX events_provider;
     Migration {
         version: 7,
         description: "transaction versions: bumped by every change of what a status record shows",
-        // The same counter as SQLite's migration 10 (`store::sqlite::VERSION_MIGRATION`). A
+        // The same counter as SQLite's migration 10 (`store::sqlite::migrations::VERSION_MIGRATION`). A
         // change of a shown column of an item, cancellation or e-mail updates its transaction's
         // row, which every writer of the transaction has locked first anyway. Lease columns are
         // not shown and bump nothing, so renewing a refund's lease never takes the transaction's
@@ -333,7 +333,7 @@ CREATE TRIGGER email_messages_version
     Migration {
         version: 8,
         description: "transaction versions in a narrow table of their own",
-        // As SQLite's migration 11 (`store::sqlite::VERSION_TABLE_MIGRATION`): migration 7's
+        // As SQLite's migration 11 (`store::sqlite::migrations::VERSION_TABLE_MIGRATION`): migration 7's
         // counter lived in `transactions`, whose rows hold the creation body, so each item
         // inserted at creation wrote a new version of that wide row (and, its page being full,
         // of every index on it). The counter now lives in a narrow row per transaction, with

@@ -42,9 +42,9 @@ use super::outbox as events;
 use super::sqlite::{from_json, opt_json, to_json};
 use super::{
     AttemptEnd, AttemptStart, Claim, CredentialRow, IdempotencyKey, IdempotencyRecord,
-    IdempotencyState, IdempotentResponse, ItemRecord, NewPaymentAttempt, NewTransaction, Owned,
-    PayOutcome, PaymentDetails, PoolSettings, ProviderRow, Store, StoreError, TransactionRecord,
-    format_instant,
+    IdempotencyState, IdempotentResponse, ItemRecord, NewPaymentAttempt, NewTransaction,
+    OwnerChecked, PayOutcome, PaymentDetails, PoolSettings, ProviderRow, Store, StoreError,
+    TransactionRecord, format_instant,
 };
 
 /// Whether an error means the database could not be reached or the connection broke, rather
@@ -502,7 +502,7 @@ pub(super) async fn lock_owned(
     client: &impl GenericClient,
     id: &str,
     provider_id: &str,
-) -> Result<Owned<Locked>, StoreError> {
+) -> Result<OwnerChecked<Locked>, StoreError> {
     let statement = client
         .prepare_cached(
             "SELECT provider_id, status, currency, paid_amount FROM transactions \
@@ -510,13 +510,13 @@ pub(super) async fn lock_owned(
         )
         .await?;
     let Some(row) = client.query_opt(&statement, &[&id]).await? else {
-        return Ok(Owned::NotFound);
+        return Ok(OwnerChecked::NotFound);
     };
     let owner: String = row.try_get(0)?;
     if owner != provider_id {
-        return Ok(Owned::OtherProvider);
+        return Ok(OwnerChecked::OtherProvider);
     }
-    Ok(Owned::Done(Locked {
+    Ok(OwnerChecked::Done(Locked {
         status: transaction_status(row.try_get(1)?)?,
         currency: row.try_get(2)?,
         paid: row.try_get(3)?,
@@ -864,13 +864,13 @@ impl PgStore {
         provider_id: &str,
         update: &UpdateTransaction,
         now: DateTime<Utc>,
-    ) -> Result<Owned<()>, StoreError> {
+    ) -> Result<OwnerChecked<()>, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         match lock_owned(&tx, id, provider_id).await? {
-            Owned::Done(_) => {}
-            Owned::NotFound => return Ok(Owned::NotFound),
-            Owned::OtherProvider => return Ok(Owned::OtherProvider),
+            OwnerChecked::Done(_) => {}
+            OwnerChecked::NotFound => return Ok(OwnerChecked::NotFound),
+            OwnerChecked::OtherProvider => return Ok(OwnerChecked::OtherProvider),
         }
         // R-8.6: each given field replaces the stored one; absent fields stay (COALESCE).
         let statement = tx
@@ -900,7 +900,7 @@ impl PgStore {
             outbox::write_event(&tx, &events::changed(kind, &summary, now)?).await?;
         }
         tx.commit().await?;
-        Ok(Owned::Done(()))
+        Ok(OwnerChecked::Done(()))
     }
 
     async fn pay(
@@ -910,13 +910,13 @@ impl PgStore {
         details: &PaymentDetails,
         paid_at: DateTime<Utc>,
         now: DateTime<Utc>,
-    ) -> Result<Owned<PayOutcome>, StoreError> {
+    ) -> Result<OwnerChecked<PayOutcome>, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         let locked = match lock_owned(&tx, id, provider_id).await? {
-            Owned::Done(locked) => locked,
-            Owned::NotFound => return Ok(Owned::NotFound),
-            Owned::OtherProvider => return Ok(Owned::OtherProvider),
+            OwnerChecked::Done(locked) => locked,
+            OwnerChecked::NotFound => return Ok(OwnerChecked::NotFound),
+            OwnerChecked::OtherProvider => return Ok(OwnerChecked::OtherProvider),
         };
         let items = read_items(&tx, id).await?;
         let totals = items.iter().map(|item| (item.status, item.total));
@@ -927,7 +927,11 @@ impl PgStore {
         ) {
             Ok(paid) => paid,
             Err(NotPayable::Overflow) => return Err(corrupt("items.total", "sum overflows")),
-            Err(refused) => return Ok(Owned::Done(PayOutcome::NotPayable(refused.message()))),
+            Err(refused) => {
+                return Ok(OwnerChecked::Done(PayOutcome::NotPayable(
+                    refused.message(),
+                )));
+            }
         };
         let details = to_json(details)?;
         tx.execute(
@@ -941,7 +945,7 @@ impl PgStore {
             outbox::write_event(&tx, &events::changed(kind, &summary, now)?).await?;
         }
         tx.commit().await?;
-        Ok(Owned::Done(PayOutcome::Paid(paid)))
+        Ok(OwnerChecked::Done(PayOutcome::Paid(paid)))
     }
 }
 
@@ -1098,7 +1102,7 @@ impl Store for PgStore {
         provider_id: String,
         change: UpdateTransaction,
         now: DateTime<Utc>,
-    ) -> BoxFuture<'_, Result<Owned<()>, StoreError>> {
+    ) -> BoxFuture<'_, Result<OwnerChecked<()>, StoreError>> {
         Box::pin(async move { self.update(&id, &provider_id, &change, now).await })
     }
 
@@ -1109,7 +1113,7 @@ impl Store for PgStore {
         details: PaymentDetails,
         paid_at: DateTime<Utc>,
         now: DateTime<Utc>,
-    ) -> BoxFuture<'_, Result<Owned<PayOutcome>, StoreError>> {
+    ) -> BoxFuture<'_, Result<OwnerChecked<PayOutcome>, StoreError>> {
         Box::pin(async move { self.pay(&id, &provider_id, &details, paid_at, now).await })
     }
 

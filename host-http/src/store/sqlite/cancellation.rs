@@ -18,7 +18,7 @@ use crate::store::cancellation::{
     Settlement, check_reservation, outcome, receipt_number, result_of,
 };
 use crate::store::outbox as events;
-use crate::store::{IdempotencyKey, IdempotentResponse, Owned, StoreError, format_instant};
+use crate::store::{IdempotencyKey, IdempotentResponse, OwnerChecked, StoreError, format_instant};
 
 fn corrupt(column: &'static str, detail: impl Into<String>) -> StoreError {
     StoreError::Corrupt {
@@ -245,11 +245,11 @@ fn read_view(conn: &Connection, refund_id: &str) -> Result<Option<CancellationVi
     }))
 }
 
-fn reserve(conn: &Connection, c: &NewCancellation) -> Result<Owned<Reserved>, StoreError> {
+fn reserve(conn: &Connection, c: &NewCancellation) -> Result<OwnerChecked<Reserved>, StoreError> {
     match owner_check(conn, &c.transaction_id, &c.provider_id)? {
-        Owned::Done(()) => {}
-        Owned::NotFound => return Ok(Owned::NotFound),
-        Owned::OtherProvider => return Ok(Owned::OtherProvider),
+        OwnerChecked::Done(()) => {}
+        OwnerChecked::NotFound => return Ok(OwnerChecked::NotFound),
+        OwnerChecked::OtherProvider => return Ok(OwnerChecked::OtherProvider),
     }
     // only under the request's own claim.
     if let Some(key) = &c.idempotency {
@@ -282,7 +282,7 @@ fn reserve(conn: &Connection, c: &NewCancellation) -> Result<Owned<Reserved>, St
         if let Some(key) = &c.idempotency {
             drop_claim(conn, key)?;
         }
-        return Ok(Owned::Done(Reserved::Refused(messages)));
+        return Ok(OwnerChecked::Done(Reserved::Refused(messages)));
     }
 
     if let Some(file) = &c.invoice_file {
@@ -327,11 +327,11 @@ fn reserve(conn: &Connection, c: &NewCancellation) -> Result<Owned<Reserved>, St
     if c.paid {
         let view = read_view(conn, &c.refund_id)?
             .ok_or_else(|| corrupt("cancellations", "row just inserted is missing"))?;
-        Ok(Owned::Done(Reserved::Pending(view)))
+        Ok(OwnerChecked::Done(Reserved::Pending(view)))
     } else {
         // nothing to refund, no gateway call: voided and completed in this transaction.
         let view = succeed(conn, &c.refund_id, None, &now)?;
-        Ok(Owned::Done(Reserved::Voided(view)))
+        Ok(OwnerChecked::Done(Reserved::Voided(view)))
     }
 }
 
@@ -497,7 +497,7 @@ impl CancellationStore for SqliteStore {
     fn reserve(
         &self,
         cancellation: NewCancellation,
-    ) -> BoxFuture<'_, Result<Owned<Reserved>, StoreError>> {
+    ) -> BoxFuture<'_, Result<OwnerChecked<Reserved>, StoreError>> {
         Box::pin(
             self.writer
                 .execute(move |conn| reserve(conn, &cancellation)),

@@ -164,7 +164,7 @@ CREATE TABLE service_keys (
     Migration {
         version: 7,
         description: "outbox: events, webhook endpoints and deliveries, e-mails",
-        sql: crate::store::sqlite::OUTBOX_MIGRATION,
+        sql: OUTBOX_MIGRATION,
     },
     Migration {
         version: 8,
@@ -176,17 +176,17 @@ CREATE TABLE service_keys (
     Migration {
         version: 9,
         description: "access epoch: bumped by every change of a credential or provider settings",
-        sql: crate::store::sqlite::ACCESS_EPOCH_MIGRATION,
+        sql: ACCESS_EPOCH_MIGRATION,
     },
     Migration {
         version: 10,
         description: "transaction versions: bumped by every change of what a status record shows",
-        sql: crate::store::sqlite::VERSION_MIGRATION,
+        sql: VERSION_MIGRATION,
     },
     Migration {
         version: 11,
         description: "transaction versions in a narrow table of their own",
-        sql: crate::store::sqlite::VERSION_TABLE_MIGRATION,
+        sql: VERSION_TABLE_MIGRATION,
     },
     Migration {
         version: 12,
@@ -271,6 +271,188 @@ pub fn migrate(conn: &mut Connection) -> Result<u32, MigrationError> {
     }
     Ok(latest_version())
 }
+
+/// The outbox tables (migration 7; the PostgreSQL schema has the same tables with its types).
+pub const OUTBOX_MIGRATION: &str = r#"
+ALTER TABLE cancellations ADD COLUMN unknown_since TEXT;   -- the gateway's answer was unknown
+
+CREATE TABLE events (
+    seq             INTEGER PRIMARY KEY AUTOINCREMENT, -- the order events happened in
+    id              TEXT NOT NULL UNIQUE,              -- evt_…, the webhook-id
+    provider_id     TEXT NOT NULL,
+    transaction_id  TEXT NOT NULL,
+    type            TEXT NOT NULL,
+    payload         TEXT NOT NULL,                     -- the Standard Webhooks payload as sent
+    created_at      TEXT NOT NULL
+);
+CREATE INDEX events_provider ON events(provider_id, seq);
+
+CREATE TABLE webhook_endpoints (
+    id               TEXT PRIMARY KEY,                 -- ep_…
+    provider_id      TEXT NOT NULL REFERENCES providers(id),
+    url              TEXT NOT NULL,
+    event_types      TEXT,                             -- comma-separated; NULL: every type
+    secret           TEXT NOT NULL,                    -- whsec_…: it signs, so it is kept
+    previous_secret  TEXT,                             -- still signs until previous_until
+    previous_until   TEXT,
+    created_at       TEXT NOT NULL,
+    removed_at       TEXT
+);
+CREATE INDEX webhook_endpoints_provider ON webhook_endpoints(provider_id);
+
+CREATE TABLE webhook_deliveries (
+    event_seq         INTEGER NOT NULL REFERENCES events(seq),
+    endpoint_id       TEXT NOT NULL REFERENCES webhook_endpoints(id),
+    transaction_id    TEXT NOT NULL,
+    status            TEXT NOT NULL,                   -- QUEUED, SENT, FAILED
+    attempts          INTEGER NOT NULL,
+    next_attempt_at   TEXT NOT NULL,
+    first_attempt_at  TEXT,
+    last_attempt_at   TEXT,
+    last_result       TEXT,
+    delivered_at      TEXT,
+    lease_owner       TEXT,
+    lease_until       TEXT,
+    created_at        TEXT NOT NULL,
+    PRIMARY KEY (event_seq, endpoint_id)
+);
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries(status, next_attempt_at);
+CREATE INDEX webhook_deliveries_order ON webhook_deliveries(endpoint_id, transaction_id, status);
+
+CREATE TABLE email_messages (
+    id               TEXT PRIMARY KEY,
+    event_seq        INTEGER NOT NULL REFERENCES events(seq),
+    provider_id      TEXT NOT NULL,
+    transaction_id   TEXT NOT NULL,
+    kind             TEXT NOT NULL,                    -- CONTRACT, RECEIPT
+    receipt_number   TEXT,
+    recipients       TEXT NOT NULL,                    -- JSON array
+    message_id       TEXT NOT NULL,
+    status           TEXT NOT NULL,                    -- QUEUED, SENT, FAILED
+    attempts         INTEGER NOT NULL,
+    next_attempt_at  TEXT NOT NULL,
+    last_error       TEXT,
+    sent_at          TEXT,
+    lease_owner      TEXT,
+    lease_until      TEXT,
+    created_at       TEXT NOT NULL,
+    updated_at       TEXT NOT NULL
+);
+CREATE INDEX email_messages_due ON email_messages(status, next_attempt_at);
+CREATE INDEX email_messages_transaction ON email_messages(transaction_id);
+"#;
+
+/// The access epoch (migration 9): one counter that triggers bump in the same transaction as
+/// any change of a credential (added, revoked, removed) or of a provider's name, zone or
+/// policies — whoever makes it, the server or the `provider` commands in another process.
+/// The server keeps credentials and provider settings in memory and trusts them only while the
+/// counter it read them under is unchanged (`app::access`), so a revoked secret is refused by
+/// the first request after the revoking commit. The receipt counter of `providers` is not a
+/// setting and bumps nothing.
+pub const ACCESS_EPOCH_MIGRATION: &str = r#"
+CREATE TABLE access_epoch (
+    id     INTEGER PRIMARY KEY CHECK (id = 1),
+    value  INTEGER NOT NULL
+);
+INSERT INTO access_epoch (id, value) VALUES (1, 0);
+CREATE TRIGGER credentials_added AFTER INSERT ON credentials
+BEGIN UPDATE access_epoch SET value = value + 1 WHERE id = 1; END;
+CREATE TRIGGER credentials_changed AFTER UPDATE ON credentials
+BEGIN UPDATE access_epoch SET value = value + 1 WHERE id = 1; END;
+CREATE TRIGGER credentials_removed AFTER DELETE ON credentials
+BEGIN UPDATE access_epoch SET value = value + 1 WHERE id = 1; END;
+CREATE TRIGGER providers_added AFTER INSERT ON providers
+BEGIN UPDATE access_epoch SET value = value + 1 WHERE id = 1; END;
+CREATE TRIGGER providers_changed
+AFTER UPDATE OF id, name, time_zone, default_policy, category_policies ON providers
+BEGIN UPDATE access_epoch SET value = value + 1 WHERE id = 1; END;
+CREATE TRIGGER providers_removed AFTER DELETE ON providers
+BEGIN UPDATE access_epoch SET value = value + 1 WHERE id = 1; END;
+"#;
+
+/// Transaction versions (migration 10): a counter on each transaction that triggers bump in
+/// the same transaction as any change of the row or of its items, or of the columns of its
+/// cancellations and e-mails that its status record (R-10) shows (not their leases). A status record rendered at one version is the
+/// record as long as the version stays (`app::transactions`).
+pub const VERSION_MIGRATION: &str = r#"
+ALTER TABLE transactions ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+CREATE TRIGGER transactions_version AFTER UPDATE ON transactions
+WHEN NEW.version = OLD.version
+BEGIN UPDATE transactions SET version = OLD.version + 1 WHERE id = NEW.id; END;
+CREATE TRIGGER items_inserted_version AFTER INSERT ON items
+BEGIN UPDATE transactions SET version = version + 1 WHERE id = NEW.transaction_id; END;
+CREATE TRIGGER items_updated_version AFTER UPDATE ON items
+BEGIN UPDATE transactions SET version = version + 1 WHERE id = NEW.transaction_id; END;
+CREATE TRIGGER items_deleted_version AFTER DELETE ON items
+BEGIN UPDATE transactions SET version = version + 1 WHERE id = OLD.transaction_id; END;
+CREATE TRIGGER cancellations_inserted_version AFTER INSERT ON cancellations
+BEGIN UPDATE transactions SET version = version + 1 WHERE id = NEW.transaction_id; END;
+CREATE TRIGGER cancellations_updated_version
+AFTER UPDATE OF receipt_number, items, refund, outcome, created_at ON cancellations
+BEGIN UPDATE transactions SET version = version + 1 WHERE id = NEW.transaction_id; END;
+CREATE TRIGGER cancellations_deleted_version AFTER DELETE ON cancellations
+BEGIN UPDATE transactions SET version = version + 1 WHERE id = OLD.transaction_id; END;
+CREATE TRIGGER email_messages_inserted_version AFTER INSERT ON email_messages
+BEGIN UPDATE transactions SET version = version + 1 WHERE id = NEW.transaction_id; END;
+CREATE TRIGGER email_messages_updated_version
+AFTER UPDATE OF kind, receipt_number, recipients, status, updated_at ON email_messages
+BEGIN UPDATE transactions SET version = version + 1 WHERE id = NEW.transaction_id; END;
+CREATE TRIGGER email_messages_deleted_version AFTER DELETE ON email_messages
+BEGIN UPDATE transactions SET version = version + 1 WHERE id = OLD.transaction_id; END;
+"#;
+
+/// Transaction versions in a table of their own (migration 11). Migration 10 kept the counter
+/// in `transactions`, whose rows hold the creation body (a few KB): every item inserted at
+/// creation rewrote that row through its trigger, and a status read looked it up in the wide
+/// table. The counter now lives in a narrow row per transaction, with the owner, so that a
+/// status read (`SELECT provider_id, version`) and each bump touch only that row. The triggers
+/// and what moves the version are those of migration 10.
+pub const VERSION_TABLE_MIGRATION: &str = r#"
+CREATE TABLE transaction_versions (
+    id           TEXT PRIMARY KEY,
+    provider_id  TEXT NOT NULL,
+    version      INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+INSERT INTO transaction_versions (id, provider_id, version)
+SELECT id, provider_id, version FROM transactions;
+DROP TRIGGER transactions_version;
+DROP TRIGGER items_inserted_version;
+DROP TRIGGER items_updated_version;
+DROP TRIGGER items_deleted_version;
+DROP TRIGGER cancellations_inserted_version;
+DROP TRIGGER cancellations_updated_version;
+DROP TRIGGER cancellations_deleted_version;
+DROP TRIGGER email_messages_inserted_version;
+DROP TRIGGER email_messages_updated_version;
+DROP TRIGGER email_messages_deleted_version;
+ALTER TABLE transactions DROP COLUMN version;
+CREATE TRIGGER transactions_inserted_version AFTER INSERT ON transactions
+BEGIN INSERT INTO transaction_versions (id, provider_id) VALUES (NEW.id, NEW.provider_id); END;
+CREATE TRIGGER transactions_updated_version AFTER UPDATE ON transactions
+BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = NEW.id; END;
+CREATE TRIGGER transactions_deleted_version AFTER DELETE ON transactions
+BEGIN DELETE FROM transaction_versions WHERE id = OLD.id; END;
+CREATE TRIGGER items_inserted_version AFTER INSERT ON items
+BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = NEW.transaction_id; END;
+CREATE TRIGGER items_updated_version AFTER UPDATE ON items
+BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = NEW.transaction_id; END;
+CREATE TRIGGER items_deleted_version AFTER DELETE ON items
+BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = OLD.transaction_id; END;
+CREATE TRIGGER cancellations_inserted_version AFTER INSERT ON cancellations
+BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = NEW.transaction_id; END;
+CREATE TRIGGER cancellations_updated_version
+AFTER UPDATE OF receipt_number, items, refund, outcome, created_at ON cancellations
+BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = NEW.transaction_id; END;
+CREATE TRIGGER cancellations_deleted_version AFTER DELETE ON cancellations
+BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = OLD.transaction_id; END;
+CREATE TRIGGER email_messages_inserted_version AFTER INSERT ON email_messages
+BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = NEW.transaction_id; END;
+CREATE TRIGGER email_messages_updated_version
+AFTER UPDATE OF kind, receipt_number, recipients, status, updated_at ON email_messages
+BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = NEW.transaction_id; END;
+CREATE TRIGGER email_messages_deleted_version AFTER DELETE ON email_messages
+BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = OLD.transaction_id; END;
+"#;
 
 #[cfg(test)]
 mod tests {

@@ -1,5 +1,8 @@
 //! The embedded SQLite store: one writer connection on a dedicated thread that commits
-//! concurrent writes together (group commit), and a small pool of reader connections.
+//! concurrent writes together (group commit, in `writer.rs`), and a small pool of reader
+//! connections. This module holds the store itself and its queries; the schema is
+//! [`migrations`], the cancellation, outbox, administration and ledger tables have modules of
+//! their own.
 //!
 //! Why this shape: SQLite allows one writer at a time. Many connections competing for the write
 //! lock would meet `SQLITE_BUSY` and spin in `busy_timeout`; a single writer thread never
@@ -8,15 +11,14 @@
 //! batch durable, and each caller gets its reply only after that commit (a 201 survives a power
 //! loss). Each job runs inside its own SAVEPOINT, so one failing job does not undo its
 //! neighbours. In WAL mode readers see the last committed snapshot and never wait for the
-//! writer.
+//! writer. (The ledger refund gateway, [`ledger`], writes through a connection of its own.)
 
 use checkout_engine::lifecycle::events::{Change, emitted};
 use checkout_engine::lifecycle::{self, NotPayable};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::{Arc, Mutex, mpsc};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use checkout_engine::api::{
@@ -29,7 +31,6 @@ use rusqlite::{Connection, OptionalExtension, params};
 use rust_decimal::Decimal;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::sync::oneshot;
 
 pub mod admin;
 pub mod cancellation;
@@ -37,203 +38,23 @@ mod commits;
 pub mod ledger;
 pub mod migrations;
 pub mod outbox;
+mod writer;
 
-/// The outbox tables (migration 7; the PostgreSQL schema has the same tables with its types).
-pub const OUTBOX_MIGRATION: &str = r#"
-ALTER TABLE cancellations ADD COLUMN unknown_since TEXT;   -- the gateway's answer was unknown
-
-CREATE TABLE events (
-    seq             INTEGER PRIMARY KEY AUTOINCREMENT, -- the order events happened in
-    id              TEXT NOT NULL UNIQUE,              -- evt_…, the webhook-id
-    provider_id     TEXT NOT NULL,
-    transaction_id  TEXT NOT NULL,
-    type            TEXT NOT NULL,
-    payload         TEXT NOT NULL,                     -- the Standard Webhooks payload as sent
-    created_at      TEXT NOT NULL
-);
-CREATE INDEX events_provider ON events(provider_id, seq);
-
-CREATE TABLE webhook_endpoints (
-    id               TEXT PRIMARY KEY,                 -- ep_…
-    provider_id      TEXT NOT NULL REFERENCES providers(id),
-    url              TEXT NOT NULL,
-    event_types      TEXT,                             -- comma-separated; NULL: every type
-    secret           TEXT NOT NULL,                    -- whsec_…: it signs, so it is kept
-    previous_secret  TEXT,                             -- still signs until previous_until
-    previous_until   TEXT,
-    created_at       TEXT NOT NULL,
-    removed_at       TEXT
-);
-CREATE INDEX webhook_endpoints_provider ON webhook_endpoints(provider_id);
-
-CREATE TABLE webhook_deliveries (
-    event_seq         INTEGER NOT NULL REFERENCES events(seq),
-    endpoint_id       TEXT NOT NULL REFERENCES webhook_endpoints(id),
-    transaction_id    TEXT NOT NULL,
-    status            TEXT NOT NULL,                   -- QUEUED, SENT, FAILED
-    attempts          INTEGER NOT NULL,
-    next_attempt_at   TEXT NOT NULL,
-    first_attempt_at  TEXT,
-    last_attempt_at   TEXT,
-    last_result       TEXT,
-    delivered_at      TEXT,
-    lease_owner       TEXT,
-    lease_until       TEXT,
-    created_at        TEXT NOT NULL,
-    PRIMARY KEY (event_seq, endpoint_id)
-);
-CREATE INDEX webhook_deliveries_due ON webhook_deliveries(status, next_attempt_at);
-CREATE INDEX webhook_deliveries_order ON webhook_deliveries(endpoint_id, transaction_id, status);
-
-CREATE TABLE email_messages (
-    id               TEXT PRIMARY KEY,
-    event_seq        INTEGER NOT NULL REFERENCES events(seq),
-    provider_id      TEXT NOT NULL,
-    transaction_id   TEXT NOT NULL,
-    kind             TEXT NOT NULL,                    -- CONTRACT, RECEIPT
-    receipt_number   TEXT,
-    recipients       TEXT NOT NULL,                    -- JSON array
-    message_id       TEXT NOT NULL,
-    status           TEXT NOT NULL,                    -- QUEUED, SENT, FAILED
-    attempts         INTEGER NOT NULL,
-    next_attempt_at  TEXT NOT NULL,
-    last_error       TEXT,
-    sent_at          TEXT,
-    lease_owner      TEXT,
-    lease_until      TEXT,
-    created_at       TEXT NOT NULL,
-    updated_at       TEXT NOT NULL
-);
-CREATE INDEX email_messages_due ON email_messages(status, next_attempt_at);
-CREATE INDEX email_messages_transaction ON email_messages(transaction_id);
-"#;
-
-/// The access epoch (migration 9): one counter that triggers bump in the same transaction as
-/// any change of a credential (added, revoked, removed) or of a provider's name, zone or
-/// policies — whoever makes it, the server or the `provider` commands in another process.
-/// The server keeps credentials and provider settings in memory and trusts them only while the
-/// counter it read them under is unchanged (`app::access`), so a revoked secret is refused by
-/// the first request after the revoking commit. The receipt counter of `providers` is not a
-/// setting and bumps nothing.
-pub const ACCESS_EPOCH_MIGRATION: &str = r#"
-CREATE TABLE access_epoch (
-    id     INTEGER PRIMARY KEY CHECK (id = 1),
-    value  INTEGER NOT NULL
-);
-INSERT INTO access_epoch (id, value) VALUES (1, 0);
-CREATE TRIGGER credentials_added AFTER INSERT ON credentials
-BEGIN UPDATE access_epoch SET value = value + 1 WHERE id = 1; END;
-CREATE TRIGGER credentials_changed AFTER UPDATE ON credentials
-BEGIN UPDATE access_epoch SET value = value + 1 WHERE id = 1; END;
-CREATE TRIGGER credentials_removed AFTER DELETE ON credentials
-BEGIN UPDATE access_epoch SET value = value + 1 WHERE id = 1; END;
-CREATE TRIGGER providers_added AFTER INSERT ON providers
-BEGIN UPDATE access_epoch SET value = value + 1 WHERE id = 1; END;
-CREATE TRIGGER providers_changed
-AFTER UPDATE OF id, name, time_zone, default_policy, category_policies ON providers
-BEGIN UPDATE access_epoch SET value = value + 1 WHERE id = 1; END;
-CREATE TRIGGER providers_removed AFTER DELETE ON providers
-BEGIN UPDATE access_epoch SET value = value + 1 WHERE id = 1; END;
-"#;
-
-/// Transaction versions (migration 10): a counter on each transaction that triggers bump in
-/// the same transaction as any change of the row or of its items, or of the columns of its
-/// cancellations and e-mails that its status record (R-10) shows (not their leases). A status record rendered at one version is the
-/// record as long as the version stays (`app::transactions`).
-pub const VERSION_MIGRATION: &str = r#"
-ALTER TABLE transactions ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
-CREATE TRIGGER transactions_version AFTER UPDATE ON transactions
-WHEN NEW.version = OLD.version
-BEGIN UPDATE transactions SET version = OLD.version + 1 WHERE id = NEW.id; END;
-CREATE TRIGGER items_inserted_version AFTER INSERT ON items
-BEGIN UPDATE transactions SET version = version + 1 WHERE id = NEW.transaction_id; END;
-CREATE TRIGGER items_updated_version AFTER UPDATE ON items
-BEGIN UPDATE transactions SET version = version + 1 WHERE id = NEW.transaction_id; END;
-CREATE TRIGGER items_deleted_version AFTER DELETE ON items
-BEGIN UPDATE transactions SET version = version + 1 WHERE id = OLD.transaction_id; END;
-CREATE TRIGGER cancellations_inserted_version AFTER INSERT ON cancellations
-BEGIN UPDATE transactions SET version = version + 1 WHERE id = NEW.transaction_id; END;
-CREATE TRIGGER cancellations_updated_version
-AFTER UPDATE OF receipt_number, items, refund, outcome, created_at ON cancellations
-BEGIN UPDATE transactions SET version = version + 1 WHERE id = NEW.transaction_id; END;
-CREATE TRIGGER cancellations_deleted_version AFTER DELETE ON cancellations
-BEGIN UPDATE transactions SET version = version + 1 WHERE id = OLD.transaction_id; END;
-CREATE TRIGGER email_messages_inserted_version AFTER INSERT ON email_messages
-BEGIN UPDATE transactions SET version = version + 1 WHERE id = NEW.transaction_id; END;
-CREATE TRIGGER email_messages_updated_version
-AFTER UPDATE OF kind, receipt_number, recipients, status, updated_at ON email_messages
-BEGIN UPDATE transactions SET version = version + 1 WHERE id = NEW.transaction_id; END;
-CREATE TRIGGER email_messages_deleted_version AFTER DELETE ON email_messages
-BEGIN UPDATE transactions SET version = version + 1 WHERE id = OLD.transaction_id; END;
-"#;
-
-/// Transaction versions in a table of their own (migration 11). Migration 10 kept the counter
-/// in `transactions`, whose rows hold the creation body (a few KB): every item inserted at
-/// creation rewrote that row through its trigger, and a status read looked it up in the wide
-/// table. The counter now lives in a narrow row per transaction, with the owner, so that a
-/// status read (`SELECT provider_id, version`) and each bump touch only that row. The triggers
-/// and what moves the version are those of migration 10.
-pub const VERSION_TABLE_MIGRATION: &str = r#"
-CREATE TABLE transaction_versions (
-    id           TEXT PRIMARY KEY,
-    provider_id  TEXT NOT NULL,
-    version      INTEGER NOT NULL DEFAULT 0
-) WITHOUT ROWID;
-INSERT INTO transaction_versions (id, provider_id, version)
-SELECT id, provider_id, version FROM transactions;
-DROP TRIGGER transactions_version;
-DROP TRIGGER items_inserted_version;
-DROP TRIGGER items_updated_version;
-DROP TRIGGER items_deleted_version;
-DROP TRIGGER cancellations_inserted_version;
-DROP TRIGGER cancellations_updated_version;
-DROP TRIGGER cancellations_deleted_version;
-DROP TRIGGER email_messages_inserted_version;
-DROP TRIGGER email_messages_updated_version;
-DROP TRIGGER email_messages_deleted_version;
-ALTER TABLE transactions DROP COLUMN version;
-CREATE TRIGGER transactions_inserted_version AFTER INSERT ON transactions
-BEGIN INSERT INTO transaction_versions (id, provider_id) VALUES (NEW.id, NEW.provider_id); END;
-CREATE TRIGGER transactions_updated_version AFTER UPDATE ON transactions
-BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = NEW.id; END;
-CREATE TRIGGER transactions_deleted_version AFTER DELETE ON transactions
-BEGIN DELETE FROM transaction_versions WHERE id = OLD.id; END;
-CREATE TRIGGER items_inserted_version AFTER INSERT ON items
-BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = NEW.transaction_id; END;
-CREATE TRIGGER items_updated_version AFTER UPDATE ON items
-BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = NEW.transaction_id; END;
-CREATE TRIGGER items_deleted_version AFTER DELETE ON items
-BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = OLD.transaction_id; END;
-CREATE TRIGGER cancellations_inserted_version AFTER INSERT ON cancellations
-BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = NEW.transaction_id; END;
-CREATE TRIGGER cancellations_updated_version
-AFTER UPDATE OF receipt_number, items, refund, outcome, created_at ON cancellations
-BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = NEW.transaction_id; END;
-CREATE TRIGGER cancellations_deleted_version AFTER DELETE ON cancellations
-BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = OLD.transaction_id; END;
-CREATE TRIGGER email_messages_inserted_version AFTER INSERT ON email_messages
-BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = NEW.transaction_id; END;
-CREATE TRIGGER email_messages_updated_version
-AFTER UPDATE OF kind, receipt_number, recipients, status, updated_at ON email_messages
-BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = NEW.transaction_id; END;
-CREATE TRIGGER email_messages_deleted_version AFTER DELETE ON email_messages
-BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = OLD.transaction_id; END;
-"#;
+use writer::Writer;
 
 pub use admin::SqliteAdmin;
 
 use super::outbox as events;
 use super::{
     AttemptEnd, AttemptStart, Claim, CredentialRow, IdempotencyKey, IdempotencyRecord,
-    IdempotencyState, IdempotentResponse, ItemRecord, NewPaymentAttempt, NewTransaction, Owned,
-    PayOutcome, PaymentDetails, ProviderRow, Store, StoreError, TransactionRecord, format_instant,
+    IdempotencyState, IdempotentResponse, ItemRecord, NewPaymentAttempt, NewTransaction,
+    OwnerChecked, PayOutcome, PaymentDetails, ProviderRow, Store, StoreError, TransactionRecord,
+    format_instant,
 };
 
 /// How long a connection waits for a lock held by another process (the provider CLI) before
 /// giving up. Inside this process the single writer never waits for itself.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-/// Most jobs committed together; bounds the latency one batch adds to its first job.
-const MAX_BATCH: usize = 1024;
 /// Reader connections kept open between requests.
 const MAX_IDLE_READERS: usize = 8;
 
@@ -262,281 +83,11 @@ pub fn open_migrated(path: &Path) -> Result<Connection, StoreError> {
     Ok(conn)
 }
 
-/// A unit of work for the writer thread: runs inside the batch's transaction and returns what
-/// to do once the batch's fate is known (`true` = committed).
-type Job = Box<dyn FnOnce(&Connection) -> Box<dyn FnOnce(bool) + Send> + Send>;
-
-enum Message {
-    Job(Job),
-    Shutdown,
-}
-
-/// The single writer: a thread that owns the write connection, and a checkpointer beside it.
-#[derive(Debug)]
-pub(super) struct Writer {
-    sender: Mutex<Option<mpsc::Sender<Message>>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-    checkpointer: Checkpointer,
-}
-
-impl Writer {
-    fn spawn(conn: Connection, path: &Path) -> Result<Writer, StoreError> {
-        // The checkpointer copies the WAL back into the database beside the writer; the
-        // writer checkpoints by itself only when the WAL grows past WRITER_CHECKPOINT_PAGES
-        // (SQLite's own default, 1,000 pages, made every 1,000th page's commit wait for a
-        // checkpoint and its fsync).
-        conn.pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES)?;
-        conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)?;
-        let checkpointer = Checkpointer::spawn(path)?;
-        let signal = checkpointer.signal.clone();
-        let (sender, receiver) = mpsc::channel::<Message>();
-        let thread = std::thread::Builder::new()
-            .name("sqlite-writer".to_owned())
-            .spawn(move || writer_loop(conn, receiver, &signal))?;
-        Ok(Writer {
-            sender: Mutex::new(Some(sender)),
-            thread: Mutex::new(Some(thread)),
-            checkpointer,
-        })
-    }
-
-    /// Queues `work` and resolves after the batch holding it has committed.
-    pub(super) fn execute<R, F>(
-        &self,
-        work: F,
-    ) -> impl Future<Output = Result<R, StoreError>> + use<R, F>
-    where
-        R: Send + 'static,
-        F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
-    {
-        let (reply, answer) = oneshot::channel::<Result<R, StoreError>>();
-        let job: Job = Box::new(move |conn: &Connection| {
-            let result = in_savepoint(conn, work);
-            Box::new(move |committed: bool| {
-                let outcome = if committed {
-                    result
-                } else {
-                    result.and(Err(StoreError::CommitFailed))
-                };
-                // The caller may have gone away (client disconnected); nothing to do then.
-                let _ = reply.send(outcome);
-            })
-        });
-        let sent = self
-            .sender
-            .lock()
-            .ok()
-            .and_then(|guard| guard.as_ref().map(|s| s.send(Message::Job(job)).is_ok()))
-            .unwrap_or(false);
-        async move {
-            if !sent {
-                return Err(StoreError::Closed);
-            }
-            answer.await.unwrap_or(Err(StoreError::Closed))
-        }
-    }
-
-    /// Lets queued jobs finish, then stops the thread; the connection closes with it.
-    fn shutdown(&self) {
-        self.checkpointer.stop();
-        let sender = self.sender.lock().ok().and_then(|mut guard| guard.take());
-        if let Some(sender) = sender {
-            let _ = sender.send(Message::Shutdown);
-        }
-        let thread = self.thread.lock().ok().and_then(|mut guard| guard.take());
-        if let Some(thread) = thread
-            && thread.join().is_err()
-        {
-            tracing::error!("the sqlite writer thread panicked");
-        }
-    }
-}
-
-/// Pages the WAL may hold before the writer checkpoints it itself (about 40 MB). The
-/// checkpointer keeps it far below that; this bounds the WAL if the checkpointer falls behind.
-const WRITER_CHECKPOINT_PAGES: i64 = 10_000;
-/// The writer's page cache in KiB (negative `cache_size`): indexes of keys chosen by clients
-/// (idempotency keys) are read from all over the file.
-const WRITER_CACHE_KIB: i64 = -32_768;
-/// The least time from the end of one checkpoint to the start of the next while the writer
-/// commits: each copies what a few milliseconds of commits wrote, so its fsync of the database
-/// file is short and a commit's WAL fsync that queues behind it waits little (the table in
-/// `docs/PERFORMANCE.md`: 100 ms between checkpoints made p99 21 ms, 5 ms made 8.6 ms).
-const CHECKPOINT_GAP: Duration = Duration::from_millis(5);
-/// How long the checkpointer waits when the writer commits nothing: it still copies, this late,
-/// what other processes (the `provider` commands) committed.
-const CHECKPOINT_IDLE: Duration = Duration::from_secs(1);
-
-/// A thread with a connection of its own that runs `PRAGMA wal_checkpoint(PASSIVE)` after the
-/// writer's commits, at most once per [`CHECKPOINT_GAP`]: a passive checkpoint never waits for
-/// the writer or readers, so commits no longer stop for a checkpoint and its fsync. The WAL
-/// starts over from its beginning when a commit follows a checkpoint that copied all of it
-/// (SQLite does this by itself). An idle server makes no checkpoint but one a second.
-#[derive(Debug)]
-struct Checkpointer {
-    signal: CheckpointSignal,
-    thread: Mutex<Option<JoinHandle<()>>>,
-}
-
-/// What the writer and the checkpointer share: whether the writer committed since the last
-/// checkpoint began, and whether to stop.
-#[derive(Debug, Clone, Default)]
-struct CheckpointSignal(Arc<(Mutex<CheckpointState>, std::sync::Condvar)>);
-
-#[derive(Debug, Default)]
-struct CheckpointState {
-    committed: bool,
-    stopped: bool,
-}
-
-impl CheckpointSignal {
-    /// Called by the writer after each commit.
-    fn committed(&self) {
-        let (state, wake) = &*self.0;
-        if let Ok(mut state) = state.lock()
-            && !state.committed
-        {
-            state.committed = true;
-            wake.notify_one();
-        }
-    }
-}
-
-impl Checkpointer {
-    fn spawn(path: &Path) -> Result<Checkpointer, StoreError> {
-        let conn = Connection::open(path)?;
-        configure(&conn)?;
-        let signal = CheckpointSignal::default();
-        let shared = signal.clone();
-        let thread = std::thread::Builder::new()
-            .name("sqlite-checkpoint".to_owned())
-            .spawn(move || checkpoint_loop(&conn, &shared))?;
-        Ok(Checkpointer {
-            signal,
-            thread: Mutex::new(Some(thread)),
-        })
-    }
-
-    fn stop(&self) {
-        let (state, wake) = &*self.signal.0;
-        if let Ok(mut state) = state.lock() {
-            state.stopped = true;
-        }
-        wake.notify_all();
-        let thread = self.thread.lock().ok().and_then(|mut guard| guard.take());
-        if let Some(thread) = thread
-            && thread.join().is_err()
-        {
-            tracing::error!("the sqlite checkpoint thread panicked");
-        }
-    }
-}
-
-fn checkpoint_loop(conn: &Connection, signal: &CheckpointSignal) {
-    let (state, wake) = &*signal.0;
-    loop {
-        let Ok(mut guard) = state.lock() else { return };
-        if !guard.committed && !guard.stopped {
-            guard = match wake.wait_timeout(guard, CHECKPOINT_IDLE) {
-                Ok((guard, _)) => guard,
-                Err(_) => return,
-            };
-        }
-        if guard.stopped {
-            return;
-        }
-        guard.committed = false;
-        drop(guard);
-        // (busy, frames in the WAL, frames copied); a busy or partial checkpoint is finished
-        // by the next one.
-        if let Err(error) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-            tracing::warn!(%error, "a WAL checkpoint failed; the next one retries");
-        }
-        // Commits made meanwhile set `committed` again: the next checkpoint follows at once.
-        std::thread::sleep(CHECKPOINT_GAP);
-    }
-}
-
-/// Runs one job inside a SAVEPOINT, rolled back on its own error only.
-fn in_savepoint<R>(
-    conn: &Connection,
-    work: impl FnOnce(&Connection) -> Result<R, StoreError>,
-) -> Result<R, StoreError> {
-    // Cached: a batch runs one savepoint per job, and parsing them each time shows in profiles.
-    conn.prepare_cached("SAVEPOINT job")?.execute([])?;
-    let result = work(conn);
-    match &result {
-        Ok(_) => {
-            conn.prepare_cached("RELEASE job")?.execute([])?;
-        }
-        Err(_) => conn.execute_batch("ROLLBACK TO job; RELEASE job")?,
-    }
-    result
-}
-
-fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Message>, signal: &CheckpointSignal) {
-    let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
-    let mut stopping = false;
-    while !stopping {
-        match receiver.recv() {
-            Ok(Message::Job(job)) => batch.push(job),
-            Ok(Message::Shutdown) | Err(_) => break,
-        }
-        // Everything queued while the previous batch was committing joins this one.
-        while batch.len() < MAX_BATCH {
-            match receiver.try_recv() {
-                Ok(Message::Job(job)) => batch.push(job),
-                Ok(Message::Shutdown) => {
-                    stopping = true;
-                    break;
-                }
-                Err(_) => break,
-            }
-        }
-        commit_batch(&conn, &mut batch);
-        signal.committed();
-    }
-    // Jobs queued behind the shutdown message still get their answer.
-    while let Ok(message) = receiver.try_recv() {
-        if let Message::Job(job) = message {
-            batch.push(job);
-        }
-    }
-    if !batch.is_empty() {
-        commit_batch(&conn, &mut batch);
-    }
-    if let Err((_, error)) = conn.close() {
-        tracing::error!(%error, "closing the database failed");
-    }
-}
-
-fn commit_batch(conn: &Connection, batch: &mut Vec<Job>) {
-    if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
-        tracing::error!(%error, jobs = batch.len(), "could not begin a write batch");
-        // Dropping a job unrun drops its reply channel: its caller gets `StoreError::Closed`.
-        batch.clear();
-        return;
-    }
-    let finishers: Vec<Box<dyn FnOnce(bool) + Send>> =
-        batch.drain(..).map(|job| job(conn)).collect();
-    let committed = match conn.execute_batch("COMMIT") {
-        Ok(()) => true,
-        Err(error) => {
-            tracing::error!(%error, jobs = finishers.len(), "write batch failed to commit");
-            let _ = conn.execute_batch("ROLLBACK");
-            false
-        }
-    };
-    for finish in finishers {
-        finish(committed);
-    }
-}
-
 /// The SQLite implementation of [`Store`].
 #[derive(Debug)]
 pub struct SqliteStore {
     path: PathBuf,
-    pub(super) writer: Writer,
+    writer: Writer,
     readers: Mutex<Vec<Connection>>,
     /// Tells whether anything was committed since a value of `fresh` was read.
     commits: commits::CommitWatch,
@@ -943,15 +494,15 @@ pub(super) fn owner_check(
     conn: &Connection,
     id: &str,
     provider_id: &str,
-) -> Result<Owned<()>, StoreError> {
+) -> Result<OwnerChecked<()>, StoreError> {
     let owner: Option<String> = conn
         .prepare_cached("SELECT provider_id FROM transactions WHERE id = ?1")?
         .query_row([id], |r| r.get(0))
         .optional()?;
     Ok(match owner {
-        None => Owned::NotFound,
-        Some(owner) if owner == provider_id => Owned::Done(()),
-        Some(_) => Owned::OtherProvider,
+        None => OwnerChecked::NotFound,
+        Some(owner) if owner == provider_id => OwnerChecked::Done(()),
+        Some(_) => OwnerChecked::OtherProvider,
     })
 }
 
@@ -1111,9 +662,9 @@ fn update(
     provider_id: &str,
     update: &UpdateTransaction,
     now: &str,
-) -> Result<Owned<()>, StoreError> {
+) -> Result<OwnerChecked<()>, StoreError> {
     let owned = owner_check(conn, id, provider_id)?;
-    if owned != Owned::Done(()) {
+    if owned != OwnerChecked::Done(()) {
         return Ok(owned);
     }
     // R-8.6: each given field replaces the stored one; absent fields stay (COALESCE).
@@ -1135,7 +686,7 @@ fn update(
     for kind in emitted(Change::Updated) {
         outbox::write_event(conn, &events::changed(kind, &summary, at)?)?;
     }
-    Ok(Owned::Done(()))
+    Ok(OwnerChecked::Done(()))
 }
 
 fn pay(
@@ -1145,11 +696,11 @@ fn pay(
     details: &PaymentDetails,
     paid_at: &str,
     now: &str,
-) -> Result<Owned<PayOutcome>, StoreError> {
+) -> Result<OwnerChecked<PayOutcome>, StoreError> {
     match owner_check(conn, id, provider_id)? {
-        Owned::Done(()) => {}
-        Owned::NotFound => return Ok(Owned::NotFound),
-        Owned::OtherProvider => return Ok(Owned::OtherProvider),
+        OwnerChecked::Done(()) => {}
+        OwnerChecked::NotFound => return Ok(OwnerChecked::NotFound),
+        OwnerChecked::OtherProvider => return Ok(OwnerChecked::OtherProvider),
     }
     let (status, currency): (String, String) = conn
         .prepare_cached("SELECT status, currency FROM transactions WHERE id = ?1")?
@@ -1168,7 +719,11 @@ fn pay(
                 detail: "sum overflows".to_owned(),
             });
         }
-        Err(refused) => return Ok(Owned::Done(PayOutcome::NotPayable(refused.message()))),
+        Err(refused) => {
+            return Ok(OwnerChecked::Done(PayOutcome::NotPayable(
+                refused.message(),
+            )));
+        }
     };
     conn.prepare_cached(
         "UPDATE transactions SET status = 'PAID', paid_amount = ?2, paid_at = ?3, payment = ?4, \
@@ -1186,7 +741,7 @@ fn pay(
     for kind in emitted(Change::Paid) {
         outbox::write_event(conn, &events::changed(kind, &summary, at)?)?;
     }
-    Ok(Owned::Done(PayOutcome::Paid(paid)))
+    Ok(OwnerChecked::Done(PayOutcome::Paid(paid)))
 }
 
 impl Store for SqliteStore {
@@ -1342,7 +897,7 @@ impl Store for SqliteStore {
         provider_id: String,
         change: UpdateTransaction,
         now: DateTime<Utc>,
-    ) -> BoxFuture<'_, Result<Owned<()>, StoreError>> {
+    ) -> BoxFuture<'_, Result<OwnerChecked<()>, StoreError>> {
         let now = format_instant(now);
         Box::pin(
             self.writer
@@ -1357,7 +912,7 @@ impl Store for SqliteStore {
         details: PaymentDetails,
         paid_at: DateTime<Utc>,
         now: DateTime<Utc>,
-    ) -> BoxFuture<'_, Result<Owned<PayOutcome>, StoreError>> {
+    ) -> BoxFuture<'_, Result<OwnerChecked<PayOutcome>, StoreError>> {
         let (paid_at, now) = (format_instant(paid_at), format_instant(now));
         Box::pin(
             self.writer

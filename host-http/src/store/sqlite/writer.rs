@@ -1,0 +1,287 @@
+//! The single writer of the SQLite store: a thread that owns the write connection and commits
+//! every queued job together (group commit), each inside its own SAVEPOINT, and a checkpointer
+//! thread beside it that copies the WAL back into the database.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rusqlite::Connection;
+use tokio::sync::oneshot;
+
+use super::configure;
+use crate::store::StoreError;
+
+/// Most jobs committed together; bounds the latency one batch adds to its first job.
+const MAX_BATCH: usize = 1024;
+
+/// A unit of work for the writer thread: runs inside the batch's transaction and returns what
+/// to do once the batch's fate is known (`true` = committed).
+type Job = Box<dyn FnOnce(&Connection) -> Box<dyn FnOnce(bool) + Send> + Send>;
+
+enum Message {
+    Job(Job),
+    Shutdown,
+}
+
+/// The single writer: a thread that owns the write connection, and a checkpointer beside it.
+#[derive(Debug)]
+pub(super) struct Writer {
+    sender: Mutex<Option<mpsc::Sender<Message>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    checkpointer: Checkpointer,
+}
+
+impl Writer {
+    pub(super) fn spawn(conn: Connection, path: &Path) -> Result<Writer, StoreError> {
+        // The checkpointer copies the WAL back into the database beside the writer; the
+        // writer checkpoints by itself only when the WAL grows past WRITER_CHECKPOINT_PAGES
+        // (SQLite's own default, 1,000 pages, made every 1,000th page's commit wait for a
+        // checkpoint and its fsync).
+        conn.pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES)?;
+        conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)?;
+        let checkpointer = Checkpointer::spawn(path)?;
+        let signal = checkpointer.signal.clone();
+        let (sender, receiver) = mpsc::channel::<Message>();
+        let thread = std::thread::Builder::new()
+            .name("sqlite-writer".to_owned())
+            .spawn(move || writer_loop(conn, receiver, &signal))?;
+        Ok(Writer {
+            sender: Mutex::new(Some(sender)),
+            thread: Mutex::new(Some(thread)),
+            checkpointer,
+        })
+    }
+
+    /// Queues `work` and resolves after the batch holding it has committed.
+    pub(super) fn execute<R, F>(
+        &self,
+        work: F,
+    ) -> impl Future<Output = Result<R, StoreError>> + use<R, F>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel::<Result<R, StoreError>>();
+        let job: Job = Box::new(move |conn: &Connection| {
+            let result = in_savepoint(conn, work);
+            Box::new(move |committed: bool| {
+                let outcome = if committed {
+                    result
+                } else {
+                    result.and(Err(StoreError::CommitFailed))
+                };
+                // The caller may have gone away (client disconnected); nothing to do then.
+                let _ = reply.send(outcome);
+            })
+        });
+        let sent = self
+            .sender
+            .lock()
+            .ok()
+            .and_then(|guard| guard.as_ref().map(|s| s.send(Message::Job(job)).is_ok()))
+            .unwrap_or(false);
+        async move {
+            if !sent {
+                return Err(StoreError::Closed);
+            }
+            answer.await.unwrap_or(Err(StoreError::Closed))
+        }
+    }
+
+    /// Lets queued jobs finish, then stops the thread; the connection closes with it.
+    pub(super) fn shutdown(&self) {
+        self.checkpointer.stop();
+        let sender = self.sender.lock().ok().and_then(|mut guard| guard.take());
+        if let Some(sender) = sender {
+            let _ = sender.send(Message::Shutdown);
+        }
+        let thread = self.thread.lock().ok().and_then(|mut guard| guard.take());
+        if let Some(thread) = thread
+            && thread.join().is_err()
+        {
+            tracing::error!("the sqlite writer thread panicked");
+        }
+    }
+}
+
+/// Pages the WAL may hold before the writer checkpoints it itself (about 40 MB). The
+/// checkpointer keeps it far below that; this bounds the WAL if the checkpointer falls behind.
+const WRITER_CHECKPOINT_PAGES: i64 = 10_000;
+/// The writer's page cache in KiB (negative `cache_size`): indexes of keys chosen by clients
+/// (idempotency keys) are read from all over the file.
+const WRITER_CACHE_KIB: i64 = -32_768;
+/// The least time from the end of one checkpoint to the start of the next while the writer
+/// commits: each copies what a few milliseconds of commits wrote, so its fsync of the database
+/// file is short and a commit's WAL fsync that queues behind it waits little (the table in
+/// `docs/PERFORMANCE.md`: 100 ms between checkpoints made p99 21 ms, 5 ms made 8.6 ms).
+const CHECKPOINT_GAP: Duration = Duration::from_millis(5);
+/// How long the checkpointer waits when the writer commits nothing: it still copies, this late,
+/// what other processes (the `provider` commands) committed.
+const CHECKPOINT_IDLE: Duration = Duration::from_secs(1);
+
+/// A thread with a connection of its own that runs `PRAGMA wal_checkpoint(PASSIVE)` after the
+/// writer's commits, at most once per [`CHECKPOINT_GAP`]: a passive checkpoint never waits for
+/// the writer or readers, so commits no longer stop for a checkpoint and its fsync. The WAL
+/// starts over from its beginning when a commit follows a checkpoint that copied all of it
+/// (SQLite does this by itself). An idle server makes no checkpoint but one a second.
+#[derive(Debug)]
+struct Checkpointer {
+    signal: CheckpointSignal,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// What the writer and the checkpointer share: whether the writer committed since the last
+/// checkpoint began, and whether to stop.
+#[derive(Debug, Clone, Default)]
+struct CheckpointSignal(Arc<(Mutex<CheckpointState>, std::sync::Condvar)>);
+
+#[derive(Debug, Default)]
+struct CheckpointState {
+    committed: bool,
+    stopped: bool,
+}
+
+impl CheckpointSignal {
+    /// Called by the writer after each commit.
+    fn committed(&self) {
+        let (state, wake) = &*self.0;
+        if let Ok(mut state) = state.lock()
+            && !state.committed
+        {
+            state.committed = true;
+            wake.notify_one();
+        }
+    }
+}
+
+impl Checkpointer {
+    fn spawn(path: &Path) -> Result<Checkpointer, StoreError> {
+        let conn = Connection::open(path)?;
+        configure(&conn)?;
+        let signal = CheckpointSignal::default();
+        let shared = signal.clone();
+        let thread = std::thread::Builder::new()
+            .name("sqlite-checkpoint".to_owned())
+            .spawn(move || checkpoint_loop(&conn, &shared))?;
+        Ok(Checkpointer {
+            signal,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    fn stop(&self) {
+        let (state, wake) = &*self.signal.0;
+        if let Ok(mut state) = state.lock() {
+            state.stopped = true;
+        }
+        wake.notify_all();
+        let thread = self.thread.lock().ok().and_then(|mut guard| guard.take());
+        if let Some(thread) = thread
+            && thread.join().is_err()
+        {
+            tracing::error!("the sqlite checkpoint thread panicked");
+        }
+    }
+}
+
+fn checkpoint_loop(conn: &Connection, signal: &CheckpointSignal) {
+    let (state, wake) = &*signal.0;
+    loop {
+        let Ok(mut guard) = state.lock() else { return };
+        if !guard.committed && !guard.stopped {
+            guard = match wake.wait_timeout(guard, CHECKPOINT_IDLE) {
+                Ok((guard, _)) => guard,
+                Err(_) => return,
+            };
+        }
+        if guard.stopped {
+            return;
+        }
+        guard.committed = false;
+        drop(guard);
+        // (busy, frames in the WAL, frames copied); a busy or partial checkpoint is finished
+        // by the next one.
+        if let Err(error) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            tracing::warn!(%error, "a WAL checkpoint failed; the next one retries");
+        }
+        // Commits made meanwhile set `committed` again: the next checkpoint follows at once.
+        std::thread::sleep(CHECKPOINT_GAP);
+    }
+}
+
+/// Runs one job inside a SAVEPOINT, rolled back on its own error only.
+fn in_savepoint<R>(
+    conn: &Connection,
+    work: impl FnOnce(&Connection) -> Result<R, StoreError>,
+) -> Result<R, StoreError> {
+    // Cached: a batch runs one savepoint per job, and parsing them each time shows in profiles.
+    conn.prepare_cached("SAVEPOINT job")?.execute([])?;
+    let result = work(conn);
+    match &result {
+        Ok(_) => {
+            conn.prepare_cached("RELEASE job")?.execute([])?;
+        }
+        Err(_) => conn.execute_batch("ROLLBACK TO job; RELEASE job")?,
+    }
+    result
+}
+
+fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Message>, signal: &CheckpointSignal) {
+    let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
+    let mut stopping = false;
+    while !stopping {
+        match receiver.recv() {
+            Ok(Message::Job(job)) => batch.push(job),
+            Ok(Message::Shutdown) | Err(_) => break,
+        }
+        // Everything queued while the previous batch was committing joins this one.
+        while batch.len() < MAX_BATCH {
+            match receiver.try_recv() {
+                Ok(Message::Job(job)) => batch.push(job),
+                Ok(Message::Shutdown) => {
+                    stopping = true;
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        commit_batch(&conn, &mut batch);
+        signal.committed();
+    }
+    // Jobs queued behind the shutdown message still get their answer.
+    while let Ok(message) = receiver.try_recv() {
+        if let Message::Job(job) = message {
+            batch.push(job);
+        }
+    }
+    if !batch.is_empty() {
+        commit_batch(&conn, &mut batch);
+    }
+    if let Err((_, error)) = conn.close() {
+        tracing::error!(%error, "closing the database failed");
+    }
+}
+
+fn commit_batch(conn: &Connection, batch: &mut Vec<Job>) {
+    if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
+        tracing::error!(%error, jobs = batch.len(), "could not begin a write batch");
+        // Dropping a job unrun drops its reply channel: its caller gets `StoreError::Closed`.
+        batch.clear();
+        return;
+    }
+    let finishers: Vec<Box<dyn FnOnce(bool) + Send>> =
+        batch.drain(..).map(|job| job(conn)).collect();
+    let committed = match conn.execute_batch("COMMIT") {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::error!(%error, jobs = finishers.len(), "write batch failed to commit");
+            let _ = conn.execute_batch("ROLLBACK");
+            false
+        }
+    };
+    for finish in finishers {
+        finish(committed);
+    }
+}
