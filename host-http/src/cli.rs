@@ -193,8 +193,9 @@ fn parse_public_url(text: &str) -> Result<String, String> {
 /// `--db` of the provider and migrate commands.
 #[derive(Debug, Clone, Args)]
 pub struct DbArg {
-    /// Database: an SQLite file path or `sqlite:` URL (created if missing), or a
-    /// `postgres://` / `postgresql://` URL.
+    /// Database: an SQLite file path or `sqlite:` URL, or a `postgres://` /
+    /// `postgresql://` URL. `migrate` and `provider create` create a missing SQLite file;
+    /// the other provider commands refuse one.
     #[arg(long, env = "CHECKOUT_DB", default_value = "./checkout.db")]
     pub db: Db,
 }

@@ -716,3 +716,89 @@ fn a_listen_address_may_be_a_host_name() {
     assert_eq!(addr.port(), port);
     assert_eq!(status_code(addr, &demo.auth), 200);
 }
+
+/// A mistyped `--db` of a `provider` command refuses instead of creating an empty database;
+/// `provider create` sets a database up; an unsupported URL scheme names the ones supported.
+#[test]
+fn provider_commands_refuse_a_missing_file_and_an_unknown_scheme() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let missing = dir.path().join("chekout.db");
+    let listed = checkout_server()
+        .args(["provider", "list", "--db"])
+        .arg(&missing)
+        .output()
+        .expect("run checkout-server");
+    assert!(!listed.status.success());
+    let stderr = String::from_utf8_lossy(&listed.stderr);
+    assert!(stderr.contains("no database at"), "{stderr}");
+    assert!(!missing.exists(), "the mistyped path was created");
+
+    let created = checkout_server()
+        .args(["provider", "create", "--name", "Acme", "--db"])
+        .arg(&missing)
+        .output()
+        .expect("run checkout-server");
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    assert!(missing.exists());
+
+    let other = checkout_server()
+        .args(["provider", "list", "--db", "mysql://app@127.0.0.1/checkout"])
+        .output()
+        .expect("run checkout-server");
+    assert!(!other.status.success());
+    let stderr = String::from_utf8_lossy(&other.stderr);
+    assert!(
+        stderr.contains("unsupported database URL scheme `mysql://`"),
+        "{stderr}"
+    );
+}
+
+/// A PostgreSQL URL that cannot be used says which part is wrong, beside the URL (host, port,
+/// database; never its password). The closed port needs no server; the unknown database and
+/// user are asked of the server `CHECKOUT_TEST_PG_URL` names.
+#[test]
+fn a_postgres_url_that_cannot_be_used_says_which_part_is_wrong() {
+    let migrate = |url: &str| {
+        let output = checkout_server()
+            .args(["migrate", "--db", url])
+            .output()
+            .expect("run checkout-server");
+        assert!(!output.status.success(), "{url} was usable");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let closed = free_port();
+    let stderr = migrate(&format!("postgres://app:s3cret@{closed}/checkout"));
+    assert!(
+        stderr.contains("nothing listens at that host and port"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("postgres://app:***@{closed}/checkout")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("s3cret"), "{stderr}");
+
+    let Ok(server) = std::env::var("CHECKOUT_TEST_PG_URL") else {
+        eprintln!("skipped the unknown database and user: CHECKOUT_TEST_PG_URL is not set");
+        return;
+    };
+    let url = url::Url::parse(&server).expect("CHECKOUT_TEST_PG_URL is a URL");
+    let mut unknown_db = url.clone();
+    unknown_db.set_path("/no_such_database_here");
+    let stderr = migrate(unknown_db.as_str());
+    assert!(
+        stderr.contains("no such database on that server"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("no_such_database_here"), "{stderr}");
+    let mut unknown_user = url;
+    unknown_user
+        .set_username("no_such_user_here")
+        .expect("a user name");
+    let stderr = migrate(unknown_user.as_str());
+    assert!(stderr.contains("unknown user"), "{stderr}");
+}

@@ -213,14 +213,15 @@ fn issue(
     (stored, issued)
 }
 
-/// Creates a provider with its first credential (`provider create`).
+/// Creates a provider with its first credential (`provider create`), and the SQLite database
+/// when its file does not exist yet (every other `provider` command refuses a missing file).
 pub fn create_provider(
     db: impl Into<Db>,
     provider: &NewProvider,
     now: DateTime<Utc>,
 ) -> Result<IssuedCredential, AdminError> {
     check_time_zone(&provider.time_zone)?;
-    let admin = store::admin(&db.into())?;
+    let admin = store::admin_creating(&db.into())?;
     let id = uuid::Uuid::now_v7().to_string();
     let row = ProviderRow {
         id: id.clone(),

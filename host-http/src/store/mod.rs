@@ -106,6 +106,21 @@ impl Db {
         if text.starts_with("postgres://") || text.starts_with("postgresql://") {
             return Ok(Db::Postgres(text.to_owned()));
         }
+        if let Some((scheme, _)) = text.split_once("://") {
+            let is_scheme = scheme
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic())
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+            if is_scheme && scheme != "sqlite" {
+                return Err(StoreError::Config(format!(
+                    "unsupported database URL scheme `{scheme}://`: --db takes an SQLite file \
+                     path, a sqlite: URL, or a postgres:// (postgresql://) URL"
+                )));
+            }
+        }
         let path = text
             .strip_prefix("sqlite://")
             .or_else(|| text.strip_prefix("sqlite:"))
@@ -254,11 +269,29 @@ pub async fn migrate(db: &Db) -> Result<u32, StoreError> {
     }
 }
 
-/// The administration of providers and credentials on `db` (the `provider` commands).
+/// The administration of providers and credentials on `db` (the `provider` commands). An
+/// SQLite file must exist already: a mistyped path would otherwise become a new, empty
+/// database, and `provider list` would answer `[]` as if it were the real one. (`serve`,
+/// `migrate` and `provider create` create it: [`admin_creating`].)
 pub fn admin(db: &Db) -> Result<Box<dyn AdminStore>, StoreError> {
     match db {
+        Db::Sqlite(path) if !path.exists() => Err(StoreError::Config(format!(
+            "no database at {}: provider commands work on an existing database; create it \
+             with `checkout-server migrate --db {}` (or start `serve` on it)",
+            path.display(),
+            path.display()
+        ))),
         Db::Sqlite(path) => Ok(Box::new(sqlite::SqliteAdmin::open(path)?)),
         Db::Postgres(url) => Ok(Box::new(postgres::PgAdmin::new(url.clone()))),
+    }
+}
+
+/// As [`admin`], creating (and migrating) an SQLite file that does not exist yet: for
+/// `provider create`, the command that sets a database up.
+pub fn admin_creating(db: &Db) -> Result<Box<dyn AdminStore>, StoreError> {
+    match db {
+        Db::Sqlite(path) => Ok(Box::new(sqlite::SqliteAdmin::open(path)?)),
+        Db::Postgres(_) => admin(db),
     }
 }
 
@@ -821,6 +854,16 @@ pub(crate) fn new_reference(created_at: DateTime<Utc>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn provider_commands_refuse_a_missing_sqlite_file() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let missing = dir.path().join("chekout.db");
+        let refused = admin(&Db::Sqlite(missing.clone())).expect_err("no such file");
+        assert!(refused.to_string().contains("no database at"), "{refused}");
+        assert!(refused.to_string().contains("migrate"), "{refused}");
+        assert!(!missing.exists(), "the mistyped path was created");
+    }
     use chrono::TimeZone;
 
     #[test]
@@ -847,6 +890,15 @@ mod tests {
         );
         assert!(Db::parse("").is_err());
         assert!(Db::parse("sqlite:").is_err());
+        for other in ["mysql://u@h/db", "mariadb://h/db", "redis://h"] {
+            let refused = Db::parse(other).expect_err(other).to_string();
+            assert!(
+                refused.contains("unsupported database URL scheme")
+                    && refused.contains("postgres://"),
+                "{other}: {refused}"
+            );
+        }
+        assert!(Db::parse("sqlite://c.db").is_ok());
         assert!(Db::Postgres("postgres://u@h/db".to_owned()).is_shared());
         assert!(!Db::Sqlite("c.db".into()).is_shared());
     }

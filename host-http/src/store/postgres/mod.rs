@@ -72,6 +72,9 @@ pub fn is_connection_error(error: &tokio_postgres::Error) -> bool {
 /// TLS handshake"), the server's message or the handshake's failure is its source.
 pub fn describe_error(error: &tokio_postgres::Error) -> String {
     let mut text = error.to_string();
+    if let Some(meaning) = connect_failure(error) {
+        text = format!("{meaning} ({text}");
+    }
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {
         let cause_text = cause.to_string();
@@ -81,7 +84,40 @@ pub fn describe_error(error: &tokio_postgres::Error) -> String {
         }
         source = cause.source();
     }
+    if connect_failure(error).is_some() {
+        text.push(')');
+    }
     text
+}
+
+/// What an operator must change when a connection is refused, in plain words: the database,
+/// the user, the password, or the host and port (whose values the caller's message names).
+fn connect_failure(error: &tokio_postgres::Error) -> Option<&'static str> {
+    use tokio_postgres::error::SqlState;
+    if let Some(code) = error.code() {
+        return match code {
+            c if *c == SqlState::INVALID_CATALOG_NAME => Some("no such database on that server"),
+            c if *c == SqlState::INVALID_PASSWORD => Some("wrong password for that user"),
+            c if *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION => {
+                Some("unknown user, or a user the server does not let in")
+            }
+            _ => None,
+        };
+    }
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            return match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => {
+                    Some("nothing listens at that host and port")
+                }
+                std::io::ErrorKind::TimedOut => Some("the host did not answer"),
+                _ => None,
+            };
+        }
+        source = cause.source();
+    }
+    None
 }
 
 /// Whether the server cancelled a statement (SQLSTATE 57014 `query_canceled`): the statement
