@@ -1,5 +1,5 @@
 //! Offline commands `checkout-server quote` and `checkout-server preview`: JSON Lines on stdin,
-//! one JSON line out per input line, in order (the line handling itself is `checkout_engine::lines`).
+//! one JSON line out per input line, in order (the line handling itself is `checkout_engine::jsonl`).
 
 use std::io::{self, BufRead, BufWriter, Write};
 use std::process::ExitCode;
@@ -12,7 +12,7 @@ pub type Answer = fn(&[u8], &mut Vec<u8>);
 /// skipped. Exits with failure only when stdin cannot be read or stdout cannot be written.
 ///
 /// `answer` writes the JSON text of one line's answer to the end of a buffer
-/// (`checkout_engine::lines::write_quote_line`, `checkout_engine::lines::write_preview_line`).
+/// (`checkout_engine::jsonl::write_quote_line`, `checkout_engine::jsonl::write_preview_line`).
 pub fn run(answer: Answer) -> ExitCode {
     let stdin = io::stdin();
     let stdout = io::stdout();
@@ -55,7 +55,7 @@ mod tests {
         pump(
             &input[..],
             &mut out,
-            checkout_engine::lines::write_quote_line,
+            checkout_engine::jsonl::write_quote_line,
         )
         .unwrap();
         let text = String::from_utf8(out).unwrap();

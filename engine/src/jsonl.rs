@@ -35,18 +35,18 @@ use crate::{quote, validate};
 
 /// Answers one quote line: the quote, or `{"error": <400 body>}`.
 pub fn quote_line(line: &[u8]) -> Value {
-    answer(quote_value(line, Path::Fast))
+    answer(quote_value(line, ValidationPath::Fast))
 }
 
 /// Answers one preview line: the refund preview, or `{"error": <400 body>}`.
 pub fn preview_line(line: &[u8]) -> Value {
-    answer(preview_value(line, Path::Fast))
+    answer(preview_value(line, ValidationPath::Fast))
 }
 
 /// Writes the answer to one quote line to the end of `out`: the JSON text serde_json writes of
 /// [`quote_line`]'s value (no line break), written straight from the typed answer.
 pub fn write_quote_line(line: &[u8], out: &mut Vec<u8>) {
-    match quote_result(line, Path::Fast) {
+    match quote_result(line, ValidationPath::Fast) {
         Ok(quote) => write::quote(&quote, out),
         Err(messages) => write::error(&messages, out),
     }
@@ -55,7 +55,7 @@ pub fn write_quote_line(line: &[u8], out: &mut Vec<u8>) {
 /// Writes the answer to one preview line to the end of `out`: the JSON text serde_json writes of
 /// [`preview_line`]'s value (no line break), written straight from the typed answer.
 pub fn write_preview_line(line: &[u8], out: &mut Vec<u8>) {
-    match preview_result(line, Path::Fast) {
+    match preview_result(line, ValidationPath::Fast) {
         Ok(preview) => write::preview(&preview, out),
         Err(messages) => write::error(&messages, out),
     }
@@ -64,18 +64,18 @@ pub fn write_preview_line(line: &[u8], out: &mut Vec<u8>) {
 /// [`quote_line`] by the full path of validation alone.
 #[doc(hidden)]
 pub fn quote_line_full(line: &[u8]) -> Value {
-    answer(quote_value(line, Path::Full))
+    answer(quote_value(line, ValidationPath::Full))
 }
 
 /// [`preview_line`] by the full path of validation alone.
 #[doc(hidden)]
 pub fn preview_line_full(line: &[u8]) -> Value {
-    answer(preview_value(line, Path::Full))
+    answer(preview_value(line, ValidationPath::Full))
 }
 
 /// Whether a line first tries the fast path of validation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Path {
+enum ValidationPath {
     Fast,
     Full,
 }
@@ -117,8 +117,10 @@ struct QuoteLine {
     checkout: CorporateCheckout,
 }
 
-fn quote_result(line: &[u8], path: Path) -> Result<QuoteResult, Vec<String>> {
-    let fast = (path == Path::Fast).then(|| quote_fast(line)).flatten();
+fn quote_result(line: &[u8], path: ValidationPath) -> Result<QuoteResult, Vec<String>> {
+    let fast = (path == ValidationPath::Fast)
+        .then(|| quote_fast(line))
+        .flatten();
     let checkout = match fast {
         Some(checkout) => checkout,
         None => {
@@ -129,11 +131,11 @@ fn quote_result(line: &[u8], path: Path) -> Result<QuoteResult, Vec<String>> {
     quote::quote(&checkout).map_err(|e| vec![e.to_string()])
 }
 
-fn quote_value(line: &[u8], path: Path) -> Result<Value, Vec<String>> {
+fn quote_value(line: &[u8], path: ValidationPath) -> Result<Value, Vec<String>> {
     let quote = quote_result(line, path)?;
     match path {
-        Path::Fast => Ok(render::quote(&quote)),
-        Path::Full => to_value(&quote),
+        ValidationPath::Fast => Ok(render::quote(&quote)),
+        ValidationPath::Full => to_value(&quote),
     }
 }
 
@@ -172,8 +174,10 @@ struct PreviewInput {
     cancelled: Vec<u32>,
 }
 
-fn preview_result(line: &[u8], path: Path) -> Result<RefundPreview, Vec<String>> {
-    let fast = (path == Path::Fast).then(|| preview_fast(line)).flatten();
+fn preview_result(line: &[u8], path: ValidationPath) -> Result<RefundPreview, Vec<String>> {
+    let fast = (path == ValidationPath::Fast)
+        .then(|| preview_fast(line))
+        .flatten();
     let input = match fast {
         Some(input) => input,
         None => preview_full(line)?,
@@ -203,11 +207,11 @@ fn preview_result(line: &[u8], path: Path) -> Result<RefundPreview, Vec<String>>
     }
 }
 
-fn preview_value(line: &[u8], path: Path) -> Result<Value, Vec<String>> {
+fn preview_value(line: &[u8], path: ValidationPath) -> Result<Value, Vec<String>> {
     let preview = preview_result(line, path)?;
     match path {
-        Path::Fast => Ok(render::preview(&preview)),
-        Path::Full => to_value(&preview),
+        ValidationPath::Fast => Ok(render::preview(&preview)),
+        ValidationPath::Full => to_value(&preview),
     }
 }
 
