@@ -286,7 +286,7 @@ pub fn admin(db: &Db) -> Result<Box<dyn AdminStore>, StoreError> {
     }
 }
 
-/// As [`admin`], creating (and migrating) an SQLite file that does not exist yet: for
+/// As [`admin()`], creating (and migrating) an SQLite file that does not exist yet: for
 /// `provider create`, the command that sets a database up.
 pub fn admin_creating(db: &Db) -> Result<Box<dyn AdminStore>, StoreError> {
     match db {
