@@ -87,13 +87,38 @@ fn answer(result: Result<Value, Vec<String>>) -> Value {
     }
 }
 
+/// The top-level fields of a checkout: a line holding some of them and no `checkout` is a
+/// checkout without its wrapper.
+const CHECKOUT_FIELDS: [&str; 4] = ["title", "currency", "items", "customer"];
+
 /// Splits a line into its top-level fields, refusing unknown ones (R-8.2).
 fn fields(line: &[u8], allowed: &[&str]) -> Result<Map<String, Value>, Vec<String>> {
-    let value: Value =
-        serde_json::from_slice(line).map_err(|e| vec![format!("invalid JSON: {e}")])?;
+    let value: Value = serde_json::from_slice(line).map_err(|e| {
+        if e.is_eof() {
+            // A document spread over several lines: its first line ends before it does.
+            vec![format!(
+                "invalid JSON: {e}: each line must hold one whole JSON document (JSON Lines); \
+                 put a document written on several lines on one, e.g. with `jq -c .`"
+            )]
+        } else {
+            vec![format!("invalid JSON: {e}")]
+        }
+    })?;
     let Value::Object(map) = value else {
         return Err(vec!["line must be an object".to_owned()]);
     };
+    let unwrapped = allowed.contains(&"checkout")
+        && !map.contains_key("checkout")
+        && map
+            .keys()
+            .any(|key| CHECKOUT_FIELDS.contains(&key.as_str()));
+    if unwrapped {
+        return Err(vec![
+            "the checkout must be wrapped: {\"checkout\": {\"title\": …, \"currency\": …, \
+             \"items\": […]}}; this line holds a checkout's own fields"
+                .to_owned(),
+        ]);
+    }
     let unknown: Vec<String> = map
         .keys()
         .filter(|key| !allowed.contains(&key.as_str()))
@@ -771,5 +796,30 @@ mod tests {
             out["error"]["message"][0],
             "property bogus should not exist"
         );
+    }
+
+    #[test]
+    fn a_checkout_without_its_wrapper_is_named_so() {
+        for out in [
+            quote_line(br#"{"title":"t","currency":"EUR","items":[{"price":1}]}"#),
+            preview_line(
+                br#"{"title":"t","currency":"EUR","items":[],"at":"2026-01-01T00:00:00Z"}"#,
+            ),
+        ] {
+            let message = out["error"]["message"][0].as_str().expect("a message");
+            assert!(
+                message.starts_with("the checkout must be wrapped"),
+                "{message}"
+            );
+            assert_eq!(out["error"]["message"].as_array().map(Vec::len), Some(1));
+        }
+    }
+
+    #[test]
+    fn a_document_cut_at_the_end_of_its_line_says_what_jsonl_wants() {
+        let out = quote_line(b"{\"checkout\": {\"title\": \"T\", \"currency\": \"EUR\",\n");
+        let message = out["error"]["message"][0].as_str().expect("a message");
+        assert!(message.contains("one whole JSON document"), "{message}");
+        assert!(message.contains("jq -c"), "{message}");
     }
 }
