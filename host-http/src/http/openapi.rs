@@ -633,6 +633,33 @@ pub fn document() -> Value {
 
     add_links(&mut path_items);
 
+    // Liveness: no credentials, no storage touched (for load balancers and orchestrators).
+    path_items.insert(
+        paths::LIVENESS.to_owned(),
+        json!({
+            "get": {
+                "operationId": "getLiveness",
+                "summary": "Liveness probe: answers as long as the process serves requests; touches no storage and needs no credentials (readiness with credentials is GET /status).",
+                "security": [],
+                "responses": {
+                    "200": {
+                        "description": "The process serves requests.",
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["status"],
+                                    "properties": { "status": { "type": "string", "const": "ok" } },
+                                    "additionalProperties": false
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }),
+    );
+
     // The capability link of a shared file: no credentials, the token is the permission.
     path_items.insert(
         paths::SHARED_FILE.to_owned(),
