@@ -5,7 +5,7 @@
 #   create_body   creation bodies through checkout_engine::validate::checkout, then the quote
 #   cancel_form   multipart cancellation forms through the streaming parser, boundary varied
 #   basic_auth    Basic Authorization headers through host_http::auth::parse_basic
-#   preview_line  JSON-Lines `preview` and `quote` lines through checkout_engine::lines
+#   preview_line  JSON-Lines `preview` and `quote` lines through checkout_engine::jsonl
 #
 # The committed corpus, fuzz/corpus/<target> (seeds from fixtures/ and hand-written samples,
 # plus a minimal cover of what earlier runs found), is only read; what a run finds goes into

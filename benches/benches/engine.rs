@@ -115,13 +115,13 @@ fn lines(c: &mut Criterion) {
     for (line, answer, write) in [
         (
             &quote,
-            checkout_engine::lines::quote_line(&quote),
-            checkout_engine::lines::write_quote_line as fn(&[u8], &mut Vec<u8>),
+            checkout_engine::jsonl::quote_line(&quote),
+            checkout_engine::jsonl::write_quote_line as fn(&[u8], &mut Vec<u8>),
         ),
         (
             &preview,
-            checkout_engine::lines::preview_line(&preview),
-            checkout_engine::lines::write_preview_line,
+            checkout_engine::jsonl::preview_line(&preview),
+            checkout_engine::jsonl::write_preview_line,
         ),
     ] {
         assert!(
@@ -144,27 +144,27 @@ fn lines(c: &mut Criterion) {
     group.bench_function("quote_line_written", |b| {
         b.iter(|| {
             written.clear();
-            checkout_engine::lines::write_quote_line(black_box(&quote), &mut written);
+            checkout_engine::jsonl::write_quote_line(black_box(&quote), &mut written);
         })
     });
     group.bench_function("preview_line_written", |b| {
         b.iter(|| {
             written.clear();
-            checkout_engine::lines::write_preview_line(black_box(&preview), &mut written);
+            checkout_engine::jsonl::write_preview_line(black_box(&preview), &mut written);
         })
     });
     // The answer as a JSON value (tests and fixtures use it), by the fast path and the full path.
     group.bench_function("quote_line", |b| {
-        b.iter(|| checkout_engine::lines::quote_line(black_box(&quote)))
+        b.iter(|| checkout_engine::jsonl::quote_line(black_box(&quote)))
     });
     group.bench_function("quote_line_full_path", |b| {
-        b.iter(|| checkout_engine::lines::quote_line_full(black_box(&quote)))
+        b.iter(|| checkout_engine::jsonl::quote_line_full(black_box(&quote)))
     });
     group.bench_function("preview_line", |b| {
-        b.iter(|| checkout_engine::lines::preview_line(black_box(&preview)))
+        b.iter(|| checkout_engine::jsonl::preview_line(black_box(&preview)))
     });
     group.bench_function("preview_line_full_path", |b| {
-        b.iter(|| checkout_engine::lines::preview_line_full(black_box(&preview)))
+        b.iter(|| checkout_engine::jsonl::preview_line_full(black_box(&preview)))
     });
     group.finish();
 }

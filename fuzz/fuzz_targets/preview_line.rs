@@ -1,5 +1,5 @@
 //! The JSON-Lines commands `checkout-server preview` and `quote`: one line through
-//! `checkout_engine::lines::preview_line` and `checkout_engine::lines::quote_line`, exactly as the binary and
+//! `checkout_engine::jsonl::preview_line` and `checkout_engine::jsonl::quote_line`, exactly as the binary and
 //! the fixtures call them. Properties: no panic; every answer is a JSON object, either the
 //! result or `{"error": <400 body of R-8.1>}` with at least one message; a preview never
 //! refunds more than is refundable nor a negative amount.
@@ -27,7 +27,7 @@ fn check_error(answer: &Value) -> bool {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let preview = checkout_engine::lines::preview_line(data);
+    let preview = checkout_engine::jsonl::preview_line(data);
     assert!(preview.is_object(), "{preview}");
     if !check_error(&preview) {
         let refundable = decimal(&preview["refundable"]);
@@ -37,7 +37,7 @@ fuzz_target!(|data: &[u8]| {
     }
     serde_json::to_vec(&preview).expect("the answer serialises");
 
-    let quote = checkout_engine::lines::quote_line(data);
+    let quote = checkout_engine::jsonl::quote_line(data);
     assert!(quote.is_object(), "{quote}");
     if !check_error(&quote) {
         assert!(

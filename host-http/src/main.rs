@@ -53,8 +53,8 @@ enum Command {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Quote => offline::run(checkout_engine::lines::write_quote_line),
-        Command::Preview => offline::run(checkout_engine::lines::write_preview_line),
+        Command::Quote => offline::run(checkout_engine::jsonl::write_quote_line),
+        Command::Preview => offline::run(checkout_engine::jsonl::write_preview_line),
         Command::Serve(args) => cli::serve(*args),
         Command::Provider(command) => cli::provider(command),
         Command::Migrate(db) => cli::migrate(db),

@@ -289,6 +289,7 @@ impl App {
         let cancellations = opened.cancellations;
         app::idempotency::release_orphan_claims(
             cancellations.as_ref(),
+            &http::routes::IDEMPOTENT_ROUTES,
             config.db.is_shared(),
             chrono::Utc::now(),
             stale_claim_after,

@@ -72,7 +72,7 @@ pub fn check_dir(dir: &Path, run: impl Fn(&Value) -> Value) -> usize {
     paths.len()
 }
 
-/// Runs a fixture input through a JSON-Lines command handler (`checkout_engine::lines`).
+/// Runs a fixture input through a JSON-Lines command handler (`checkout_engine::jsonl`).
 pub fn through_line(handler: fn(&[u8]) -> Value, input: &Value) -> Value {
     let bytes = serde_json::to_vec(input).expect("a Value serialises");
     handler(&bytes)

@@ -8,7 +8,7 @@
 
 use checkout_engine::api::{MAX_ITEM_TOTAL, MAX_ITEMS, MAX_PRICE, MAX_QUANTITY, MAX_TAXES};
 use checkout_engine::decimal::parse_json_number;
-use checkout_engine::lines::{preview_line, quote_line};
+use checkout_engine::jsonl::{preview_line, quote_line};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 

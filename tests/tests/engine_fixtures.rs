@@ -7,7 +7,7 @@ use tests::{check_dir, fixtures_dir, through_line};
 #[test]
 fn quote_fixtures_r_2() {
     let checked = check_dir(&fixtures_dir().join("quotes"), |input| {
-        through_line(checkout_engine::lines::quote_line, input)
+        through_line(checkout_engine::jsonl::quote_line, input)
     });
     assert!(checked >= 8, "only {checked} quote fixtures");
 }
@@ -15,7 +15,7 @@ fn quote_fixtures_r_2() {
 #[test]
 fn penalty_fixtures_r_5() {
     let checked = check_dir(&fixtures_dir().join("penalties"), |input| {
-        through_line(checkout_engine::lines::preview_line, input)
+        through_line(checkout_engine::jsonl::preview_line, input)
     });
     assert!(checked >= 40, "only {checked} penalty fixtures");
 }

@@ -175,6 +175,12 @@ async fn openapi_document_and_liveness_are_served() {
     assert!(openapi.json().is_object());
     let live = server.send(Method::GET, "/healthz", None, &[], None).await;
     assert_eq!(live.status, 200);
+    // The liveness probe is in the document, open, and answers what it says.
+    let liveness = &openapi.json()["paths"]["/healthz"]["get"];
+    assert_eq!(liveness["security"], serde_json::json!([]));
+    let schema = &liveness["responses"]["200"]["content"]["application/json"]["schema"];
+    let validator = jsonschema::validator_for(schema).expect("a schema");
+    assert!(validator.is_valid(&live.json()), "{}", live.json());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,7 @@
 use serde_json::{Value, json};
 
 fn document() -> Value {
-    checkout_engine::schema::openapi()
+    host_http::http::openapi::document()
 }
 
 /// Every operation by its id: (path, method, operation).

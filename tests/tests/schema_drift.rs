@@ -1,8 +1,12 @@
-//! The committed `schemas/` must be exactly what `checkout_engine::schema` generates from the wire types:
-//! a change of `engine/src/api.rs` that is not followed by a regeneration fails here.
+//! The committed `schemas/` must be exactly what `checkout-server schemas` writes: the body
+//! schemas `checkout_engine::schema` generates from the wire types, and the OpenAPI document of
+//! the routes (`host_http::http::openapi`). A change of `engine/src/api.rs` or of a route that
+//! is not followed by a regeneration fails here.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+
+use host_http::http::openapi::{schema_documents, schema_text};
 
 const REGENERATE: &str = "cargo run -p host-http -- schemas --out schemas";
 
@@ -15,13 +19,10 @@ fn schemas_dir() -> PathBuf {
 
 /// Every generated file with the exact text `checkout-server schemas` writes.
 fn generated() -> Vec<(String, String)> {
-    let mut documents = checkout_engine::schema::body_schemas();
-    documents.push(("openapi.json", checkout_engine::schema::openapi()));
-    documents
+    schema_documents()
         .into_iter()
-        .map(|(name, value)| {
-            let mut text = serde_json::to_string_pretty(&value).unwrap_or_default();
-            text.push('\n');
+        .map(|(name, document)| {
+            let text = schema_text(&document).unwrap_or_default();
             (name.to_owned(), text)
         })
         .collect()

@@ -18,6 +18,7 @@ use chrono::{DateTime, Duration, TimeZone, Utc};
 use host_http::app::idempotency::release_orphan_claims;
 use host_http::app::providers::{self, NewProvider};
 use host_http::auth::{Scopes, hash_secret};
+use host_http::http::routes::IDEMPOTENT_ROUTES;
 use host_http::processors::{GatewayOutcome, RefundRequest};
 use host_http::store::cancellation::{
     CancellationView, Lease, NewCancellation, NewFile, Reserved, Settlement, outcome, result_of,
@@ -2780,9 +2781,15 @@ async fn orphan_claims_at_start_up_are_all_running_alone_and_old_ones_shared_r_9
     }
 
     let stale = Duration::minutes(2);
-    let released = release_orphan_claims(opened.cancellations.as_ref(), true, at(200), stale)
-        .await
-        .expect("release on a shared database");
+    let released = release_orphan_claims(
+        opened.cancellations.as_ref(),
+        &IDEMPOTENT_ROUTES,
+        true,
+        at(200),
+        stale,
+    )
+    .await
+    .expect("release on a shared database");
     assert_eq!(released, 2, "the two claims older than 2 minutes");
     assert_eq!(key_state(opened, &old_create).await, None);
     assert_eq!(key_state(opened, &old_cancel).await, None);
@@ -2791,9 +2798,15 @@ async fn orphan_claims_at_start_up_are_all_running_alone_and_old_ones_shared_r_9
         Some(IdempotencyState::Running),
         "may belong to a request another instance serves"
     );
-    let released = release_orphan_claims(opened.cancellations.as_ref(), false, at(200), stale)
-        .await
-        .expect("release on a database of its own");
+    let released = release_orphan_claims(
+        opened.cancellations.as_ref(),
+        &IDEMPOTENT_ROUTES,
+        false,
+        at(200),
+        stale,
+    )
+    .await
+    .expect("release on a database of its own");
     assert_eq!(
         released, 1,
         "this process is the only one: every running claim"

@@ -13,7 +13,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use checkout_engine::lines;
+use checkout_engine::jsonl;
 use checkout_engine::strategies::{CURRENCIES, ZONES};
 use checkout_engine::validate;
 use proptest::prelude::*;
@@ -84,10 +84,10 @@ fn same_lines(line: &[u8]) -> Result<(), String> {
     for (name, fast, full) in [
         (
             "quote",
-            lines::quote_line as fn(&[u8]) -> Value,
-            lines::quote_line_full as fn(&[u8]) -> Value,
+            jsonl::quote_line as fn(&[u8]) -> Value,
+            jsonl::quote_line_full as fn(&[u8]) -> Value,
         ),
-        ("preview", lines::preview_line, lines::preview_line_full),
+        ("preview", jsonl::preview_line, jsonl::preview_line_full),
     ] {
         // As text: the order of keys is part of the answer.
         let (fast, full) = (fast(line).to_string(), full(line).to_string());
@@ -107,10 +107,10 @@ fn same_written(line: &[u8]) -> Result<(), String> {
     for (name, value, write) in [
         (
             "quote",
-            lines::quote_line as fn(&[u8]) -> Value,
-            lines::write_quote_line as fn(&[u8], &mut Vec<u8>),
+            jsonl::quote_line as fn(&[u8]) -> Value,
+            jsonl::write_quote_line as fn(&[u8], &mut Vec<u8>),
         ),
-        ("preview", lines::preview_line, lines::write_preview_line),
+        ("preview", jsonl::preview_line, jsonl::write_preview_line),
     ] {
         let expected = serde_json::to_vec(&value(line)).map_err(|e| e.to_string())?;
         let mut written = Vec::new();

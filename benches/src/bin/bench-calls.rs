@@ -63,23 +63,23 @@ fn main() -> ExitCode {
             }
             "quote_line_written" => {
                 written.clear();
-                checkout_engine::lines::write_quote_line(black_box(&quote), &mut written);
+                checkout_engine::jsonl::write_quote_line(black_box(&quote), &mut written);
             }
             "preview_line_written" => {
                 written.clear();
-                checkout_engine::lines::write_preview_line(black_box(&preview), &mut written);
+                checkout_engine::jsonl::write_preview_line(black_box(&preview), &mut written);
             }
             "quote_line" => {
-                black_box(checkout_engine::lines::quote_line(black_box(&quote)));
+                black_box(checkout_engine::jsonl::quote_line(black_box(&quote)));
             }
             "preview_line" => {
-                black_box(checkout_engine::lines::preview_line(black_box(&preview)));
+                black_box(checkout_engine::jsonl::preview_line(black_box(&preview)));
             }
             "quote_line_full_path" => {
-                black_box(checkout_engine::lines::quote_line_full(black_box(&quote)));
+                black_box(checkout_engine::jsonl::quote_line_full(black_box(&quote)));
             }
             _ => {
-                black_box(checkout_engine::lines::preview_line_full(black_box(
+                black_box(checkout_engine::jsonl::preview_line_full(black_box(
                     &preview,
                 )));
             }

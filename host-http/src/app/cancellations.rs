@@ -22,13 +22,6 @@ use crate::app::refunds::RefundProgress;
 use crate::store::cancellation::{CancellationView, NewCancellation, NewFile, Reserved, result_of};
 use crate::store::{IdempotencyKey, ItemRecord, OwnerChecked, StoreError, TransactionRecord};
 
-/// Route templates of the three cancel routes, as idempotency keys record them.
-pub const CANCEL_ROUTES: [&str; 3] = [
-    "/cancel/{transactionId}",
-    "/cancel/{transactionId}/invoice",
-    "/cancel",
-];
-
 /// A validated cancellation request, whatever form it came in.
 #[derive(Debug)]
 pub struct Cancellation {

@@ -5,15 +5,10 @@ use checkout_engine::api::CancellationReq;
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
-use super::cancellations::CANCEL_ROUTES;
 use super::files::UploadedFile;
 use super::{Error, IDEMPOTENCY_TTL, Principal, Services};
 use crate::store::cancellation::CancellationStore;
 use crate::store::{Claim, IdempotencyKey, IdempotencyRecord, IdempotencyState, StoreError};
-
-/// Route templates of the two creation routes, as idempotency keys record them. Their
-/// claims are finished in the same commit as the transaction they create.
-pub const CREATE_ROUTES: [&str; 2] = ["/initialize", "/transactions"];
 
 /// Releases, at start-up, the running idempotency claims that no live request can own,
 /// so that retries of a request cut off by a crash are served instead of answered 409 for a
@@ -21,17 +16,21 @@ pub const CREATE_ROUTES: [&str; 2] = ["/initialize", "/transactions"];
 /// claim belongs to a request that never completed; on a shared one, only claims older than
 /// `stale_claim_after` do (younger ones may belong to a request another instance is serving).
 /// A cancel claim whose refund is still pending is kept in both cases: the recovery task
-/// finishes it. Returns how many were released.
+/// finishes it. `routes` are the templates of the routes that take a key (the HTTP
+/// layer's route table names them). Returns how many were released.
 pub async fn release_orphan_claims(
     cancellations: &dyn CancellationStore,
+    routes: &[&str],
     shared: bool,
     now: DateTime<Utc>,
     stale_claim_after: chrono::Duration,
 ) -> Result<usize, StoreError> {
     let before = if shared { now - stale_claim_after } else { now };
-    let routes = CREATE_ROUTES.iter().chain(CANCEL_ROUTES.iter());
     cancellations
-        .release_orphan_claims(routes.map(|route| (*route).to_owned()).collect(), before)
+        .release_orphan_claims(
+            routes.iter().map(|route| (*route).to_owned()).collect(),
+            before,
+        )
         .await
 }
 

@@ -120,11 +120,6 @@ impl PaymentPages {
         format!("{}{PAYMENT_PAGE_PREFIX}{token}", self.base_path())
     }
 
-    /// The path of one of the page's assets through the public base: `{base}/assets/{name}`.
-    pub fn asset_path(&self, name: &str) -> String {
-        format!("{}/assets/{name}", self.base_path())
-    }
-
     /// The origin (`https://pay.example.com`, no path, default port left out) a browser sends
     /// in `Origin` when the page's own form is posted: the public base's. `None` only for a base
     /// that is not a URL, which `--public-url` never lets through.

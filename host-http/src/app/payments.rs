@@ -679,7 +679,7 @@ fn check_form(
             problems.push((field, FieldProblem::Required));
         } else if value.chars().count() > MAX_FIELD_CHARS {
             problems.push((field, FieldProblem::TooLong));
-        } else if checkout_engine::validate::has_control_characters(value) {
+        } else if checkout_engine::text::has_control_characters(value) {
             // As a JSON string of the API: a NUL never reaches the store, where
             // PostgreSQL text cannot hold it, nor the status record or an e-mail.
             problems.push((field, FieldProblem::ControlCharacters));

@@ -169,7 +169,7 @@ fn check_customer(form: &StripeForm) -> Vec<(Field, FieldProblem)> {
             problems.push((field, FieldProblem::Required));
         } else if value.chars().count() > 2000 {
             problems.push((field, FieldProblem::TooLong));
-        } else if checkout_engine::validate::has_control_characters(value) {
+        } else if checkout_engine::text::has_control_characters(value) {
             problems.push((field, FieldProblem::ControlCharacters));
         } else if field == Field::Email
             && !value.is_empty()

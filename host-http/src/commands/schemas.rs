@@ -1,8 +1,10 @@
-//! `checkout-server schemas --out DIR`: writes the JSON Schemas of every body and the OpenAPI
-//! document, generated from the engine's wire types, so that `schemas/` can be regenerated with
-//! one command.
+//! `checkout-server schemas --out DIR`: writes the JSON Schemas of every body (the engine's
+//! wire types) and the OpenAPI document of the routes (`host_http::http::openapi`), so that
+//! `schemas/` can be regenerated with one command.
 
 use std::path::Path;
+
+use host_http::http::openapi;
 
 /// Why the files could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -25,20 +27,16 @@ pub enum SchemasError {
     },
 }
 
-/// Every file of `schemas/`: name and exact contents (pretty JSON, trailing newline), in a fixed
-/// order, so that the output is byte-for-byte deterministic.
+/// Every file of `schemas/`: name and exact contents, in a fixed order
+/// ([`openapi::schema_documents`], each as [`openapi::schema_text`]).
 pub fn files() -> Result<Vec<(String, String)>, SchemasError> {
-    let mut documents = checkout_engine::schema::body_schemas();
-    documents.push(("openapi.json", checkout_engine::schema::openapi()));
-    documents
+    openapi::schema_documents()
         .into_iter()
-        .map(|(name, value)| {
-            let mut text =
-                serde_json::to_string_pretty(&value).map_err(|source| SchemasError::Json {
-                    name: name.to_owned(),
-                    source,
-                })?;
-            text.push('\n');
+        .map(|(name, document)| {
+            let text = openapi::schema_text(&document).map_err(|source| SchemasError::Json {
+                name: name.to_owned(),
+                source,
+            })?;
             Ok((name.to_owned(), text))
         })
         .collect()

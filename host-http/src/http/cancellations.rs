@@ -15,8 +15,9 @@ use super::request::{
     transaction_id,
 };
 use super::response::{HttpResponse, json, replayed};
+use super::routes::paths;
 use crate::app::Services;
-use crate::app::cancellations::{CANCEL_ROUTES, Cancellation, Cancelled};
+use crate::app::cancellations::{Cancellation, Cancelled};
 use crate::app::idempotency::{Prior, form_cancellation_hash, json_cancellation_hash, key_of};
 use crate::auth::Scope;
 
@@ -48,7 +49,7 @@ pub async fn cancel_json(
     let key = key_of(
         &principal,
         key,
-        CANCEL_ROUTES[0],
+        paths::CANCEL,
         json_cancellation_hash(&id, &body),
         now,
     );
@@ -106,7 +107,7 @@ pub async fn cancel_multipart(
     })
     .await?;
     let (id, route) = match path_id {
-        Some(id) => (id, CANCEL_ROUTES[1]),
+        Some(id) => (id, paths::CANCEL_INVOICE),
         None => {
             let id = form
                 .transaction_id
@@ -114,7 +115,7 @@ pub async fn cancel_multipart(
                 .ok_or_else(|| ApiError::invalid("transactionId should not be empty"))?;
             let id = transaction_id(&id)?;
             services.check_owner(&principal, &id).await?;
-            (id, CANCEL_ROUTES[2])
+            (id, paths::CANCEL_FORM)
         }
     };
     let hash = form_cancellation_hash(&id, &form.request, form.file.as_ref());

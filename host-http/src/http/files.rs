@@ -19,13 +19,11 @@ use super::limits::{BodyDeadline, BodyKind, read_within};
 use super::multipart;
 use super::request::{authorize, content_type};
 use super::response::{HttpResponse, json};
+use super::routes::paths;
 use crate::app::files::FileRecord;
 use crate::app::files::UploadedFile;
 use crate::app::{Error, Resource, Services};
 use crate::auth::Scope;
-
-/// The path of a shared file's capability link.
-pub const SHARED_FILES_PREFIX: &str = "/files/shared/";
 
 /// 201 body of `POST /files` and 200 body of `POST /files/{fileId}/renew`.
 #[derive(Debug, Clone, Serialize)]
@@ -51,8 +49,9 @@ impl Uploaded {
         // base (`--public-url`), never from request headers, which a client or proxy controls.
         Uploaded {
             url: format!(
-                "{}{SHARED_FILES_PREFIX}{}",
-                services.pages.public_url, shared.token
+                "{}{}",
+                services.pages.public_url,
+                paths::with_parameter(paths::SHARED_FILE, &shared.token)
             ),
             expires_at: shared.expires_at_text(),
             file_id: shared.file_id,

@@ -1,5 +1,6 @@
-//! The HTTP layer: the hyper server, the route table, one module of handlers per resource,
-//! request parsing (bodies, multipart forms, headers) and rendering (JSON, R-8.1 errors).
+//! The HTTP layer: the hyper server, the route table and the OpenAPI document that describes
+//! it, one module of handlers per resource, request parsing (bodies, multipart forms, headers)
+//! and rendering (JSON, R-8.1 errors).
 //!
 //! Handlers only translate: they parse a request into the typed input of one use-case of
 //! [`crate::app`], call it, and render its outcome. No business rule lives here.
@@ -10,6 +11,7 @@ pub mod files;
 pub mod headers;
 pub mod limits;
 pub mod multipart;
+pub mod openapi;
 pub mod pages;
 pub mod refusals;
 pub mod request;
@@ -28,7 +30,8 @@ use self::response::{HttpResponse, json_text};
 use self::routes::Route;
 use crate::app::Services;
 
-/// The OpenAPI document, committed beside the schemas.
+/// The OpenAPI document ([`openapi::document`]) as committed beside the schemas, served as it
+/// is.
 const OPENAPI_JSON: &str = include_str!("../../../schemas/openapi.json");
 
 /// Runs the handler of a matched route. `now` is the request's arrival.

@@ -567,7 +567,7 @@ fn text_field(name: &str, values: &[Vec<u8>], messages: &mut Vec<String>) -> Opt
         ));
         return None;
     }
-    if checkout_engine::validate::has_control_characters(text) {
+    if checkout_engine::text::has_control_characters(text) {
         messages.push(format!("{name} must not contain control characters"));
         return None;
     }

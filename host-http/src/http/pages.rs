@@ -23,6 +23,7 @@ use super::error::ApiError;
 use super::limits::{BodyDeadline, BodyKind, read_within};
 use super::request::query_param;
 use super::response::HttpResponse;
+use super::routes::paths;
 use crate::app::payments::{CardForm, Field, PageItem, PageState, PageView, PayAttempt};
 use crate::app::{Error, Resource, Services};
 use crate::i18n::{Lang, Texts, isolate, without_bidi_controls};
@@ -588,7 +589,7 @@ fn render(
                 button: t.pay_button.replace("{amount}", &money(view.amount_due)),
                 stripe: Some(StripeFormView {
                     js_url: services.processors.stripe.js_url.clone(),
-                    script_src: services.pages.asset_path("stripe-checkout.js"),
+                    script_src: format!("{}{}", services.pages.base_path(), paths::STRIPE_SCRIPT),
                     publishable_key: stripe.publishable_key.clone(),
                     confirm_url: format!("{page_path}/stripe/confirm?lang={}", lang.tag()),
                     texts: stripe_texts,
@@ -622,7 +623,7 @@ fn render(
     };
     let page = PageTemplate {
         lang: lang.tag(),
-        stylesheet_href: services.pages.asset_path("checkout.css"),
+        stylesheet_href: format!("{}{}", services.pages.base_path(), paths::STYLESHEET),
         t,
         html_title: format!("{html_title} – {}", isolate(&view.provider_name)),
         provider: without_bidi_controls(&view.provider_name).into_owned(),
@@ -796,7 +797,7 @@ fn message_page(
     };
     let page = PageTemplate {
         lang: lang.tag(),
-        stylesheet_href: services.pages.asset_path("checkout.css"),
+        stylesheet_href: format!("{}{}", services.pages.base_path(), paths::STYLESHEET),
         t,
         html_title: heading.to_owned(),
         provider: String::new(),

@@ -9,6 +9,7 @@ use hyper::{Response, StatusCode};
 use serde::Serialize;
 
 use super::error::ApiError;
+use super::routes::paths;
 use crate::app;
 use crate::app::idempotency::StoredResponse;
 
@@ -39,7 +40,7 @@ pub fn json<T: Serialize>(status: StatusCode, value: &T) -> Result<HttpResponse,
 
 /// `Location` of a created transaction: its status record.
 pub fn set_location(response: &mut HttpResponse, id: &str) {
-    if let Ok(value) = HeaderValue::from_str(&format!("/status/{id}")) {
+    if let Ok(value) = HeaderValue::from_str(&paths::with_parameter(paths::STATUS, id)) {
         response.headers_mut().insert(header::LOCATION, value);
     }
 }

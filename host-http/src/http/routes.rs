@@ -1,10 +1,93 @@
 //! The route table: which method and path pattern is which operation, with the 404 and 405
 //! answers of. New routes (the cancellation routes) are one more match arm here and one
 //! more arm in `http::dispatch`.
+//!
+//! The path template of every route is written once, in [`paths`]: the route table answers it
+//! for logs, metrics and idempotency keys, the OpenAPI document ([`super::openapi`])
+//! describes the routes under it, and the links the service hands out are built from it. A test
+//! holds the matcher to the templates, route by route.
 
 use hyper::Method;
 
 use super::error::ApiError;
+
+/// The path template of each route, in the OpenAPI document's notation (`{transactionId}`
+/// stands for one path segment). Named after the [`Route`] they belong to.
+pub mod paths {
+    /// [`super::Route::Health`].
+    pub const HEALTH: &str = "/status";
+    /// [`super::Route::Status`].
+    pub const STATUS: &str = "/status/{transactionId}";
+    /// [`super::Route::Initialize`].
+    pub const INITIALIZE: &str = "/initialize";
+    /// [`super::Route::Transactions`].
+    pub const TRANSACTIONS: &str = "/transactions";
+    /// [`super::Route::Update`].
+    pub const UPDATE: &str = "/{transactionId}";
+    /// [`super::Route::Quote`].
+    pub const QUOTE: &str = "/quote";
+    /// [`super::Route::OpenApi`].
+    pub const OPEN_API: &str = "/openapi.json";
+    /// [`super::Route::SandboxPay`].
+    pub const SANDBOX_PAY: &str = "/sandbox/transactions/{transactionId}/pay";
+    /// [`super::Route::Liveness`].
+    pub const LIVENESS: &str = "/healthz";
+    /// [`super::Route::Cancel`].
+    pub const CANCEL: &str = "/cancel/{transactionId}";
+    /// [`super::Route::CancelInvoice`].
+    pub const CANCEL_INVOICE: &str = "/cancel/{transactionId}/invoice";
+    /// [`super::Route::CancelForm`].
+    pub const CANCEL_FORM: &str = "/cancel";
+    /// [`super::Route::CancelQuote`].
+    pub const CANCEL_QUOTE: &str = "/cancel/{transactionId}/quote";
+    /// [`super::Route::FileUpload`].
+    pub const FILE_UPLOAD: &str = "/files";
+    /// [`super::Route::File`] and [`super::Route::FileDelete`].
+    pub const FILE: &str = "/files/{fileId}";
+    /// [`super::Route::FileRenew`].
+    pub const FILE_RENEW: &str = "/files/{fileId}/renew";
+    /// [`super::Route::SharedFile`].
+    pub const SHARED_FILE: &str = "/files/shared/{token}";
+    /// [`super::Route::Receipt`].
+    pub const RECEIPT: &str = "/receipts/{receiptNumber}";
+    /// [`super::Route::PaymentPage`] and [`super::Route::PaymentSubmit`].
+    pub const PAYMENT_PAGE: &str = "/pay/{token}";
+    /// [`super::Route::Stylesheet`].
+    pub const STYLESHEET: &str = "/assets/checkout.css";
+    /// [`super::Route::Events`].
+    pub const EVENTS: &str = "/events";
+    /// [`super::Route::StripePay`].
+    pub const STRIPE_PAY: &str = "/pay/{token}/stripe";
+    /// [`super::Route::StripeConfirm`].
+    pub const STRIPE_CONFIRM: &str = "/pay/{token}/stripe/confirm";
+    /// [`super::Route::StripeScript`].
+    pub const STRIPE_SCRIPT: &str = "/assets/stripe-checkout.js";
+    /// [`super::Route::StripeWebhook`].
+    pub const STRIPE_WEBHOOK: &str = "/stripe/webhook/{providerId}";
+
+    /// A template with its one parameter filled in: `with_parameter(STATUS, id)` is the path
+    /// of the status record of `id`. `value` is put in as it is, so it must be a valid path
+    /// segment (ids and tokens are).
+    pub fn with_parameter(template: &str, value: &str) -> String {
+        match (template.find('{'), template.find('}')) {
+            (Some(open), Some(close)) if open < close => {
+                format!("{}{value}{}", &template[..open], &template[close + 1..])
+            }
+            _ => template.to_owned(),
+        }
+    }
+}
+
+/// The routes that take an `Idempotency-Key`: the two creation routes and the three
+/// cancellation routes. Their templates are what the keys record, and the claims that the
+/// start-up releases.
+pub const IDEMPOTENT_ROUTES: [&str; 5] = [
+    paths::INITIALIZE,
+    paths::TRANSACTIONS,
+    paths::CANCEL,
+    paths::CANCEL_INVOICE,
+    paths::CANCEL_FORM,
+];
 
 /// A matched route, with its path parameter (not yet checked to be a UUID).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,31 +152,31 @@ impl Route {
     /// The path template, as logged and as idempotency keys record it.
     pub fn template(&self) -> &'static str {
         match self {
-            Route::Health => "/status",
-            Route::Status(_) => "/status/{transactionId}",
-            Route::Initialize => "/initialize",
-            Route::Transactions => "/transactions",
-            Route::Update(_) => "/{transactionId}",
-            Route::Quote => "/quote",
-            Route::OpenApi => "/openapi.json",
-            Route::SandboxPay(_) => "/sandbox/transactions/{transactionId}/pay",
-            Route::Liveness => "/healthz",
-            Route::Cancel(_) => "/cancel/{transactionId}",
-            Route::CancelInvoice(_) => "/cancel/{transactionId}/invoice",
-            Route::CancelForm => "/cancel",
-            Route::CancelQuote(_) => "/cancel/{transactionId}/quote",
-            Route::FileUpload => "/files",
-            Route::File(_) | Route::FileDelete(_) => "/files/{fileId}",
-            Route::FileRenew(_) => "/files/{fileId}/renew",
-            Route::SharedFile(_) => "/files/shared/{token}",
-            Route::Receipt(_) => "/receipts/{receiptNumber}",
-            Route::PaymentPage(_) | Route::PaymentSubmit(_) => "/pay/{token}",
-            Route::Stylesheet => "/assets/checkout.css",
-            Route::Events => "/events",
-            Route::StripePay(_) => "/pay/{token}/stripe",
-            Route::StripeConfirm(_) => "/pay/{token}/stripe/confirm",
-            Route::StripeScript => "/assets/stripe-checkout.js",
-            Route::StripeWebhook(_) => "/stripe/webhook/{providerId}",
+            Route::Health => paths::HEALTH,
+            Route::Status(_) => paths::STATUS,
+            Route::Initialize => paths::INITIALIZE,
+            Route::Transactions => paths::TRANSACTIONS,
+            Route::Update(_) => paths::UPDATE,
+            Route::Quote => paths::QUOTE,
+            Route::OpenApi => paths::OPEN_API,
+            Route::SandboxPay(_) => paths::SANDBOX_PAY,
+            Route::Liveness => paths::LIVENESS,
+            Route::Cancel(_) => paths::CANCEL,
+            Route::CancelInvoice(_) => paths::CANCEL_INVOICE,
+            Route::CancelForm => paths::CANCEL_FORM,
+            Route::CancelQuote(_) => paths::CANCEL_QUOTE,
+            Route::FileUpload => paths::FILE_UPLOAD,
+            Route::File(_) | Route::FileDelete(_) => paths::FILE,
+            Route::FileRenew(_) => paths::FILE_RENEW,
+            Route::SharedFile(_) => paths::SHARED_FILE,
+            Route::Receipt(_) => paths::RECEIPT,
+            Route::PaymentPage(_) | Route::PaymentSubmit(_) => paths::PAYMENT_PAGE,
+            Route::Stylesheet => paths::STYLESHEET,
+            Route::Events => paths::EVENTS,
+            Route::StripePay(_) => paths::STRIPE_PAY,
+            Route::StripeConfirm(_) => paths::STRIPE_CONFIRM,
+            Route::StripeScript => paths::STRIPE_SCRIPT,
+            Route::StripeWebhook(_) => paths::STRIPE_WEBHOOK,
         }
     }
 }
@@ -247,6 +330,89 @@ mod tests {
             )
             .unwrap(),
             Route::SandboxPay(id.to_owned())
+        );
+    }
+
+    /// Every route, with the method that reaches it; a route with a parameter holds `P`.
+    fn every_route() -> Vec<(Method, Route)> {
+        let p = || "0190b6b0-7c3a-7d2e-9f00-000000000000".to_owned();
+        vec![
+            (Method::GET, Route::Health),
+            (Method::GET, Route::Status(p())),
+            (Method::POST, Route::Initialize),
+            (Method::POST, Route::Transactions),
+            (Method::PUT, Route::Update(p())),
+            (Method::POST, Route::Quote),
+            (Method::GET, Route::OpenApi),
+            (Method::POST, Route::SandboxPay(p())),
+            (Method::GET, Route::Liveness),
+            (Method::PATCH, Route::Cancel(p())),
+            (Method::PATCH, Route::CancelInvoice(p())),
+            (Method::PATCH, Route::CancelForm),
+            (Method::POST, Route::CancelQuote(p())),
+            (Method::POST, Route::FileUpload),
+            (Method::GET, Route::File(p())),
+            (Method::DELETE, Route::FileDelete(p())),
+            (Method::POST, Route::FileRenew(p())),
+            (Method::GET, Route::SharedFile(p())),
+            (Method::GET, Route::Receipt(p())),
+            (Method::GET, Route::PaymentPage(p())),
+            (Method::POST, Route::PaymentSubmit(p())),
+            (Method::GET, Route::Stylesheet),
+            (Method::GET, Route::Events),
+        ]
+    }
+
+    #[test]
+    fn each_route_is_matched_at_its_template() {
+        let id = "0190b6b0-7c3a-7d2e-9f00-000000000000";
+        for (method, expected) in every_route() {
+            let path = paths::with_parameter(expected.template(), id);
+            assert_eq!(
+                route(&method, &path, true).ok(),
+                Some(expected),
+                "{method} {path}"
+            );
+        }
+    }
+
+    #[test]
+    fn idempotent_routes_are_the_creation_and_cancellation_routes_r_9_1() {
+        assert_eq!(
+            IDEMPOTENT_ROUTES,
+            [
+                Route::Initialize.template(),
+                Route::Transactions.template(),
+                Route::Cancel(String::new()).template(),
+                Route::CancelInvoice(String::new()).template(),
+                Route::CancelForm.template(),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_links_of_the_application_layer_follow_the_templates() {
+        // `app` builds payment links and file paths without importing `http`.
+        let token = "t0k3n";
+        assert_eq!(
+            paths::with_parameter(paths::PAYMENT_PAGE, token),
+            format!("{}{token}", crate::app::PAYMENT_PAGE_PREFIX)
+        );
+        let file = crate::app::files::FileRecord {
+            id: "0190b6b0-7c3a-7d2e-9f00-000000000000".to_owned(),
+            provider_id: String::new(),
+            name: None,
+            content_type: String::new(),
+            size_bytes: 0,
+            sha256_hex: String::new(),
+            share_token: None,
+            share_expires_at: None,
+            content: Vec::new(),
+            created_at: String::new(),
+        };
+        assert_eq!(
+            crate::app::files::file_info(&file).url,
+            paths::with_parameter(paths::FILE, &file.id)
         );
     }
 

@@ -35,18 +35,18 @@ use crate::{quote, validate};
 
 /// Answers one quote line: the quote, or `{"error": <400 body>}`.
 pub fn quote_line(line: &[u8]) -> Value {
-    answer(quote_value(line, Path::Fast))
+    answer(quote_value(line, ValidationPath::Fast))
 }
 
 /// Answers one preview line: the refund preview, or `{"error": <400 body>}`.
 pub fn preview_line(line: &[u8]) -> Value {
-    answer(preview_value(line, Path::Fast))
+    answer(preview_value(line, ValidationPath::Fast))
 }
 
 /// Writes the answer to one quote line to the end of `out`: the JSON text serde_json writes of
 /// [`quote_line`]'s value (no line break), written straight from the typed answer.
 pub fn write_quote_line(line: &[u8], out: &mut Vec<u8>) {
-    match quote_result(line, Path::Fast) {
+    match quote_result(line, ValidationPath::Fast) {
         Ok(quote) => write::quote(&quote, out),
         Err(messages) => write::error(&messages, out),
     }
@@ -55,7 +55,7 @@ pub fn write_quote_line(line: &[u8], out: &mut Vec<u8>) {
 /// Writes the answer to one preview line to the end of `out`: the JSON text serde_json writes of
 /// [`preview_line`]'s value (no line break), written straight from the typed answer.
 pub fn write_preview_line(line: &[u8], out: &mut Vec<u8>) {
-    match preview_result(line, Path::Fast) {
+    match preview_result(line, ValidationPath::Fast) {
         Ok(preview) => write::preview(&preview, out),
         Err(messages) => write::error(&messages, out),
     }
@@ -64,18 +64,18 @@ pub fn write_preview_line(line: &[u8], out: &mut Vec<u8>) {
 /// [`quote_line`] by the full path of validation alone.
 #[doc(hidden)]
 pub fn quote_line_full(line: &[u8]) -> Value {
-    answer(quote_value(line, Path::Full))
+    answer(quote_value(line, ValidationPath::Full))
 }
 
 /// [`preview_line`] by the full path of validation alone.
 #[doc(hidden)]
 pub fn preview_line_full(line: &[u8]) -> Value {
-    answer(preview_value(line, Path::Full))
+    answer(preview_value(line, ValidationPath::Full))
 }
 
 /// Whether a line first tries the fast path of validation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Path {
+enum ValidationPath {
     Fast,
     Full,
 }
@@ -87,13 +87,38 @@ fn answer(result: Result<Value, Vec<String>>) -> Value {
     }
 }
 
+/// The top-level fields of a checkout: a line holding some of them and no `checkout` is a
+/// checkout without its wrapper.
+const CHECKOUT_FIELDS: [&str; 4] = ["title", "currency", "items", "customer"];
+
 /// Splits a line into its top-level fields, refusing unknown ones (R-8.2).
 fn fields(line: &[u8], allowed: &[&str]) -> Result<Map<String, Value>, Vec<String>> {
-    let value: Value =
-        serde_json::from_slice(line).map_err(|e| vec![format!("invalid JSON: {e}")])?;
+    let value: Value = serde_json::from_slice(line).map_err(|e| {
+        if e.is_eof() {
+            // A document spread over several lines: its first line ends before it does.
+            vec![format!(
+                "invalid JSON: {e}: each line must hold one whole JSON document (JSON Lines); \
+                 put a document written on several lines on one, e.g. with `jq -c .`"
+            )]
+        } else {
+            vec![format!("invalid JSON: {e}")]
+        }
+    })?;
     let Value::Object(map) = value else {
         return Err(vec!["line must be an object".to_owned()]);
     };
+    let unwrapped = allowed.contains(&"checkout")
+        && !map.contains_key("checkout")
+        && map
+            .keys()
+            .any(|key| CHECKOUT_FIELDS.contains(&key.as_str()));
+    if unwrapped {
+        return Err(vec![
+            "the checkout must be wrapped: {\"checkout\": {\"title\": …, \"currency\": …, \
+             \"items\": […]}}; this line holds a checkout's own fields"
+                .to_owned(),
+        ]);
+    }
     let unknown: Vec<String> = map
         .keys()
         .filter(|key| !allowed.contains(&key.as_str()))
@@ -117,8 +142,10 @@ struct QuoteLine {
     checkout: CorporateCheckout,
 }
 
-fn quote_result(line: &[u8], path: Path) -> Result<QuoteResult, Vec<String>> {
-    let fast = (path == Path::Fast).then(|| quote_fast(line)).flatten();
+fn quote_result(line: &[u8], path: ValidationPath) -> Result<QuoteResult, Vec<String>> {
+    let fast = (path == ValidationPath::Fast)
+        .then(|| quote_fast(line))
+        .flatten();
     let checkout = match fast {
         Some(checkout) => checkout,
         None => {
@@ -129,11 +156,11 @@ fn quote_result(line: &[u8], path: Path) -> Result<QuoteResult, Vec<String>> {
     quote::quote(&checkout).map_err(|e| vec![e.to_string()])
 }
 
-fn quote_value(line: &[u8], path: Path) -> Result<Value, Vec<String>> {
+fn quote_value(line: &[u8], path: ValidationPath) -> Result<Value, Vec<String>> {
     let quote = quote_result(line, path)?;
     match path {
-        Path::Fast => Ok(render::quote(&quote)),
-        Path::Full => to_value(&quote),
+        ValidationPath::Fast => Ok(render::quote(&quote)),
+        ValidationPath::Full => to_value(&quote),
     }
 }
 
@@ -172,8 +199,10 @@ struct PreviewInput {
     cancelled: Vec<u32>,
 }
 
-fn preview_result(line: &[u8], path: Path) -> Result<RefundPreview, Vec<String>> {
-    let fast = (path == Path::Fast).then(|| preview_fast(line)).flatten();
+fn preview_result(line: &[u8], path: ValidationPath) -> Result<RefundPreview, Vec<String>> {
+    let fast = (path == ValidationPath::Fast)
+        .then(|| preview_fast(line))
+        .flatten();
     let input = match fast {
         Some(input) => input,
         None => preview_full(line)?,
@@ -203,11 +232,11 @@ fn preview_result(line: &[u8], path: Path) -> Result<RefundPreview, Vec<String>>
     }
 }
 
-fn preview_value(line: &[u8], path: Path) -> Result<Value, Vec<String>> {
+fn preview_value(line: &[u8], path: ValidationPath) -> Result<Value, Vec<String>> {
     let preview = preview_result(line, path)?;
     match path {
-        Path::Fast => Ok(render::preview(&preview)),
-        Path::Full => to_value(&preview),
+        ValidationPath::Fast => Ok(render::preview(&preview)),
+        ValidationPath::Full => to_value(&preview),
     }
 }
 
@@ -767,5 +796,30 @@ mod tests {
             out["error"]["message"][0],
             "property bogus should not exist"
         );
+    }
+
+    #[test]
+    fn a_checkout_without_its_wrapper_is_named_so() {
+        for out in [
+            quote_line(br#"{"title":"t","currency":"EUR","items":[{"price":1}]}"#),
+            preview_line(
+                br#"{"title":"t","currency":"EUR","items":[],"at":"2026-01-01T00:00:00Z"}"#,
+            ),
+        ] {
+            let message = out["error"]["message"][0].as_str().expect("a message");
+            assert!(
+                message.starts_with("the checkout must be wrapped"),
+                "{message}"
+            );
+            assert_eq!(out["error"]["message"].as_array().map(Vec::len), Some(1));
+        }
+    }
+
+    #[test]
+    fn a_document_cut_at_the_end_of_its_line_says_what_jsonl_wants() {
+        let out = quote_line(b"{\"checkout\": {\"title\": \"T\", \"currency\": \"EUR\",\n");
+        let message = out["error"]["message"][0].as_str().expect("a message");
+        assert!(message.contains("one whole JSON document"), "{message}");
+        assert!(message.contains("jq -c"), "{message}");
     }
 }

@@ -1,641 +1,32 @@
-//! JSON Schemas (draft 2020-12) of every request and response body, and the OpenAPI 3.1
-//! document of every route, generated from the wire types of [`crate::api`].
-//!
-//! Pure functions: the host writes their output to `schemas/` (`checkout-server schemas`), a
-//! test compares the committed files with it, and [`crate::validate`] compiles the request
-//! schemas once to check bodies. The [`rules`] submodule holds the schema rules that attributes
-//! alone cannot state (conditional bounds, penalty types, patterns); `api.rs` attaches them to
-//! the types with `#[schemars(transform = …)]`, so the schema files carry every rule JSON Schema
-//! can express and a client in any language reaches the service's verdict on them.
+//! The OpenAPI 3.1 document of every HTTP route, served at `GET /openapi.json` and committed as
+//! `schemas/openapi.json`: operations, parameters, responses and the links between them, each
+//! route under its template of [`super::routes::paths`]. The bodies are the engine's contract:
+//! their schemas come from [`checkout_engine::schema::component_schemas`], and this module adds
+//! the host's own (`FileUploaded`, the multipart forms).
 
-use schemars::{JsonSchema, generate::SchemaSettings};
+use checkout_engine::api::MAX_EVENT_CURSOR_CHARS;
+use checkout_engine::schema::{COMPONENTS, component_schemas};
+use checkout_engine::text::TEXT_PATTERN;
 use serde_json::{Map, Value, json};
 
-use crate::api::{
-    CancellationPolicy, CancellationReq, CancellationResult, CorporateCheckout, Created, ErrorBody,
-    EventPage, HealthStatus, MAX_EVENT_CURSOR_CHARS, PaymentReq, ProviderSettings, QuoteResult,
-    RefundPreview, StatusRecord, UpdateResult, UpdateTransaction,
-};
+use super::multipart::MAX_TEXT_CHARS;
+use super::routes::paths;
 
-/// One calendar day `YYYY-MM-DD` of the years 1000–8999, as a regex fragment: 31, 30 or 28
-/// days by month, and 29 February in leap years only (divisible by 4; centuries only when
-/// divisible by 400), so that a date the calendar lacks (`2026-02-30`, `2100-02-29`) is refused
-/// by the schema itself and a client validating with it reaches the service's verdict.
-macro_rules! calendar_day {
-    () => {
-        concat!(
-            "(?:[1-8][0-9]{3}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])",
-            "|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))",
-            "|(?:[1-8][0-9](?:0[48]|[2468][048]|[13579][26])|(?:[2468][048]|[1357][26])00)-02-29)"
-        )
-    };
+/// Every document of `schemas/`, by file name, in a fixed order: the engine's body schemas, then
+/// this document. `checkout-server schemas` writes each as [`schema_text`]; a test compares them
+/// with the committed files.
+pub fn schema_documents() -> Vec<(&'static str, Value)> {
+    let mut documents = checkout_engine::schema::body_schemas();
+    documents.push(("openapi.json", document()));
+    documents
 }
 
-/// `THH:MM:SS` with up to nine fraction digits, as a regex fragment.
-macro_rules! clock_time {
-    () => {
-        r"T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,9})?"
-    };
-}
-
-/// `Z` or a `±HH:MM` offset, as a regex fragment.
-macro_rules! utc_offset {
-    () => {
-        r"(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
-    };
-}
-
-/// A local date-time or an RFC 3339 date-time with offset (R-6.1): `2026-12-01T15:00:00` or
-/// `2026-12-01T15:00:00+01:00`, on a calendar day of the years 1000–8999 (so that every penalty
-/// threshold, ten years of offset away at most, is a date of years 0001–9999).
-pub const DATE_TIME_PATTERN: &str =
-    concat!("^", calendar_day!(), clock_time!(), utc_offset!(), "?$");
-/// An RFC 3339 instant: a date-time with `Z` or an offset (R-3.6 `paidAt`), years 1000–8999.
-pub const INSTANT_PATTERN: &str = concat!("^", calendar_day!(), clock_time!(), utc_offset!(), "$");
-/// A calendar date `YYYY-MM-DD` (DatePenalty `until`, R-5.4), years 1000–8999.
-pub const DATE_PATTERN: &str = concat!("^", calendar_day!(), "$");
-/// A decimal latitude string in [-90, 90] (R-8.7).
-pub const LAT_PATTERN: &str = r"^-?(90(\.0+)?|[1-8]?[0-9](\.[0-9]+)?)$";
-/// A decimal longitude string in [-180, 180] (R-8.7).
-pub const LNG_PATTERN: &str = r"^-?(180(\.0+)?|(1[0-7][0-9]|[1-9]?[0-9])(\.[0-9]+)?)$";
-/// An absolute http(s) URL with a host (R-8.8).
-pub const URL_PATTERN: &str = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s/?#@]+([/?#][^\s]*)?$";
-/// Text without control characters (U+0000–U+001F but tab, line feed and carriage return;
-/// U+007F–U+009F): given to every request string that has no pattern, format or enumeration of
-/// its own, so that a NUL byte or an escape sequence never reaches storage, logs or receipts.
-pub const TEXT_PATTERN: &str = r"^[^\x00-\x08\x0B\x0C\x0E-\x1F\x7F-\x9F]*$";
-/// The shape of an e-mail address; `format: email` is asserted beside it (R-8.4).
-pub const EMAIL_PATTERN: &str = r"^[^\s@]+@[^\s@]+\.[^\s@]+$";
-
-/// Schema rules attached to the wire types with `#[schemars(transform = …)]`.
-///
-/// Each function edits the generated schema of one type in place. A `null` stays accepted
-/// wherever the type says a field is optional, because providers' serialisers often write
-/// `null` for an unset field.
-pub mod rules {
-    use schemars::Schema;
-    use serde_json::{Value, json};
-
-    use super::{
-        DATE_PATTERN, DATE_TIME_PATTERN, EMAIL_PATTERN, INSTANT_PATTERN, LAT_PATTERN, LNG_PATTERN,
-        TEXT_PATTERN, URL_PATTERN,
-    };
-    use crate::api::{MAX_ITEMS, MAX_OFFSET_DAYS, MAX_OFFSET_MONTHS, MAX_STRING_CHARS};
-    use crate::money::ACCEPTED_CURRENCIES;
-
-    fn property<'a>(
-        schema: &'a mut Schema,
-        name: &str,
-    ) -> Option<&'a mut serde_json::Map<String, Value>> {
-        schema
-            .get_mut("properties")
-            .and_then(|p| p.get_mut(name))
-            .and_then(Value::as_object_mut)
-    }
-
-    fn set(schema: &mut Schema, name: &str, key: &str, value: Value) {
-        if let Some(p) = property(schema, name) {
-            p.insert(key.to_owned(), value);
-        }
-    }
-
-    /// A map of identifiers: keys of 1–2,000 characters without control characters (the one
-    /// text rule, [`TEXT_PATTERN`], as for values), values bounded strings (R-8.10).
-    fn string_map_values(schema: &mut Schema, name: &str) {
-        set(
-            schema,
-            name,
-            "additionalProperties",
-            json!({ "type": "string", "maxLength": MAX_STRING_CHARS }),
-        );
-        set(
-            schema,
-            name,
-            "propertyNames",
-            json!({ "minLength": 1, "maxLength": MAX_STRING_CHARS, "pattern": TEXT_PATTERN }),
-        );
-    }
-
-    /// Every request string without a pattern, format or enumeration of its own gets
-    /// [`TEXT_PATTERN`]: no control characters.
-    pub fn plain_text(schema: &mut Schema) {
-        if let Some(object) = schema.as_object_mut() {
-            for value in object.values_mut() {
-                plain_text_value(value);
-            }
-            mark_text(object);
-        }
-    }
-
-    fn plain_text_value(value: &mut Value) {
-        match value {
-            Value::Object(object) => {
-                for inner in object.values_mut() {
-                    plain_text_value(inner);
-                }
-                mark_text(object);
-            }
-            Value::Array(values) => values.iter_mut().for_each(plain_text_value),
-            _ => {}
-        }
-    }
-
-    fn mark_text(object: &mut serde_json::Map<String, Value>) {
-        let is_string = match object.get("type") {
-            Some(Value::String(t)) => t == "string",
-            Some(Value::Array(types)) => types.iter().any(|t| t == "string"),
-            _ => false,
-        };
-        let constrained = ["pattern", "format", "enum", "const"]
-            .iter()
-            .any(|key| object.contains_key(*key));
-        if is_string && !constrained {
-            object.insert("pattern".to_owned(), json!(TEXT_PATTERN));
-        }
-    }
-
-    fn email_items(schema: &mut Schema, name: &str) {
-        set(
-            schema,
-            name,
-            "items",
-            json!({ "type": "string", "format": "email", "pattern": EMAIL_PATTERN }),
-        );
-    }
-
-    /// `currency` is three upper-case letters (R-1.2); `refIDs` values are bounded strings
-    /// (R-8.10); recipients are e-mail addresses (R-8.4).
-    pub fn corporate_checkout(schema: &mut Schema) {
-        set(
-            schema,
-            "currency",
-            "enum",
-            json!(ACCEPTED_CURRENCIES.as_slice()),
-        );
-        string_map_values(schema, "refIDs");
-        email_items(schema, "recipients");
-    }
-
-    /// Recipients are e-mail addresses (R-8.4).
-    pub fn checkout_email(schema: &mut Schema) {
-        email_items(schema, "recipients");
-    }
-
-    /// `externalIds` values are bounded strings (R-8.10).
-    pub fn update_transaction(schema: &mut Schema) {
-        string_map_values(schema, "externalIds");
-    }
-
-    /// `billing.externalIds` values are bounded strings (R-8.10).
-    pub fn billing_info(schema: &mut Schema) {
-        string_map_values(schema, "externalIds");
-    }
-
-    /// A PERCENT tax (the default unit) is at most 100 (R-1.5).
-    pub fn item_tax(schema: &mut Schema) {
-        schema.insert(
-            "if".to_owned(),
-            json!({ "properties": { "unit": { "const": "AMOUNT" } }, "required": ["unit"] }),
-        );
-        schema.insert(
-            "else".to_owned(),
-            json!({ "properties": { "value": { "maximum": 100 } } }),
-        );
-    }
-
-    /// A PERCENTAGE penalty is at most 100 (R-5.7).
-    pub fn penalty_value(schema: &mut Schema) {
-        schema.insert(
-            "if".to_owned(),
-            json!({ "properties": { "unit": { "const": "PERCENTAGE" } }, "required": ["unit"] }),
-        );
-        schema.insert(
-            "then".to_owned(),
-            json!({ "properties": { "amount": { "maximum": 100 } } }),
-        );
-    }
-
-    /// An offset is at most ten years in its unit, so that thresholds stay dates (R-5.5).
-    pub fn penalty_offset(schema: &mut Schema) {
-        let bound = |unit: &str, max: u32| {
-            json!({
-                "if": { "properties": { "unit": { "const": unit } }, "required": ["unit"] },
-                "then": { "properties": { "amount": { "maximum": max } } }
-            })
-        };
-        schema.insert(
-            "allOf".to_owned(),
-            json!([
-                bound("DAYS", MAX_OFFSET_DAYS),
-                bound("MONTHS", MAX_OFFSET_MONTHS)
-            ]),
-        );
-    }
-
-    /// DatePenalty: `until` (YYYY-MM-DD) required, no `offset`, no `condition`; OffsetPenalty:
-    /// `offset` required, no `until` (spec DatePenalty/OffsetPenalty tables, R-8.2).
-    pub fn penalty(schema: &mut Schema) {
-        set(schema, "until", "pattern", json!(DATE_PATTERN));
-        schema.insert(
-            "allOf".to_owned(),
-            json!([
-                {
-                    "if": {
-                        "properties": { "type": { "const": "DATE_PENALTY" } },
-                        "required": ["type"]
-                    },
-                    "then": {
-                        "required": ["until"],
-                        "properties": {
-                            "until": { "type": "string" },
-                            "offset": { "type": "null" },
-                            "condition": { "type": "null" }
-                        }
-                    }
-                },
-                {
-                    "if": {
-                        "properties": { "type": { "const": "OFFSET_PENALTY" } },
-                        "required": ["type"]
-                    },
-                    "then": {
-                        "required": ["offset"],
-                        "properties": {
-                            "offset": { "type": "object" },
-                            "until": { "type": "null" }
-                        }
-                    }
-                }
-            ]),
-        );
-    }
-
-    /// Penalties are all of one type (R-5.3): once one is a DATE_PENALTY, every one is.
-    pub fn cancellation_policy(schema: &mut Schema) {
-        if let Some(p) = property(schema, "penalties") {
-            p.insert(
-                "if".to_owned(),
-                json!({
-                    "contains": {
-                        "properties": { "type": { "const": "DATE_PENALTY" } },
-                        "required": ["type"]
-                    }
-                }),
-            );
-            p.insert(
-                "then".to_owned(),
-                json!({ "items": { "properties": { "type": { "const": "DATE_PENALTY" } } } }),
-            );
-        }
-    }
-
-    /// Street and house, or lat and lng, each a non-empty string; lat/lng are decimal strings
-    /// in range (R-8.7).
-    pub fn location(schema: &mut Schema) {
-        set(schema, "lat", "pattern", json!(LAT_PATTERN));
-        set(schema, "lng", "pattern", json!(LNG_PATTERN));
-        schema.insert(
-            "anyOf".to_owned(),
-            json!([
-                {
-                    "required": ["street", "house"],
-                    "properties": {
-                        "street": { "type": "string", "minLength": 1 },
-                        "house": { "type": "string", "minLength": 1 }
-                    }
-                },
-                {
-                    "required": ["lat", "lng"],
-                    "properties": {
-                        "lat": { "type": "string", "minLength": 1 },
-                        "lng": { "type": "string", "minLength": 1 }
-                    }
-                }
-            ]),
-        );
-    }
-
-    /// `start` and `end` are date-times with or without offset (R-6.1).
-    pub fn period(schema: &mut Schema) {
-        set(schema, "start", "pattern", json!(DATE_TIME_PATTERN));
-        set(schema, "end", "pattern", json!(DATE_TIME_PATTERN));
-    }
-
-    /// An absolute http(s) URL (R-8.8).
-    pub fn attachment(schema: &mut Schema) {
-        set(schema, "url", "pattern", json!(URL_PATTERN));
-        set(schema, "url", "minLength", json!(1));
-    }
-
-    /// `itemsOrder` entries are distinct order numbers no larger than the item limit (R-4.1,
-    /// R-8.10).
-    pub fn cancellation_req(schema: &mut Schema) {
-        if let Some(p) = property(schema, "itemsOrder") {
-            p.insert("uniqueItems".to_owned(), json!(true));
-            p.insert(
-                "items".to_owned(),
-                json!({ "type": "integer", "minimum": 1, "maximum": MAX_ITEMS }),
-            );
-        }
-    }
-
-    /// `paidAt` is an RFC 3339 instant (R-3.6).
-    pub fn payment_req(schema: &mut Schema) {
-        set(schema, "paidAt", "pattern", json!(INSTANT_PATTERN));
-    }
-}
-
-/// Which way a body travels: requests are described as they are read, responses as they are
-/// written (a response field without a default is always present).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Direction {
-    Request,
-    Response,
-}
-
-fn settings(direction: Direction) -> SchemaSettings {
-    let settings = SchemaSettings::draft2020_12();
-    match direction {
-        Direction::Request => settings.for_deserialize().with_transform(rules::plain_text),
-        Direction::Response => settings.for_serialize(),
-    }
-}
-
-fn root_schema<T: JsonSchema>(direction: Direction) -> Value {
-    settings(direction)
-        .into_generator()
-        .into_root_schema_for::<T>()
-        .to_value()
-}
-
-/// The schema of `CorporateCheckout` as validation compiles it.
-pub fn checkout_schema() -> Value {
-    root_schema::<CorporateCheckout>(Direction::Request)
-}
-
-/// The schema of `CancellationReq`.
-pub fn cancellation_req_schema() -> Value {
-    root_schema::<CancellationReq>(Direction::Request)
-}
-
-/// The schema of `UpdateTransaction`.
-pub fn update_schema() -> Value {
-    root_schema::<UpdateTransaction>(Direction::Request)
-}
-
-/// The schema of `PaymentReq`.
-pub fn payment_schema() -> Value {
-    root_schema::<PaymentReq>(Direction::Request)
-}
-
-/// The schema of `CancellationPolicy` (provider policy files).
-pub fn policy_schema() -> Value {
-    root_schema::<CancellationPolicy>(Direction::Request)
-}
-
-/// One JSON Schema per request and response body, with its file name in `schemas/`.
-pub fn body_schemas() -> Vec<(&'static str, Value)> {
-    vec![
-        (
-            "corporate-checkout.schema.json",
-            documented(checkout_schema()),
-        ),
-        ("cancellation-req.schema.json", cancellation_req_schema()),
-        ("update-transaction.schema.json", update_schema()),
-        ("payment-req.schema.json", payment_schema()),
-        ("cancellation-policy.schema.json", policy_schema()),
-        (
-            "provider-settings.schema.json",
-            documented(root_schema::<ProviderSettings>(Direction::Request)),
-        ),
-        (
-            "error-body.schema.json",
-            root_schema::<ErrorBody>(Direction::Response),
-        ),
-        (
-            "health-status.schema.json",
-            root_schema::<HealthStatus>(Direction::Response),
-        ),
-        (
-            "created.schema.json",
-            root_schema::<Created>(Direction::Response),
-        ),
-        (
-            "status-record.schema.json",
-            root_schema::<StatusRecord>(Direction::Response),
-        ),
-        (
-            "cancellation-result.schema.json",
-            root_schema::<CancellationResult>(Direction::Response),
-        ),
-        (
-            "quote-result.schema.json",
-            root_schema::<QuoteResult>(Direction::Response),
-        ),
-        (
-            "refund-preview.schema.json",
-            root_schema::<RefundPreview>(Direction::Response),
-        ),
-        (
-            "update-result.schema.json",
-            root_schema::<UpdateResult>(Direction::Response),
-        ),
-        (
-            "event-page.schema.json",
-            root_schema::<EventPage>(Direction::Response),
-        ),
-    ]
-}
-
-/// The time-zone names the service accepts (R-6.1, R-6.7): every name of the tz database
-/// compiled into the build (chrono-tz), exactly as written (the match is case-sensitive).
-pub fn time_zone_names() -> Vec<&'static str> {
-    chrono_tz::TZ_VARIANTS
-        .iter()
-        .map(|zone| zone.name())
-        .collect()
-}
-
-fn time_zone_schema() -> Value {
-    json!({
-        "type": "string",
-        "description": "An IANA time-zone name of the tz database compiled into the service (chrono-tz; its version is `checkout-server --version`), exactly as written (R-6.1, R-6.7).",
-        "enum": time_zone_names()
-    })
-}
-
-/// A root schema as the documents publish it: [`document_rules`] on its `$defs`, and the
-/// time-zone enumeration on a root `timeZone` (ProviderSettings).
-fn documented(mut schema: Value) -> Value {
-    let prefix = "#/$defs/";
-    let mut zone_used = false;
-    if let Some(zone) = schema.pointer_mut("/properties/timeZone") {
-        *zone = provider_time_zone(zone, prefix);
-        zone_used = true;
-    }
-    let Some(defs) = schema.get_mut("$defs").and_then(Value::as_object_mut) else {
-        return schema;
-    };
-    document_rules(defs, prefix);
-    if zone_used {
-        defs.insert("TimeZone".to_owned(), time_zone_schema());
-    }
-    schema
-}
-
-fn provider_time_zone(zone: &Value, prefix: &str) -> Value {
-    json!({
-        "$ref": format!("{prefix}TimeZone"),
-        "description": zone["description"],
-        "default": zone["default"]
-    })
-}
-
-/// Rules the published documents (`schemas/`, `/openapi.json`) state beyond the schemas that
-/// [`crate::validate`] compiles: an item zone is one of [`time_zone_names`] (R-6.1), and an
-/// item whose own policy has reference START_PERIOD has a `period` (R-5.2). The code pass of
-/// validation checks both already and words them as the rulings do
-/// (`items.0.period.startTimeZone must be a valid IANA time zone`,
-/// `items.0.cancellationPolicy.reference START_PERIOD requires items.0.period`), where the
-/// schema keywords would word them otherwise (a list of 600 names; a missing `period`). The
-/// verdict is the same either way: `tests/validation_fixtures.rs` checks the committed
-/// schemas against the service case by case. `defs` are the named schemas (`$defs` or
-/// `components/schemas`), referred to with `prefix`.
-fn document_rules(defs: &mut Map<String, Value>, prefix: &str) {
-    let zone_ref = json!({ "$ref": format!("{prefix}TimeZone") });
-    let mut zone_used = false;
-    if let Some(period) = defs.get_mut("Period") {
-        for field in ["startTimeZone", "endTimeZone"] {
-            if let Some(zone) = period.pointer_mut(&format!("/properties/{field}")) {
-                *zone = json!({
-                    "anyOf": [zone_ref, { "type": "null" }],
-                    "description": zone["description"]
-                });
-                zone_used = true;
-            }
-        }
-    }
-    if let Some(settings) = defs.get_mut("ProviderSettings") {
-        if let Some(zone) = settings.pointer_mut("/properties/timeZone") {
-            *zone = provider_time_zone(zone, prefix);
-            zone_used = true;
-        }
-    }
-    if let Some(Value::Object(item)) = defs.get_mut("Item") {
-        let rule = json!({
-            "if": {
-                "required": ["cancellationPolicy"],
-                "properties": {
-                    "cancellationPolicy": {
-                        "type": "object",
-                        "required": ["reference"],
-                        "properties": { "reference": { "const": "START_PERIOD" } }
-                    }
-                }
-            },
-            "then": {
-                "required": ["period"],
-                "properties": { "period": { "type": "object" } }
-            }
-        });
-        if let Some(Value::Array(all)) = item.get_mut("allOf") {
-            all.push(rule);
-        } else {
-            item.insert("allOf".to_owned(), json!([rule]));
-        }
-    }
-    if zone_used {
-        defs.insert("TimeZone".to_owned(), time_zone_schema());
-    }
-}
-
-const COMPONENTS: &str = "#/components/schemas/";
-
-/// Points every `$ref` of `value` that names a renamed component at its new name.
-fn rename_refs(value: &mut Value, renamed: &[(String, String)]) {
-    match value {
-        Value::Object(map) => {
-            if let Some(Value::String(target)) = map.get_mut("$ref") {
-                if let Some(name) = target.strip_prefix(COMPONENTS) {
-                    if let Some((_, new)) = renamed.iter().find(|(old, _)| old == name) {
-                        *target = format!("{COMPONENTS}{new}");
-                    }
-                }
-            }
-            map.values_mut().for_each(|v| rename_refs(v, renamed));
-        }
-        Value::Array(items) => items.iter_mut().for_each(|v| rename_refs(v, renamed)),
-        _ => {}
-    }
-}
-
-/// `components/schemas`: request types as read, response types as written. A type whose
-/// written form differs from its read form (a nullable field that is always present) gets a
-/// second component, `<Name>Response`.
-fn component_schemas() -> Map<String, Value> {
-    let components_path =
-        |s: &mut SchemaSettings| s.definitions_path = "/components/schemas".into();
-
-    let mut requests = settings(Direction::Request)
-        .with(components_path)
-        .into_generator();
-    requests.subschema_for::<CorporateCheckout>();
-    requests.subschema_for::<CancellationReq>();
-    requests.subschema_for::<UpdateTransaction>();
-    requests.subschema_for::<PaymentReq>();
-    requests.subschema_for::<ProviderSettings>();
-    let mut components = requests.take_definitions(true);
-
-    let mut responses = settings(Direction::Response)
-        .with(components_path)
-        .into_generator();
-    responses.subschema_for::<ErrorBody>();
-    responses.subschema_for::<HealthStatus>();
-    responses.subschema_for::<Created>();
-    responses.subschema_for::<StatusRecord>();
-    responses.subschema_for::<CancellationResult>();
-    responses.subschema_for::<QuoteResult>();
-    responses.subschema_for::<RefundPreview>();
-    responses.subschema_for::<UpdateResult>();
-    responses.subschema_for::<EventPage>();
-    let mut written = responses.take_definitions(true);
-
-    let renamed: Vec<(String, String)> = written
-        .iter()
-        .filter(|(name, schema)| components.get(*name).is_some_and(|s| s != *schema))
-        .map(|(name, _)| (name.clone(), format!("{name}Response")))
-        .collect();
-    for schema in written.values_mut() {
-        rename_refs(schema, &renamed);
-    }
-    for (name, schema) in written {
-        let name = renamed
-            .iter()
-            .find(|(old, _)| *old == name)
-            .map_or(name, |(_, new)| new.clone());
-        components.entry(name).or_insert(schema);
-    }
-    document_rules(&mut components, COMPONENTS);
-    components.insert(
-        "FileUploaded".to_owned(),
-        json!({
-            "type": "object",
-            "description": "201 body of `POST /files` and 200 body of `POST /files/{fileId}/renew`: the stored file, the URL to use as `Attachment.url` (a capability link that needs no credentials) and when that link stops working unless its owner renews it.",
-            "properties": {
-                "fileId": { "type": "string", "format": "uuid" },
-                "url": { "type": "string", "format": "uri" },
-                "token": {
-                    "type": "string",
-                    "pattern": "^[0-9a-f]{64}$",
-                    "description": "The capability token that ends `url`: the `token` of `GET /files/shared/{token}`."
-                },
-                "expiresAt": { "type": "string", "format": "date-time" }
-            },
-            "required": ["fileId", "url", "token", "expiresAt"]
-        }),
-    );
-    components.sort_keys();
-    components
+/// The exact text of a file of `schemas/`: pretty JSON and a line feed, so that the files are
+/// byte-for-byte deterministic.
+pub fn schema_text(document: &Value) -> Result<String, serde_json::Error> {
+    let mut text = serde_json::to_string_pretty(document)?;
+    text.push('\n');
+    Ok(text)
 }
 
 fn schema_ref(name: &str) -> Value {
@@ -738,10 +129,6 @@ const FORM_SPACE: &str =
 /// The white space of JSON (RFC 8259), allowed inside the one-field array form `[1,3]`.
 const JSON_SPACE: &str = r"[ \t\n\r]";
 
-/// Request text without control characters (tab, line feed and carriage return allowed), as
-/// in the JSON bodies.
-const FORM_TEXT: &str = r"^[^\x00-\x08\x0B\x0C\x0E-\x1F\x7F-\x9F]*$";
-
 /// The multipart form of a cancellation (R-4.6, R-4.7): the CancellationReq fields as form
 /// fields, each part's schema exact. `itemsOrder` is repeated fields (an array, one part per
 /// entry), one field holding a JSON array (`[1,3]`) or one comma-separated field (`1,3`).
@@ -802,8 +189,8 @@ fn multipart_cancel(with_transaction_id: bool, file_required: bool) -> Value {
             name.to_owned(),
             json!({
                 "type": "string",
-                "maxLength": 2000,
-                "pattern": FORM_TEXT,
+                "maxLength": MAX_TEXT_CHARS,
+                "pattern": TEXT_PATTERN,
                 "description": description
             }),
         );
@@ -845,7 +232,7 @@ fn multipart_cancel(with_transaction_id: bool, file_required: bool) -> Value {
 /// `itemsOrder` (every transaction has it: R-2.4, R-4.1), merged into the body the client
 /// makes, so that the walk reaches a real cancellation and its receipt rather than
 /// `item 217 does not exist`.
-fn add_links(paths: &mut Map<String, Value>) {
+fn add_links(path_items: &mut Map<String, Value>) {
     let by_transaction = |operation: &str| {
         json!({
             "operationId": operation,
@@ -916,27 +303,17 @@ fn add_links(paths: &mut Map<String, Value>) {
         }
     });
     let targets = [
-        ("/initialize", "post", "201", from_creation),
-        ("/transactions", "post", "201", from_creation),
-        (
-            "/sandbox/transactions/{transactionId}/pay",
-            "post",
-            "200",
-            &from_payment,
-        ),
-        ("/cancel/{transactionId}", "patch", "200", &to_receipt),
-        (
-            "/cancel/{transactionId}/invoice",
-            "patch",
-            "200",
-            &to_receipt,
-        ),
-        ("/cancel", "patch", "200", &to_receipt),
-        ("/files", "post", "201", &from_upload),
-        ("/files/{fileId}/renew", "post", "200", &from_upload),
+        (paths::INITIALIZE, "post", "201", from_creation),
+        (paths::TRANSACTIONS, "post", "201", from_creation),
+        (paths::SANDBOX_PAY, "post", "200", &from_payment),
+        (paths::CANCEL, "patch", "200", &to_receipt),
+        (paths::CANCEL_INVOICE, "patch", "200", &to_receipt),
+        (paths::CANCEL_FORM, "patch", "200", &to_receipt),
+        (paths::FILE_UPLOAD, "post", "201", &from_upload),
+        (paths::FILE_RENEW, "post", "200", &from_upload),
     ];
     for (path, method, status, links) in targets {
-        if let Some(response) = paths
+        if let Some(response) = path_items
             .get_mut(path)
             .and_then(|p| p.get_mut(method))
             .and_then(|o| o.get_mut("responses"))
@@ -948,7 +325,7 @@ fn add_links(paths: &mut Map<String, Value>) {
 }
 
 /// The OpenAPI 3.1 document of every route of the spec and of the rulings.
-pub fn openapi() -> Value {
+pub fn document() -> Value {
     let cancel_errors: &[u16] = &[400, 401, 403, 404, 409, 413, 415, 422, 500];
     let cancel_ok = || {
         ok_response(
@@ -968,7 +345,7 @@ pub fn openapi() -> Value {
     };
     let operations: Vec<(&str, &str, Operation<'_>)> = vec![
         (
-            "/status",
+            paths::HEALTH,
             "get",
             Operation {
                 id: "healthCheck",
@@ -985,7 +362,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/status/{transactionId}",
+            paths::STATUS,
             "get",
             Operation {
                 id: "getTransactionStatus",
@@ -997,12 +374,12 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/initialize",
+            paths::INITIALIZE,
             "post",
             create("initializeTransaction", "Creates a transaction."),
         ),
         (
-            "/transactions",
+            paths::TRANSACTIONS,
             "post",
             create(
                 "createTransaction",
@@ -1010,7 +387,7 @@ pub fn openapi() -> Value {
             ),
         ),
         (
-            "/{transactionId}",
+            paths::UPDATE,
             "put",
             Operation {
                 id: "updateTransaction",
@@ -1027,7 +404,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/cancel/{transactionId}",
+            paths::CANCEL,
             "patch",
             Operation {
                 id: "cancelItems",
@@ -1039,7 +416,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/cancel/{transactionId}/invoice",
+            paths::CANCEL_INVOICE,
             "patch",
             Operation {
                 id: "cancelItemsWithInvoice",
@@ -1051,7 +428,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/cancel",
+            paths::CANCEL_FORM,
             "patch",
             Operation {
                 id: "cancelItemsByForm",
@@ -1063,7 +440,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/cancel/{transactionId}/quote",
+            paths::CANCEL_QUOTE,
             "post",
             Operation {
                 id: "previewRefund",
@@ -1080,7 +457,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/quote",
+            paths::QUOTE,
             "post",
             Operation {
                 id: "quoteCheckout",
@@ -1092,7 +469,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/openapi.json",
+            paths::OPEN_API,
             "get",
             Operation {
                 id: "getOpenApi",
@@ -1109,7 +486,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/sandbox/transactions/{transactionId}/pay",
+            paths::SANDBOX_PAY,
             "post",
             Operation {
                 id: "sandboxPay",
@@ -1126,7 +503,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/files",
+            paths::FILE_UPLOAD,
             "post",
             Operation {
                 id: "uploadFile",
@@ -1159,7 +536,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/files/{fileId}",
+            paths::FILE,
             "get",
             Operation {
                 id: "getFile",
@@ -1185,7 +562,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/events",
+            paths::EVENTS,
             "get",
             Operation {
                 id: "listEvents",
@@ -1197,7 +574,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/files/{fileId}",
+            paths::FILE,
             "delete",
             Operation {
                 id: "deleteFile",
@@ -1209,7 +586,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/files/{fileId}/renew",
+            paths::FILE_RENEW,
             "post",
             Operation {
                 id: "renewFileLink",
@@ -1226,7 +603,7 @@ pub fn openapi() -> Value {
             },
         ),
         (
-            "/receipts/{receiptNumber}",
+            paths::RECEIPT,
             "get",
             Operation {
                 id: "getReceipt",
@@ -1244,9 +621,9 @@ pub fn openapi() -> Value {
         ),
     ];
 
-    let mut paths = Map::new();
+    let mut path_items = Map::new();
     for (path, method, operation) in operations {
-        let entry = paths
+        let entry = path_items
             .entry(path.to_owned())
             .or_insert_with(|| Value::Object(Map::new()));
         if let Value::Object(methods) = entry {
@@ -1254,11 +631,38 @@ pub fn openapi() -> Value {
         }
     }
 
-    add_links(&mut paths);
+    add_links(&mut path_items);
+
+    // Liveness: no credentials, no storage touched (for load balancers and orchestrators).
+    path_items.insert(
+        paths::LIVENESS.to_owned(),
+        json!({
+            "get": {
+                "operationId": "getLiveness",
+                "summary": "Liveness probe: answers as long as the process serves requests; touches no storage and needs no credentials (readiness with credentials is GET /status).",
+                "security": [],
+                "responses": {
+                    "200": {
+                        "description": "The process serves requests.",
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["status"],
+                                    "properties": { "status": { "type": "string", "const": "ok" } },
+                                    "additionalProperties": false
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }),
+    );
 
     // The capability link of a shared file: no credentials, the token is the permission.
-    paths.insert(
-        "/files/shared/{token}".to_owned(),
+    path_items.insert(
+        paths::SHARED_FILE.to_owned(),
         json!({
             "get": {
                 "operationId": "getSharedFile",
@@ -1314,7 +718,7 @@ pub fn openapi() -> Value {
         },
         "servers": [{ "url": "/" }],
         "security": [{ "basicAuth": [] }],
-        "paths": paths,
+        "paths": path_items,
         "components": {
             "securitySchemes": {
                 "basicAuth": {
@@ -1393,7 +797,34 @@ pub fn openapi() -> Value {
                 "UnprocessableEntity": error_body("The Idempotency-Key was used with another route or body (R-9.1)."),
                 "InternalServerError": error_body("Internal or store failure (R-4.8).")
             },
-            "schemas": component_schemas()
+            "schemas": schemas()
         }
+    })
+}
+
+/// `components/schemas`: the engine's bodies and the host's own, by name.
+fn schemas() -> Map<String, Value> {
+    let mut schemas = component_schemas();
+    schemas.insert("FileUploaded".to_owned(), file_uploaded());
+    schemas.sort_keys();
+    schemas
+}
+
+/// The body of [`super::files::Uploaded`].
+fn file_uploaded() -> Value {
+    json!({
+        "type": "object",
+        "description": "201 body of `POST /files` and 200 body of `POST /files/{fileId}/renew`: the stored file, the URL to use as `Attachment.url` (a capability link that needs no credentials) and when that link stops working unless its owner renews it.",
+        "properties": {
+            "fileId": { "type": "string", "format": "uuid" },
+            "url": { "type": "string", "format": "uri" },
+            "token": {
+                "type": "string",
+                "pattern": "^[0-9a-f]{64}$",
+                "description": "The capability token that ends `url`: the `token` of `GET /files/shared/{token}`."
+            },
+            "expiresAt": { "type": "string", "format": "date-time" }
+        },
+        "required": ["fileId", "url", "token", "expiresAt"]
     })
 }
