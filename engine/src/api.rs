@@ -1157,6 +1157,8 @@ pub struct EventCancellation {
     pub receipt_number: Option<String>,
     /// The gateway's reason when FAILED.
     pub error_message: Option<String>,
+    /// The gateway's reference of the refund (Stripe's `re_…`), when it gave one.
+    pub gateway_reference: Option<String>,
     /// Items with their totals, penalties and refunds.
     pub items: Vec<CancelledItem>,
     /// The refund.

@@ -461,6 +461,18 @@ async fn cancelling_refunds_the_computed_amount_at_stripe_once() {
         receipt["gatewayReference"], refunds[0]["id"],
         "the receipt carries Stripe's refund id: {receipt}"
     );
+    let events = setup.server.get("/events", &setup.creds).await.json();
+    let succeeded: Vec<&Value> = events["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|event| event["type"] == "cancellation.succeeded")
+        .collect();
+    assert_eq!(succeeded.len(), 1, "{events}");
+    assert_eq!(
+        succeeded[0]["data"]["cancellation"]["gatewayReference"], refunds[0]["id"],
+        "the event carries Stripe's refund id"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -378,6 +378,7 @@ pub fn cancellation(
         outcome: view.outcome.clone(),
         receipt_number: view.receipt_number.clone(),
         error_message: view.error_message.clone(),
+        gateway_reference: view.gateway_reference.clone(),
         items: view.items.clone(),
         refund: view.refund,
     };
