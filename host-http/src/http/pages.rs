@@ -240,23 +240,13 @@ pub async fn page(
                     .then(|| lang.texts().too_many_attempts.to_owned()),
                 ..Submitted::default()
             };
-            let mut response = html(
+            let response = html(
                 services,
                 status,
                 lang,
                 render(services, lang, token, &view, submitted),
             );
-            // A Stripe page loads Stripe.js and this site's script, and nothing else.
-            if view.stripe.is_some()
-                && view.state == PageState::Open
-                && let Ok(csp) =
-                    HeaderValue::from_str(&super::stripe::content_security_policy(services))
-            {
-                response
-                    .headers_mut()
-                    .insert(header::CONTENT_SECURITY_POLICY, csp);
-            }
-            response
+            with_stripe_policy(services, &view, response)
         }
         Err(error) => failure_page(services, lang, &error),
     })
@@ -388,15 +378,34 @@ async fn render_now(
                 hide_form: submitted.hide_form || view.attempts_left == 0,
                 ..submitted
             };
-            html(
+            let response = html(
                 services,
                 status,
                 lang,
                 render(services, lang, token, &view, submitted),
-            )
+            );
+            with_stripe_policy(services, &view, response)
         }
         Err(error) => failure_page(services, lang, &error),
     }
+}
+
+/// An open Stripe page loads Stripe.js and this site's script, and nothing else: its
+/// Content-Security-Policy replaces the script-free one of every other page.
+fn with_stripe_policy(
+    services: &Services,
+    view: &PageView,
+    mut response: HttpResponse,
+) -> HttpResponse {
+    if view.stripe.is_some()
+        && view.state == PageState::Open
+        && let Ok(csp) = HeaderValue::from_str(&super::stripe::content_security_policy(services))
+    {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_SECURITY_POLICY, csp);
+    }
+    response
 }
 
 /// Whether a posted form can only have come from the page itself, as far as the browser says:
