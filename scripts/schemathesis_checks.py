@@ -33,6 +33,10 @@ CHECKOUT = [
     rf"{PATH}\.(?:until|offset) must not repeat {PATH}\.(?:until|offset)",
     # more than 100 recipients once both lists are merged.
     r"email\.recipients must contain no more than 100 elements",
+    # issue 23: restrictedMethods names a method or brand the service does not know
+    # (a case-insensitive list with blanks around names, checked in code so that the message
+    # names the list).
+    r"restrictedMethods must be a comma-separated list of payment methods and card brands: [a-z_, ]+",
 ]
 
 CANCELLATION = [

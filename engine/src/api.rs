@@ -146,7 +146,8 @@ pub struct CorporateCheckout {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 100), inner(email))]
     pub recipients: Option<Vec<String>>,
-    /// Payment methods the provider has deactivated (free text).
+    /// Payment methods and card brands the provider has deactivated: a comma-separated list
+    /// of `card`, `invoice`, `amex`, `visa`, … (`crate::methods`), any case.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 2000))]
     pub restricted_methods: Option<String>,

@@ -27,6 +27,7 @@ pub mod decimal;
 pub mod error;
 pub mod jsonl;
 pub mod lifecycle;
+pub mod methods;
 pub mod money;
 pub mod penalty;
 pub mod policy;

@@ -516,6 +516,10 @@ pub(super) fn checkout_holds(
                 && recipients.iter().all(|r| accepts(&checks.recipient, r))
         })
         && plain_opt(checkout.restricted_methods.as_ref(), MAX_STRING_CHARS)
+        && checkout
+            .restricted_methods
+            .as_deref()
+            .is_none_or(crate::methods::restricted_methods_valid)
         && merged_recipients_hold(checkout)
         && checkout
             .items

@@ -106,6 +106,19 @@ pub(super) fn checkout_rules(body: &mut Value, provider_zone: Tz, report: &mut R
         _ => None,
     };
     recipients_limit(body, report);
+    let methods_path = root.key("restrictedMethods");
+    if let Some(text) = body.get("restrictedMethods").and_then(Value::as_str)
+        && report.clean(&methods_path)
+        && !crate::methods::restricted_methods_valid(text)
+    {
+        report.push(
+            &methods_path,
+            &format!(
+                "must be a comma-separated list of payment methods and card brands: {}",
+                crate::methods::PAYMENT_METHOD_NAMES.join(", ")
+            ),
+        );
+    }
     let items_path = root.key("items");
     let Some(items) = body.get_mut("items").and_then(Value::as_array_mut) else {
         return;

@@ -130,11 +130,16 @@ pub enum WebhookOutcome {
 /// `restrictedMethods` of a checkout: comma-separated method names and card brands the
 /// provider deactivated (e.g. `amex,diners`), lower case, blanks ignored.
 pub fn restricted_methods(text: Option<&str>) -> Vec<String> {
-    text.unwrap_or_default()
-        .split(',')
-        .map(|name| name.trim().to_ascii_lowercase())
-        .filter(|name| !name.is_empty())
-        .collect()
+    match checkout_engine::methods::parse_restricted_methods(text.unwrap_or_default()) {
+        Some(names) => names,
+        // Stored before the list was checked at creation: its known names still count.
+        None => text
+            .unwrap_or_default()
+            .split(',')
+            .map(|name| name.trim().to_ascii_lowercase())
+            .filter(|name| !name.is_empty())
+            .collect(),
+    }
 }
 
 /// Whether a card of `brand` is refused by `restricted` (`card` deactivates every card).
