@@ -702,6 +702,15 @@ fn unusable_public_urls_are_refused_before_the_start() {
 /// secrets key; `provider list` shows the processor and last four characters only; `serve`
 /// refuses to start without the secrets key (saying what to pass) or with another key, and
 /// starts once given the key; `provider rotate-secrets-key` reseals everything under a new key.
+/// Where the servers of the Stripe test would reach Stripe: a loopback port nothing listens
+/// on (nothing is paid or refunded there; tests never name an address outside loopback).
+const LOOPBACK_STRIPE: [&str; 4] = [
+    "--stripe-api-base",
+    "http://127.0.0.1:9",
+    "--stripe-js-url",
+    "http://127.0.0.1:9/js.stripe.com/v3/",
+];
+
 #[test]
 fn stripe_keys_are_set_from_files_sealed_and_needed_by_serve() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -780,6 +789,7 @@ fn stripe_keys_are_set_from_files_sealed_and_needed_by_serve() {
                 "--db",
                 &db_text,
             ])
+            .args(LOOPBACK_STRIPE)
             .envs(env.iter().copied())
             .output()
             .expect("run checkout-server");
@@ -802,6 +812,7 @@ fn stripe_keys_are_set_from_files_sealed_and_needed_by_serve() {
         let mut command = checkout_server();
         command
             .args(["serve", "--listen", &addr.to_string(), "--db", &db_text])
+            .args(LOOPBACK_STRIPE)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         if let Some(file) = key_file {
