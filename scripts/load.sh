@@ -72,7 +72,7 @@ fi
 
 echo "building the release binary..." >&2
 cargo build --release --locked -p host-http --manifest-path "$ROOT/Cargo.toml" >&2
-BIN="$ROOT/target/release/checkout-server"
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/checkout-server"
 # A two-item creation body of about 2.8 KB (the size the targets name).
 BODY="$(python3 - <<'PY'
 import json

@@ -13,7 +13,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="${3:-$ROOT/target/callgrind.$ROUTE.out}"
 PORT="${PROFILE_PORT:-18600}"
 cargo build --release --locked -p host-http --manifest-path "$ROOT/Cargo.toml" >&2
-BIN="$ROOT/target/release/checkout-server"
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/checkout-server"
 WORK="$(mktemp -d)"
 PID=""
 trap '[[ -n "$PID" ]] && kill "$PID" 2>/dev/null; rm -rf "$WORK"' EXIT

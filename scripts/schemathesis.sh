@@ -28,7 +28,7 @@ fi
 "$venv/bin/schemathesis" --version
 
 cargo build --quiet --locked -p host-http --bin checkout-server
-bin="$root/target/debug/checkout-server"
+bin="${CARGO_TARGET_DIR:-$root/target}/debug/checkout-server"
 
 work="$(mktemp -d)"
 server_pid=""

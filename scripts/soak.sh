@@ -46,7 +46,7 @@ while (($#)); do
 done
 
 if [[ -z "$BIN" ]]; then
-    BIN="$ROOT/target/release/checkout-server"
+    BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/checkout-server"
     if [[ ! -x "$BIN" ]]; then
         cargo build --release --locked -p host-http --manifest-path "$ROOT/Cargo.toml" >&2
     fi
