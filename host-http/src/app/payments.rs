@@ -51,6 +51,17 @@ pub enum PageState {
     Expired,
 }
 
+/// Why a posted payment form goes no further than its first checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FormGate {
+    /// Its anti-forgery token is not this page's, or has expired.
+    Forged,
+    /// The transaction is paid already.
+    Paid,
+    /// The page is cancelled or expired.
+    NotOpen(PageState),
+}
+
 /// Everything a payment page shows.
 #[derive(Debug, Clone)]
 pub struct PageView {
@@ -256,20 +267,13 @@ impl Services {
         form: CardForm,
         now: DateTime<Utc>,
     ) -> Result<PayAttempt, Error> {
-        let record = self.page_transaction(token, now).await?;
+        let record = match self.open_form(token, &form.form_token, now).await? {
+            Ok(record) => record,
+            Err(FormGate::Forged) => return Ok(PayAttempt::Forged),
+            Err(FormGate::Paid) => return Ok(PayAttempt::Paid),
+            Err(FormGate::NotOpen(state)) => return Ok(PayAttempt::NotOpen(state)),
+        };
         let id = record.id.clone();
-        if !self
-            .pages
-            .key
-            .check_form_token(&id, &form.form_token, now.timestamp())
-        {
-            return Ok(PayAttempt::Forged);
-        }
-        match page_state(&record, now)? {
-            PageState::Open => {}
-            PageState::Paid => return Ok(PayAttempt::Paid),
-            other => return Ok(PayAttempt::NotOpen(other)),
-        }
         // A provider on Stripe takes cards in Stripe.js only, never in this form.
         if !self.accepts_cards()
             || self
@@ -298,19 +302,8 @@ impl Services {
             return Ok(PayAttempt::BrandRefused(card.brand().to_owned()));
         }
         // One attempt in flight per transaction, across instances, counted before it is sent.
-        let attempt_id = uuid::Uuid::now_v7().hyphenated().to_string();
-        match self
-            .store
-            .begin_payment_attempt(NewPaymentAttempt {
-                id: attempt_id.clone(),
-                transaction_id: id.clone(),
-                started_at: now,
-                lease_until: now + ATTEMPT_LEASE,
-                failures_since: since,
-                max_failures: MAX_FAILED_ATTEMPTS,
-            })
-            .await?
-        {
+        let (attempt_id, started) = self.begin_attempt(&id, since, now).await?;
+        match started {
             AttemptStart::Started => {}
             AttemptStart::InFlight => {
                 self.metrics.card_payment("in_progress");
@@ -460,6 +453,53 @@ impl Services {
     /// Whether this server's pages take card data: the sandbox only (see `crate::processors::payment`).
     pub fn accepts_cards(&self) -> bool {
         self.sandbox && self.pages.processor.takes_card_data()
+    }
+
+    /// The transaction of a posted payment form whose anti-forgery token is valid and whose
+    /// page is open, or why the form goes no further; nothing has been asked of a processor.
+    pub(super) async fn open_form(
+        &self,
+        token: &str,
+        form_token: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Result<TransactionRecord, FormGate>, Error> {
+        let record = self.page_transaction(token, now).await?;
+        if !self
+            .pages
+            .key
+            .check_form_token(&record.id, form_token, now.timestamp())
+        {
+            return Ok(Err(FormGate::Forged));
+        }
+        Ok(match page_state(&record, now)? {
+            PageState::Open => Ok(record),
+            PageState::Paid => Err(FormGate::Paid),
+            other => Err(FormGate::NotOpen(other)),
+        })
+    }
+
+    /// Starts a payment attempt of the transaction `id` under a fresh attempt id: one in
+    /// flight per transaction across instances, the failures since `since` counted against the
+    /// limit in the same step. Returns the attempt id and how the start went.
+    pub(super) async fn begin_attempt(
+        &self,
+        id: &str,
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<(String, AttemptStart), Error> {
+        let attempt_id = uuid::Uuid::now_v7().hyphenated().to_string();
+        let started = self
+            .store
+            .begin_payment_attempt(NewPaymentAttempt {
+                id: attempt_id.clone(),
+                transaction_id: id.to_owned(),
+                started_at: now,
+                lease_until: now + ATTEMPT_LEASE,
+                failures_since: since,
+                max_failures: MAX_FAILED_ATTEMPTS,
+            })
+            .await?;
+        Ok((attempt_id, started))
     }
 
     pub(super) async fn page_transaction(

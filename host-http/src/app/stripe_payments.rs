@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::payments::{
-    ATTEMPT_LEASE, ATTEMPT_WINDOW, CardForm, Field, FieldProblem, MAX_FAILED_ATTEMPTS, PageState,
+    ATTEMPT_WINDOW, CardForm, Field, FieldProblem, FormGate, MAX_FAILED_ATTEMPTS, PageState,
     amount_due, page_state, payment_details,
 };
 use super::processors::{STRIPE, StripeAccount};
@@ -24,7 +24,7 @@ use crate::processors::stripe::payments::{
 use crate::processors::stripe::signature;
 use crate::store::TransactionRecord;
 use crate::store::processors::StripeIntentRow;
-use crate::store::{AttemptEnd, AttemptStart, NewPaymentAttempt, OwnerChecked, PayOutcome};
+use crate::store::{AttemptEnd, AttemptStart, OwnerChecked, PayOutcome};
 
 /// What a Stripe page adds to a payment page.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -216,20 +216,13 @@ impl Services {
         form: StripeForm,
         now: DateTime<Utc>,
     ) -> Result<StripeStep, Error> {
-        let record = self.page_transaction(token, now).await?;
+        let record = match self.open_form(token, &form.form_token, now).await? {
+            Ok(record) => record,
+            Err(FormGate::Forged) => return Ok(StripeStep::Forged),
+            Err(FormGate::Paid) => return Ok(StripeStep::Paid),
+            Err(FormGate::NotOpen(state)) => return Ok(StripeStep::NotOpen(state)),
+        };
         let id = record.id.clone();
-        if !self
-            .pages
-            .key
-            .check_form_token(&id, &form.form_token, now.timestamp())
-        {
-            return Ok(StripeStep::Forged);
-        }
-        match page_state(&record, now)? {
-            PageState::Open => {}
-            PageState::Paid => return Ok(StripeStep::Paid),
-            other => return Ok(StripeStep::NotOpen(other)),
-        }
         let Some(account) = self.processors.stripe_account(&record.provider_id).await? else {
             return Ok(StripeStep::NotStripe);
         };
@@ -276,19 +269,8 @@ impl Services {
             )));
         }
         // One attempt in flight per transaction, across instances.
-        let attempt_id = uuid::Uuid::now_v7().hyphenated().to_string();
-        match self
-            .store
-            .begin_payment_attempt(NewPaymentAttempt {
-                id: attempt_id.clone(),
-                transaction_id: id.clone(),
-                started_at: now,
-                lease_until: now + ATTEMPT_LEASE,
-                failures_since: since,
-                max_failures: MAX_FAILED_ATTEMPTS,
-            })
-            .await?
-        {
+        let (attempt_id, started) = self.begin_attempt(&id, since, now).await?;
+        match started {
             AttemptStart::Started => {}
             AttemptStart::InFlight => return Ok(StripeStep::InProgress),
             AttemptStart::TooManyFailures => return Ok(StripeStep::TooManyAttempts),
