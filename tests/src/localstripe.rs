@@ -51,6 +51,18 @@ impl LocalStripe {
         let python = python().unwrap_or_else(|| {
             panic!("{test}: localstripe is not installed: run `bash scripts/localstripe.sh`")
         });
+        // The port is free when chosen but may be taken before the fake binds it (tests run in
+        // parallel): a fake that exits at once is started again on another port.
+        for _ in 0..5 {
+            if let Some(fake) = LocalStripe::start_on_a_free_port(&python).await {
+                return fake;
+            }
+        }
+        panic!("{test}: localstripe exited at start five times");
+    }
+
+    /// One start; `None` when the fake exited before it answered.
+    async fn start_on_a_free_port(python: &Path) -> Option<LocalStripe> {
         let addr = {
             let listener = TcpListener::bind("127.0.0.1:0").expect("free port");
             listener.local_addr().expect("local addr")
@@ -78,10 +90,10 @@ impl LocalStripe {
             let ready = tokio::net::TcpStream::connect(addr).await.is_ok()
                 && fake.get("/v1/payment_intents?limit=1").await.is_some();
             if ready {
-                return fake;
+                return Some(fake);
             }
-            if let Ok(Some(exit)) = fake.child.try_wait() {
-                panic!("localstripe exited: {exit}");
+            if let Ok(Some(_exit)) = fake.child.try_wait() {
+                return None;
             }
             assert!(
                 started.elapsed() < Duration::from_secs(30),

@@ -22,7 +22,7 @@ use hyper::{Request, Response, StatusCode};
 use super::error::ApiError;
 use super::limits::{BodyDeadline, BodyKind, read_within};
 use super::request::query_param;
-use super::response::HttpResponse;
+use super::response::{HttpResponse, static_asset};
 use super::routes::paths;
 use crate::app::payments::{CardForm, Field, PageItem, PageState, PageView, PayAttempt};
 use crate::app::{Error, Resource, Services};
@@ -428,21 +428,8 @@ pub(super) fn posted_from_own_page(services: &Services, headers: &hyper::HeaderM
 
 /// `GET /assets/checkout.css`.
 pub fn stylesheet(services: &Services) -> HttpResponse {
-    let mut response = Response::new(Full::new(Bytes::from_static(STYLESHEET.as_bytes())));
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/css; charset=utf-8"),
-    );
-    headers.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("public, max-age=3600"),
-    );
-    headers.insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
-    transport_security(services, headers);
+    let mut response = static_asset(STYLESHEET, "text/css; charset=utf-8");
+    transport_security(services, response.headers_mut());
     response
 }
 

@@ -7,16 +7,16 @@
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use http_body_util::{BodyExt as _, Full, Limited};
+use http_body_util::{BodyExt as _, Limited};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
-use hyper::{Request, Response, StatusCode};
+use hyper::{Request, StatusCode};
 use serde_json::json;
 
 use super::error::ApiError;
 use super::limits::{BodyDeadline, BodyKind, read_within};
 use super::pages::{self, MAX_FORM_BYTES};
-use super::response::{HttpResponse, json_text};
+use super::response::{HttpResponse, json_text, static_asset};
 use crate::app::Services;
 use crate::app::stripe_payments::{StripeForm, StripeStep, WebhookOutcome};
 use crate::i18n::Lang;
@@ -302,21 +302,7 @@ async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes, St
 
 /// `GET /assets/stripe-checkout.js`.
 pub fn script() -> HttpResponse {
-    let mut response = Response::new(Full::new(Bytes::from_static(SCRIPT.as_bytes())));
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/javascript; charset=utf-8"),
-    );
-    headers.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("public, max-age=3600"),
-    );
-    headers.insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
-    response
+    static_asset(SCRIPT, "text/javascript; charset=utf-8")
 }
 
 /// `POST /stripe/webhook/{providerId}`: 200 for an event handled, repeated or ignored; 400
