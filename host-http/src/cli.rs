@@ -136,6 +136,10 @@ pub struct ServeArgs {
     /// Address of the metrics listener (GET /metrics, no credentials); default: none.
     #[arg(long, env = "CHECKOUT_METRICS_LISTEN", value_parser = listen_address)]
     pub metrics_listen: Option<SocketAddr>,
+    /// Address of a listener of its own for the provider's dashboard (/dashboard/…), which
+    /// the main listener then no longer serves; default: the dashboard is on the main one.
+    #[arg(long, env = "CHECKOUT_DASHBOARD_LISTEN", value_parser = listen_address)]
+    pub dashboard_listen: Option<SocketAddr>,
     /// How long a payment link works after its transaction is created, in seconds.
     #[arg(long, env = "CHECKOUT_PAYMENT_LINK_TTL_SECS",
           default_value_t = crate::DEFAULT_PAYMENT_LINK_TTL.as_secs(),
@@ -374,6 +378,24 @@ pub enum ProviderCommand {
         #[command(subcommand)]
         processor: ProcessorArg,
     },
+    /// Invite a user to the provider's dashboard; prints the one-time link on which the user
+    /// chooses a password (valid for 7 days).
+    InviteUser {
+        #[command(flatten)]
+        db: DbArg,
+        /// Provider identifier.
+        #[arg(long)]
+        provider: String,
+        /// The user's e-mail address (the sign-in name, unique across the service).
+        #[arg(long)]
+        email: String,
+        /// `admin` (everything) or `viewer` (reads only).
+        #[arg(long, value_parser = ["admin", "viewer"])]
+        role: String,
+        /// The service's public base URL, as the servers are given it: the link is under it.
+        #[arg(long, env = "CHECKOUT_PUBLIC_URL", default_value = "http://127.0.0.1:8080", value_parser = parse_public_url)]
+        public_url: String,
+    },
     /// Reseal every provider's Stripe keys under a new secrets key, all or nothing; then
     /// restart the servers with the new key file.
     RotateSecretsKey {
@@ -422,6 +444,7 @@ pub fn serve(args: ServeArgs) -> ExitCode {
                 timeout: std::time::Duration::from_millis(args.smtp_timeout_ms),
             });
         config.metrics_listen = args.metrics_listen;
+        config.dashboard_listen = args.dashboard_listen;
         config.outbox_lease = std::time::Duration::from_millis(args.outbox_lease_ms);
         config.delivery_limits = crate::events::DeliveryLimits {
             webhooks: args.webhook_concurrency,
@@ -544,6 +567,57 @@ fn set_processor(
             "providerId": provider,
             "processor": summary,
         })),
+        Err(error) => fail(&error),
+    }
+}
+
+/// `provider invite-user`: on a database that exists (an SQLite file is never created here).
+fn invite_user(
+    db: &Db,
+    provider: &str,
+    email: &str,
+    role: &str,
+    public_url: &str,
+    now: chrono::DateTime<Utc>,
+) -> ExitCode {
+    use crate::app::dashboard::{self, Role};
+    let Some(role) = Role::parse(role) else {
+        return fail(&format!("unknown role {role}: admin or viewer"));
+    };
+    if let Err(error) = crate::store::admin(db) {
+        return fail(&error);
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => return fail(&error),
+    };
+    let outcome = runtime.block_on(async {
+        let settings = PoolSettings {
+            max_connections: 1,
+            ..PoolSettings::default()
+        };
+        let stores = crate::store::open(db, &settings)
+            .await
+            .map_err(|e| e.to_string())?;
+        let invited = dashboard::invite_user(
+            stores.dashboard.as_ref(),
+            public_url,
+            provider,
+            email,
+            role,
+            "operator",
+            now,
+        )
+        .await
+        .map_err(|e| e.to_string());
+        stores.store.close().await;
+        invited
+    });
+    match outcome {
+        Ok(invitation) => print_json(&invitation),
         Err(error) => fail(&error),
     }
 }
@@ -708,6 +782,20 @@ pub fn provider(command: ProviderCommand) -> ExitCode {
             provider,
             processor,
         } => Ok(set_processor(&db.db, &provider, processor, now)),
+        ProviderCommand::InviteUser {
+            db,
+            provider,
+            email,
+            role,
+            public_url,
+        } => Ok(invite_user(
+            &db.db,
+            &provider,
+            &email,
+            &role,
+            &public_url,
+            now,
+        )),
         ProviderCommand::RotateSecretsKey {
             db,
             secrets_key_file,

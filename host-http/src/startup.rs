@@ -50,6 +50,9 @@ pub struct Config {
     pub smtp: Option<events::MailSettings>,
     /// Where `GET /metrics` is served (never on the public port); `None`: nowhere.
     pub metrics_listen: Option<SocketAddr>,
+    /// Where the provider's dashboard is served instead of on the main listener
+    /// (`--dashboard-listen`, to keep it off the public internet); `None`: on the main one.
+    pub dashboard_listen: Option<SocketAddr>,
     /// How long an instance holds a claimed webhook delivery or e-mail; must exceed the webhook
     /// timeout and, with SMTP, the SMTP timeout.
     pub outbox_lease: Duration,
@@ -99,6 +102,7 @@ impl Config {
             webhooks: events::WebhookSettings::default(),
             smtp: None,
             metrics_listen: None,
+            dashboard_listen: None,
             outbox_lease: events::DEFAULT_LEASE,
             delivery_limits: events::DeliveryLimits::default(),
             file_link_ttl: DEFAULT_FILE_LINK_TTL,
@@ -215,6 +219,7 @@ pub struct App {
     recovery: app::refunds::RecoveryTask,
     dispatcher: events::Dispatcher,
     metrics_listener: Option<TcpListener>,
+    dashboard_listener: Option<TcpListener>,
 }
 
 impl App {
@@ -234,6 +239,14 @@ impl App {
                 TcpListener::bind(addr)
                     .await
                     .map_err(|source| StartupError::MetricsListen { addr, source })?,
+            ),
+            None => None,
+        };
+        let dashboard_listener = match config.dashboard_listen {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| StartupError::Listen { addr, source })?,
             ),
             None => None,
         };
@@ -298,6 +311,7 @@ impl App {
         .map_err(store_error)?;
         let store = opened.store;
         let outbox = opened.outbox;
+        let dashboard = opened.dashboard;
         let (refunds, recovery) =
             app::refunds::Refunds::new(gateway, Arc::clone(&cancellations), &config.refunds);
         let key = store
@@ -347,6 +361,7 @@ impl App {
                 processors: payment_processors,
                 stripe_client,
                 outbox,
+                dashboard,
                 metrics,
                 in_flight: app::admission::InFlightLimits::new(config.max_in_flight_per_provider),
                 access_cache: app::access::AccessCache::default(),
@@ -358,6 +373,7 @@ impl App {
             recovery,
             dispatcher,
             metrics_listener,
+            dashboard_listener,
         })
     }
 
@@ -369,6 +385,13 @@ impl App {
     /// Where `GET /metrics` is served, if anywhere.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_listener
+            .as_ref()
+            .and_then(|listener| listener.local_addr().ok())
+    }
+
+    /// Where the dashboard is served when it has a listener of its own.
+    pub fn dashboard_addr(&self) -> Option<SocketAddr> {
+        self.dashboard_listener
             .as_ref()
             .and_then(|listener| listener.local_addr().ok())
     }
@@ -393,7 +416,14 @@ impl App {
                 Arc::clone(&self.state.outbox),
             ))
         });
-        let served = http::server::serve(self.listener, self.state, &self.config, shutdown).await;
+        let served = http::server::serve(
+            self.listener,
+            self.dashboard_listener,
+            self.state,
+            &self.config,
+            shutdown,
+        )
+        .await;
         recovery.abort();
         dispatcher.abort();
         if let Some(metrics) = metrics {

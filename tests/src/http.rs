@@ -98,6 +98,8 @@ pub struct TestServer {
     configure: Option<Configure>,
     /// Where `GET /metrics` is served, when the configuration asked for it.
     pub metrics_addr: Option<SocketAddr>,
+    /// Where the dashboard is served, when the configuration gave it a listener of its own.
+    pub dashboard_addr: Option<SocketAddr>,
 }
 
 /// A change of a test server's configuration, applied at every (re)start.
@@ -316,6 +318,7 @@ impl TestServer {
         let app = App::build(config).await.expect("server starts");
         let addr = app.local_addr();
         let metrics_addr = app.metrics_addr();
+        let dashboard_addr = app.dashboard_addr();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             app.run_until(async {
@@ -339,6 +342,7 @@ impl TestServer {
             client: Client::builder(TokioExecutor::new()).build_http(),
             configure,
             metrics_addr,
+            dashboard_addr,
         }
     }
 
@@ -428,6 +432,32 @@ impl TestServer {
         reply.json()["transactionId"]
             .as_str()
             .expect("transactionId")
+            .to_owned()
+    }
+
+    /// Invites `email` to `provider`'s dashboard with `role` (`admin`, `viewer`) as the
+    /// operator does; the path of the one-time link.
+    pub async fn invite(&self, provider: &Creds, email: &str, role: &str) -> String {
+        let stores = host_http::store::open(&self.db, &host_http::store::PoolSettings::default())
+            .await
+            .expect("store");
+        let role = host_http::app::dashboard::Role::parse(role).expect("role");
+        let invitation = host_http::app::dashboard::invite_user(
+            stores.dashboard.as_ref(),
+            PUBLIC_URL,
+            &provider.provider_id,
+            email,
+            role,
+            "operator",
+            chrono::Utc::now(),
+        )
+        .await
+        .expect("invited");
+        stores.store.close().await;
+        invitation
+            .url
+            .strip_prefix(PUBLIC_URL)
+            .expect("a link under the public URL")
             .to_owned()
     }
 

@@ -12,6 +12,7 @@
 pub mod access;
 pub mod admission;
 pub mod cancellations;
+pub mod dashboard;
 mod error;
 pub mod events;
 pub mod files;
@@ -61,6 +62,8 @@ pub struct Services {
     pub stripe_client: crate::processors::stripe::StripeClient,
     /// The outbox of events (`GET /events`).
     pub outbox: Arc<dyn OutboxStore>,
+    /// The provider's dashboard: users, sessions, the audit log, transaction lists.
+    pub dashboard: Arc<dyn crate::store::dashboard::DashboardStore>,
     /// Request and delivery metrics.
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Requests in flight per provider, bounded.

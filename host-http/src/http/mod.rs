@@ -6,6 +6,7 @@
 //! [`crate::app`], call it, and render its outcome. No business rule lives here.
 
 pub mod cancellations;
+pub mod dashboard;
 pub mod error;
 pub mod files;
 pub mod headers;
@@ -80,5 +81,6 @@ pub async fn dispatch(
         Route::StripeScript => Ok(stripe::script()),
         Route::StripeWebhook(provider) => stripe::webhook(services, request, &provider, now).await,
         Route::Events => transactions::events(services, request).await,
+        Route::Dashboard => dashboard::handle(services, request, now).await,
     }
 }

@@ -14,13 +14,12 @@
 use askama::Template;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use http_body_util::{BodyExt as _, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 
 use super::error::ApiError;
-use super::limits::{BodyDeadline, BodyKind, read_within};
 use super::request::query_param;
 use super::response::{HttpResponse, static_asset};
 use super::routes::paths;
@@ -414,15 +413,23 @@ fn with_stripe_policy(
 /// frame or an opaque page is another origin). A request that carries neither (an old browser,
 /// curl) is left to the form token.
 pub(super) fn posted_from_own_page(services: &Services, headers: &hyper::HeaderMap) -> bool {
+    let own = services.pages.origin();
+    posted_from(headers, |origin| {
+        own.as_deref()
+            .is_some_and(|own| origin.eq_ignore_ascii_case(own))
+    })
+}
+
+/// As [`posted_from_own_page`], with `is_own` telling which `Origin` values are the page's.
+pub(super) fn posted_from(headers: &hyper::HeaderMap, is_own: impl Fn(&str) -> bool) -> bool {
     let fetch_site = headers.get_all("sec-fetch-site").iter().all(|site| {
         !site.as_bytes().eq_ignore_ascii_case(b"cross-site")
             && !site.as_bytes().eq_ignore_ascii_case(b"same-site")
     });
-    let own = services.pages.origin();
-    let origin = headers.get_all(header::ORIGIN).iter().all(|origin| {
-        own.as_deref()
-            .is_some_and(|own| origin.as_bytes().eq_ignore_ascii_case(own.as_bytes()))
-    });
+    let origin = headers
+        .get_all(header::ORIGIN)
+        .iter()
+        .all(|origin| origin.to_str().is_ok_and(&is_own));
     fetch_site && origin
 }
 
@@ -474,31 +481,7 @@ fn state_status(state: PageState) -> StatusCode {
 
 /// Reads the urlencoded form, bounded; a wrong content type or an oversized body is refused.
 async fn read_form(request: Request<Incoming>) -> Result<CardForm, StatusCode> {
-    let urlencoded = request
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|mime| {
-            mime.trim()
-                .eq_ignore_ascii_case("application/x-www-form-urlencoded")
-        });
-    if !urlencoded {
-        return Err(StatusCode::UNSUPPORTED_MEDIA_TYPE);
-    }
-    let deadline = request.extensions().get::<BodyDeadline>().copied();
-    let collect = async {
-        Limited::new(request.into_body(), MAX_FORM_BYTES)
-            .collect()
-            .await
-            .map(|collected| collected.to_bytes())
-            .map_err(|_| ApiError::PayloadTooLarge {
-                limit_bytes: MAX_FORM_BYTES,
-            })
-    };
-    let body = read_within(deadline, BodyKind::Json, collect)
-        .await
-        .map_err(|error| error.status())?;
+    let body = super::request::read_urlencoded(request, MAX_FORM_BYTES).await?;
     let mut form = CardForm::default();
     for (name, value) in form_urlencoded::parse(&body) {
         let slot = match name.as_ref() {

@@ -283,3 +283,41 @@ mod tests {
         assert_eq!(query_param(query, "missing"), None);
     }
 }
+
+/// The address of the client whose connection carried a request (a request extension; behind
+/// a proxy, the proxy's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientAddr(pub std::net::IpAddr);
+
+/// Reads an `application/x-www-form-urlencoded` body of at most `max_bytes` within the
+/// request's body deadline: 415 for another content type, 413 for more, 408 when too slow.
+pub async fn read_urlencoded(
+    request: Request<Incoming>,
+    max_bytes: usize,
+) -> Result<Bytes, hyper::StatusCode> {
+    let urlencoded = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|mime| {
+            mime.trim()
+                .eq_ignore_ascii_case("application/x-www-form-urlencoded")
+        });
+    if !urlencoded {
+        return Err(hyper::StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    }
+    let deadline = request.extensions().get::<BodyDeadline>().copied();
+    let collect = async {
+        Limited::new(request.into_body(), max_bytes)
+            .collect()
+            .await
+            .map(|collected| collected.to_bytes())
+            .map_err(|_| ApiError::PayloadTooLarge {
+                limit_bytes: max_bytes,
+            })
+    };
+    read_within(deadline, BodyKind::Json, collect)
+        .await
+        .map_err(|error| error.status())
+}

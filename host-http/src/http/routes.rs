@@ -64,6 +64,10 @@ pub mod paths {
     pub const STRIPE_SCRIPT: &str = "/assets/stripe-checkout.js";
     /// [`super::Route::StripeWebhook`].
     pub const STRIPE_WEBHOOK: &str = "/stripe/webhook/{providerId}";
+    /// [`super::Route::Dashboard`]: the dashboard's pages, under one prefix.
+    pub const DASHBOARD: &str = "/dashboard";
+    /// The dashboard's cancellation form, an idempotent route of its own.
+    pub const DASHBOARD_CANCEL: &str = "/dashboard/transactions/{transactionId}/cancel";
 
     /// A template with its one parameter filled in: `with_parameter(STATUS, id)` is the path
     /// of the status record of `id`. `value` is put in as it is, so it must be a valid path
@@ -79,14 +83,15 @@ pub mod paths {
 }
 
 /// The routes that take an `Idempotency-Key`: the two creation routes and the three
-/// cancellation routes. Their templates are what the keys record, and the claims that the
-/// start-up releases.
-pub const IDEMPOTENT_ROUTES: [&str; 5] = [
+/// cancellation routes, and the dashboard's cancellation form (whose key is a hidden field).
+/// Their templates are what the keys record, and the claims that the start-up releases.
+pub const IDEMPOTENT_ROUTES: [&str; 6] = [
     paths::INITIALIZE,
     paths::TRANSACTIONS,
     paths::CANCEL,
     paths::CANCEL_INVOICE,
     paths::CANCEL_FORM,
+    paths::DASHBOARD_CANCEL,
 ];
 
 /// A matched route, with its path parameter (not yet checked to be a UUID).
@@ -146,6 +151,9 @@ pub enum Route {
     StripeScript,
     /// `POST /stripe/webhook/{providerId}`: Stripe's events of one provider's account.
     StripeWebhook(String),
+    /// Anything under `/dashboard`: the provider's dashboard, which routes its own pages
+    /// ([`super::dashboard`]).
+    Dashboard,
 }
 
 impl Route {
@@ -177,6 +185,7 @@ impl Route {
             Route::StripeConfirm(_) => paths::STRIPE_CONFIRM,
             Route::StripeScript => paths::STRIPE_SCRIPT,
             Route::StripeWebhook(_) => paths::STRIPE_WEBHOOK,
+            Route::Dashboard => paths::DASHBOARD,
         }
     }
 }
@@ -193,7 +202,8 @@ impl Route {
             | Route::Stylesheet
             | Route::StripePay(_)
             | Route::StripeConfirm(_)
-            | Route::StripeScript => None,
+            | Route::StripeScript
+            | Route::Dashboard => None,
             Route::CancelQuote(_) => Some(&["at"]),
             Route::Events => Some(&["after", "limit"]),
             _ => Some(&[]),
@@ -283,6 +293,7 @@ pub fn route(method: &Method, path: &str, sandbox: bool) -> Result<Route, ApiErr
             (method == Method::POST).then(|| Route::StripeWebhook((*provider).to_owned())),
         ),
         ["events"] => ("GET", get.then_some(Route::Events)),
+        ["dashboard", ..] => ("GET, POST", Some(Route::Dashboard)),
         // `PUT /{transactionId}` catches every one-segment path: another method on a segment that
         // is not even a UUID is an unknown route (404), not a wrong method on this one (405).
         [id] if !id.is_empty() && (method == Method::PUT || uuid::Uuid::try_parse(id).is_ok()) => (
@@ -386,6 +397,7 @@ mod tests {
                 Route::Cancel(String::new()).template(),
                 Route::CancelInvoice(String::new()).template(),
                 Route::CancelForm.template(),
+                paths::DASHBOARD_CANCEL,
             ]
         );
     }

@@ -70,9 +70,35 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// Which routes a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Surface {
+    /// Every route (no `--dashboard-listen`).
+    All,
+    /// Every route but the dashboard's (the public listener beside a dashboard listener).
+    Api,
+    /// Only the dashboard's routes (`--dashboard-listen`).
+    Dashboard,
+}
+
+impl Surface {
+    /// Whether a listener of this surface serves `route`.
+    fn serves(self, route: &routes::Route) -> bool {
+        let dashboard = matches!(route, routes::Route::Dashboard);
+        match self {
+            Surface::All => true,
+            Surface::Api => !dashboard,
+            Surface::Dashboard => dashboard,
+        }
+    }
+}
+
 /// Accepts connections until `shutdown`, then drains them (bounded) and closes the store.
+/// With a `dashboard` listener, the dashboard is served there only, and everything else on
+/// `listener` only.
 pub(crate) async fn serve(
     listener: TcpListener,
+    dashboard: Option<TcpListener>,
     state: Arc<Services>,
     config: &Config,
     shutdown: impl Future<Output = ()>,
@@ -100,6 +126,20 @@ pub(crate) async fn serve(
     };
     let pruner = tokio::spawn(prune_idempotency_keys(Arc::clone(&state)));
     tracing::info!(addr = %listener.local_addr()?, sandbox = state.sandbox, "listening");
+    if let Some(dashboard) = &dashboard {
+        tracing::info!(addr = %dashboard.local_addr()?, "dashboard listening");
+    }
+    let main_surface = if dashboard.is_some() {
+        Surface::Api
+    } else {
+        Surface::All
+    };
+    let accept_dashboard = || async {
+        match &dashboard {
+            Some(listener) => listener.accept().await,
+            None => std::future::pending().await,
+        }
+    };
     tracing::debug!(max_connections = cap, fd_limit = ?fd_limit, "connection cap");
 
     // Every request task holds a clone of `running`; `finished` yields `None` once the last
@@ -107,17 +147,19 @@ pub(crate) async fn serve(
     let (running, mut finished) = tokio::sync::mpsc::channel::<()>(1);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(connection) => connection,
-                Err(error) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+        let (accepted, surface) = tokio::select! {
+            accepted = listener.accept() => (accepted, main_surface),
+            accepted = accept_dashboard() => (accepted, Surface::Dashboard),
             () = &mut shutdown => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(connection) => connection,
+            Err(error) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
         };
         // Small JSON responses on keep-alive connections: Nagle would only add latency.
         let _ = stream.set_nodelay(true);
@@ -143,8 +185,11 @@ pub(crate) async fn serve(
         );
         let ids = Arc::clone(&ids);
         let running = running.clone();
-        let service = service_fn(move |request| {
+        let service = service_fn(move |mut request: Request<Incoming>| {
             requests.started();
+            request
+                .extensions_mut()
+                .insert(super::request::ClientAddr(peer.ip()));
             let state = Arc::clone(&state);
             let id = ids.next();
             // A request runs to its end in a task of its own, even when its client goes away
@@ -154,7 +199,7 @@ pub(crate) async fn serve(
             let running = running.clone();
             let task = tokio::spawn(async move {
                 let _running = running;
-                handle(state, request, id, timeouts).await
+                handle(state, request, id, timeouts, surface).await
             });
             async move {
                 Ok::<_, Infallible>(task.await.unwrap_or_else(|error| {
@@ -173,6 +218,7 @@ pub(crate) async fn serve(
     }
 
     drop(listener);
+    drop(dashboard);
     tracing::info!(
         connections = graceful.count(),
         "shutting down: draining in-flight requests"
@@ -244,6 +290,7 @@ async fn handle(
     mut request: Request<Incoming>,
     id: String,
     timeouts: BodyTimeouts,
+    surface: Surface,
 ) -> HttpResponse {
     let started = Instant::now();
     let now = Utc::now();
@@ -256,7 +303,17 @@ async fn handle(
         ));
     let method = request.method().clone();
     let checked = headers::check(&request)
-        .and_then(|()| routes::route(&method, request.uri().path(), state.sandbox));
+        .and_then(|()| routes::route(&method, request.uri().path(), state.sandbox))
+        .and_then(|route| {
+            if surface.serves(&route) {
+                Ok(route)
+            } else {
+                Err(ApiError::RouteNotFound {
+                    method: method.to_string(),
+                    path: request.uri().path().to_owned(),
+                })
+            }
+        });
     let (template, result) = match checked {
         Ok(route) => {
             let template = route.template();

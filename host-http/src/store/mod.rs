@@ -12,6 +12,7 @@
 
 pub mod admin;
 pub mod cancellation;
+pub mod dashboard;
 pub mod outbox;
 pub mod postgres;
 pub mod processors;
@@ -231,6 +232,8 @@ pub struct Stores {
     pub outbox: std::sync::Arc<dyn outbox::OutboxStore>,
     /// Per-provider payment processors, Stripe events handled.
     pub processors: std::sync::Arc<dyn processors::ProcessorStore>,
+    /// The provider's dashboard: users, sessions, the audit log, transaction lists.
+    pub dashboard: std::sync::Arc<dyn dashboard::DashboardStore>,
 }
 
 /// Opens (creating and migrating) the database `db` names.
@@ -246,7 +249,8 @@ pub async fn open(db: &Db, pool: &PoolSettings) -> Result<Stores, StoreError> {
                 cancellations: store.clone(),
                 ledger: std::sync::Arc::new(ledger),
                 outbox: store.clone(),
-                processors: store,
+                processors: store.clone(),
+                dashboard: store,
             })
         }
         Db::Postgres(url) => {
@@ -256,6 +260,7 @@ pub async fn open(db: &Db, pool: &PoolSettings) -> Result<Stores, StoreError> {
                 cancellations: store.clone(),
                 outbox: store.clone(),
                 processors: store.clone(),
+                dashboard: store.clone(),
                 ledger: std::sync::Arc::new(postgres::PgLedger::new(store)),
             })
         }

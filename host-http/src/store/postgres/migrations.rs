@@ -452,6 +452,49 @@ CREATE TABLE stripe_intents (
 CREATE INDEX stripe_intents_open ON stripe_intents(transaction_id) WHERE state = 'OPEN';
 "#,
     },
+    Migration {
+        version: 14,
+        description: "the provider's dashboard: users, sessions, failed sign-ins, the audit log",
+        // As SQLite's migration 17.
+        sql: r#"
+CREATE TABLE dashboard_users (
+    id                 text PRIMARY KEY,
+    provider_id        text NOT NULL REFERENCES providers(id),
+    email              text NOT NULL UNIQUE,
+    role               text NOT NULL CHECK (role IN ('admin', 'viewer')),
+    password_hash      text,
+    invite_hash        bytea UNIQUE CHECK (invite_hash IS NULL OR length(invite_hash) = 32),
+    invite_expires_at  timestamptz,
+    created_at         timestamptz NOT NULL
+);
+CREATE INDEX dashboard_users_provider ON dashboard_users(provider_id);
+
+CREATE TABLE dashboard_sessions (
+    token_hash    bytea PRIMARY KEY CHECK (length(token_hash) = 32),
+    user_id       text NOT NULL REFERENCES dashboard_users(id) ON DELETE CASCADE,
+    csrf_token    text NOT NULL,
+    created_at    timestamptz NOT NULL,
+    last_seen_at  timestamptz NOT NULL
+);
+CREATE INDEX dashboard_sessions_user ON dashboard_sessions(user_id);
+
+CREATE TABLE dashboard_sign_in_failures (
+    key  text NOT NULL,
+    at   timestamptz NOT NULL
+);
+CREATE INDEX dashboard_sign_in_failures_key ON dashboard_sign_in_failures(key, at);
+
+CREATE TABLE audit_log (
+    seq          bigserial PRIMARY KEY,
+    provider_id  text NOT NULL REFERENCES providers(id),
+    actor        text NOT NULL,
+    action       text NOT NULL,
+    detail       text NOT NULL,
+    at           timestamptz NOT NULL
+);
+CREATE INDEX audit_log_provider ON audit_log(provider_id, seq);
+"#,
+    },
 ];
 
 /// Latest schema version this build knows.

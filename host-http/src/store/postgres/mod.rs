@@ -10,6 +10,7 @@
 
 pub mod admin;
 pub mod cancellation;
+pub mod dashboard;
 pub mod ledger;
 pub mod migrations;
 pub mod outbox;

@@ -265,6 +265,49 @@ CREATE TABLE stripe_intents (
 CREATE INDEX stripe_intents_open ON stripe_intents(transaction_id) WHERE state = 'OPEN';
 "#,
     },
+    Migration {
+        version: 17,
+        description: "the provider's dashboard: users, sessions, failed sign-ins, the audit log",
+        // Passwords only as Argon2id hashes; invitation and session tokens only as SHA-256.
+        sql: r#"
+CREATE TABLE dashboard_users (
+    id                 TEXT PRIMARY KEY,
+    provider_id        TEXT NOT NULL REFERENCES providers(id),
+    email              TEXT NOT NULL UNIQUE,            -- lower-case, the sign-in name
+    role               TEXT NOT NULL CHECK (role IN ('admin', 'viewer')),
+    password_hash      TEXT,                            -- Argon2id PHC string; NULL while invited
+    invite_hash        BLOB UNIQUE CHECK (invite_hash IS NULL OR length(invite_hash) = 32),
+    invite_expires_at  TEXT,
+    created_at         TEXT NOT NULL
+);
+CREATE INDEX dashboard_users_provider ON dashboard_users(provider_id);
+
+CREATE TABLE dashboard_sessions (
+    token_hash    BLOB PRIMARY KEY CHECK (length(token_hash) = 32),
+    user_id       TEXT NOT NULL REFERENCES dashboard_users(id) ON DELETE CASCADE,
+    csrf_token    TEXT NOT NULL,
+    created_at    TEXT NOT NULL,
+    last_seen_at  TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX dashboard_sessions_user ON dashboard_sessions(user_id);
+
+CREATE TABLE dashboard_sign_in_failures (
+    key  TEXT NOT NULL,                                  -- account:EMAIL or address:IP
+    at   TEXT NOT NULL
+);
+CREATE INDEX dashboard_sign_in_failures_key ON dashboard_sign_in_failures(key, at);
+
+CREATE TABLE audit_log (
+    seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+    provider_id  TEXT NOT NULL REFERENCES providers(id),
+    actor        TEXT NOT NULL,
+    action       TEXT NOT NULL,
+    detail       TEXT NOT NULL,
+    at           TEXT NOT NULL
+);
+CREATE INDEX audit_log_provider ON audit_log(provider_id, seq);
+"#,
+    },
 ];
 
 /// Why the schema could not be brought up to date.

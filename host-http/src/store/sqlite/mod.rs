@@ -35,6 +35,7 @@ use serde::de::DeserializeOwned;
 pub mod admin;
 pub mod cancellation;
 mod commits;
+pub mod dashboard;
 pub mod ledger;
 pub mod migrations;
 pub mod outbox;

@@ -1,0 +1,800 @@
+//! The provider's dashboard: who may sign in, for how long, and what a signed-in user sees.
+//!
+//! - **Users** belong to one provider and have a role: `admin` (everything) or `viewer`
+//!   (reads only). The operator invites the first one from the command line
+//!   (`provider invite-user`); an invitation is a one-time link, valid for
+//!   [`INVITATION_TTL`], on which the user chooses a password.
+//! - **Passwords** are stored only as Argon2id hashes with OWASP's parameters (19 MiB, two
+//!   passes, one lane); a password has at least [`MIN_PASSWORD_CHARS`] characters and does not
+//!   contain the user's e-mail address, its name part, or the provider's name.
+//! - **Sign-in** is throttled per account and per client address: after
+//!   [`ACCOUNT_FAILURES`] (or [`ADDRESS_FAILURES`]) failures within [`THROTTLE_WINDOW`], the
+//!   next attempt is refused, unchecked, until the oldest of them leaves the window; the user is
+//!   told in how many minutes. An unknown e-mail costs the same hashing as a wrong password.
+//! - **Sessions** are 256-bit random tokens, stored only as SHA-256 hashes, new at every
+//!   sign-in; one ends after [`IDLE_TIMEOUT`] unused or [`ABSOLUTE_TIMEOUT`] after it began,
+//!   at sign-out, or when its user signs out everywhere. Each session has its own anti-forgery
+//!   token, which every changing form carries.
+//! - **The audit log** records sign-ins, invitations and sign-outs everywhere, with who and
+//!   when.
+//!
+//! Every read is of the signed-in user's provider: a transaction of another provider is "not
+//! found", whatever id the URL carries.
+
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::{Algorithm, Argon2, Params, Version};
+use base64::Engine as _;
+use chrono::{DateTime, Utc};
+use rand::RngCore as _;
+use subtle::ConstantTimeEq as _;
+
+use super::cancellations::{Cancellation, Cancelled};
+use super::idempotency::{Prior, json_cancellation_hash, key_of};
+use super::{Error, Principal, Resource, Services};
+use crate::auth::{Scope, Scopes, hash_secret};
+use crate::store::StoreError;
+use crate::store::dashboard::{AuditRow, Invited, NewAudit, NewSession, NewUser, UserRow};
+/// Which transactions a list shows, and one line of it: the list's input and output.
+pub use crate::store::dashboard::{TransactionFilter, TransactionSummary};
+use checkout_engine::api::{CancellationReq, RefundPreview, StatusRecord};
+use std::sync::Arc;
+
+/// How long an invitation's link works.
+pub const INVITATION_TTL: chrono::Duration = chrono::Duration::days(7);
+/// A session unused this long ends.
+pub const IDLE_TIMEOUT: chrono::Duration = chrono::Duration::minutes(30);
+/// A session ends this long after its sign-in, used or not.
+pub const ABSOLUTE_TIMEOUT: chrono::Duration = chrono::Duration::hours(12);
+/// The shortest password accepted, in characters.
+pub const MIN_PASSWORD_CHARS: usize = 12;
+/// The longest password accepted, in bytes (hashing is bounded too).
+pub const MAX_PASSWORD_BYTES: usize = 1024;
+/// Failed sign-ins are counted over this window.
+pub const THROTTLE_WINDOW: chrono::Duration = chrono::Duration::minutes(15);
+/// Failed sign-ins of one account within the window after which it is refused.
+pub const ACCOUNT_FAILURES: usize = 5;
+/// Failed sign-ins from one client address within the window after which it is refused.
+pub const ADDRESS_FAILURES: usize = 20;
+/// A session's last use is written at most this often.
+const TOUCH_EVERY: chrono::Duration = chrono::Duration::minutes(1);
+/// Transactions per page of the list.
+pub const PAGE_SIZE: u32 = 50;
+
+/// A user's role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Everything the dashboard offers.
+    Admin,
+    /// Reads only; every changing request is refused.
+    Viewer,
+}
+
+impl Role {
+    /// `admin` or `viewer`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Viewer => "viewer",
+        }
+    }
+
+    /// Reads `admin` or `viewer`.
+    pub fn parse(text: &str) -> Option<Role> {
+        match text {
+            "admin" => Some(Role::Admin),
+            "viewer" => Some(Role::Viewer),
+            _ => None,
+        }
+    }
+}
+
+/// A signed-in user's session, as a request finds it.
+#[derive(Debug, Clone)]
+pub struct Session {
+    /// SHA-256 of the token.
+    token_hash: [u8; 32],
+    /// The user.
+    pub user_id: String,
+    /// The user's e-mail address.
+    pub email: String,
+    /// The user's provider: every read and change is of its data.
+    pub provider_id: String,
+    /// The user's role.
+    pub role: Role,
+    /// The anti-forgery token of this session's forms.
+    pub csrf_token: String,
+}
+
+impl Session {
+    /// Whether `presented` is this session's anti-forgery token (constant time).
+    pub fn csrf_matches(&self, presented: &str) -> bool {
+        self.csrf_token
+            .as_bytes()
+            .ct_eq(presented.as_bytes())
+            .into()
+    }
+
+    /// Whether the user may change things (admins only).
+    pub fn may_change(&self) -> bool {
+        self.role == Role::Admin
+    }
+}
+
+/// A session just opened: its token goes into the cookie, once.
+#[derive(Debug, Clone)]
+pub struct SignedIn {
+    /// The session token (the cookie's value); stored only hashed.
+    pub token: String,
+}
+
+/// The outcome of a sign-in.
+#[derive(Debug, Clone)]
+pub enum SignIn {
+    /// Signed in.
+    SignedIn(SignedIn),
+    /// Wrong e-mail or password (which one is not said).
+    Refused,
+    /// Too many failures: refused unchecked for this many more minutes.
+    Throttled {
+        /// Whole minutes, rounded up.
+        minutes: i64,
+    },
+}
+
+/// A new invitation: its one-time link is shown (or sent) once.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Invitation {
+    /// The user's id.
+    pub user_id: String,
+    /// The address invited.
+    pub email: String,
+    /// Its role.
+    pub role: &'static str,
+    /// The one-time link.
+    pub url: String,
+    /// When the link stops working.
+    pub expires_at: String,
+}
+
+/// Why an invitation or a password was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// Not an e-mail address.
+    #[error("`{0}` is not an e-mail address")]
+    BadEmail(String),
+    /// Someone has this address already.
+    #[error("a user with the e-mail address {0} exists already")]
+    EmailTaken(String),
+    /// No such provider.
+    #[error("no provider {0}")]
+    NoProvider(String),
+    /// The password breaks a rule.
+    #[error("{}", .0.message())]
+    WeakPassword(PasswordProblem),
+    /// The two passwords typed differ.
+    #[error("the passwords do not match")]
+    PasswordsDiffer,
+    /// The invitation link is used, expired or unknown.
+    #[error("this invitation link has been used or has expired; ask an admin for a new one")]
+    InvitationGone,
+}
+
+/// Which password rule a password breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PasswordProblem {
+    /// Fewer than [`MIN_PASSWORD_CHARS`] characters.
+    TooShort,
+    /// More than [`MAX_PASSWORD_BYTES`] bytes.
+    TooLong,
+    /// It contains the user's e-mail address or its name part.
+    ContainsEmail,
+    /// It contains the provider's name.
+    ContainsCompany,
+}
+
+impl PasswordProblem {
+    /// The rule in English (the command line's and the logs' words).
+    pub fn message(self) -> &'static str {
+        match self {
+            PasswordProblem::TooShort => "the password must have at least 12 characters",
+            PasswordProblem::TooLong => "the password must have at most 1024 bytes",
+            PasswordProblem::ContainsEmail => "the password must not contain your e-mail address",
+            PasswordProblem::ContainsCompany => "the password must not contain your company's name",
+        }
+    }
+}
+
+/// What a dashboard use-case failed on: a refusal to show the user, or an [`Error`].
+#[derive(Debug, thiserror::Error)]
+pub enum DashboardError {
+    /// The input was refused; the message is for the user.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// Anything else.
+    #[error(transparent)]
+    Failed(#[from] Error),
+}
+
+impl From<StoreError> for DashboardError {
+    fn from(error: StoreError) -> DashboardError {
+        DashboardError::Failed(Error::Store(error))
+    }
+}
+
+/// Argon2id with OWASP's parameters (m = 19 MiB, t = 2, p = 1).
+fn argon2() -> Argon2<'static> {
+    let params = Params::new(19 * 1024, 2, 1, None).unwrap_or_default();
+    Argon2::new(Algorithm::Argon2id, Version::V0x13, params)
+}
+
+/// The Argon2id hash (PHC string) of a password, with a random salt.
+pub fn hash_password(password: &str) -> Result<String, Error> {
+    let mut salt = [0u8; 16];
+    rand::rng().fill_bytes(&mut salt);
+    let salt = SaltString::encode_b64(&salt).map_err(|e| Error::Internal(e.to_string()))?;
+    argon2()
+        .hash_password(password.as_bytes(), &salt)
+        .map(|hash| hash.to_string())
+        .map_err(|e| Error::Internal(e.to_string()))
+}
+
+/// Whether `password` matches the stored hash; an unknown user (`None`) is checked against a
+/// hash of nothing, so that it costs the same time and answers `false`.
+pub fn verify_password(stored: Option<&str>, password: &str) -> bool {
+    static DUMMY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let dummy =
+        DUMMY.get_or_init(|| hash_password("no user has this password").unwrap_or_default());
+    let hash = stored.unwrap_or(dummy);
+    let Ok(parsed) = PasswordHash::new(hash) else {
+        return false;
+    };
+    argon2()
+        .verify_password(password.as_bytes(), &parsed)
+        .is_ok()
+        && stored.is_some()
+}
+
+/// The password rules: long enough, bounded, and not made of the user's e-mail address or the
+/// provider's name.
+pub fn check_password(password: &str, email: &str, provider_name: &str) -> Result<(), Refusal> {
+    if password.chars().count() < MIN_PASSWORD_CHARS {
+        return Err(Refusal::WeakPassword(PasswordProblem::TooShort));
+    }
+    if password.len() > MAX_PASSWORD_BYTES {
+        return Err(Refusal::WeakPassword(PasswordProblem::TooLong));
+    }
+    let lower = password.to_lowercase();
+    let name_part = email.split('@').next().unwrap_or_default().to_lowercase();
+    let provider = provider_name.trim().to_lowercase();
+    if lower.contains(&email.to_lowercase())
+        || (name_part.chars().count() >= 3 && lower.contains(&name_part))
+    {
+        return Err(Refusal::WeakPassword(PasswordProblem::ContainsEmail));
+    }
+    if provider.chars().count() >= 3 && lower.contains(&provider) {
+        return Err(Refusal::WeakPassword(PasswordProblem::ContainsCompany));
+    }
+    Ok(())
+}
+
+/// A plausible e-mail address, lower-cased: one `@`, something on each side, a dot in the
+/// domain, no spaces or controls, at most 254 bytes.
+pub fn normalize_email(email: &str) -> Result<String, Refusal> {
+    let email = email.trim().to_lowercase();
+    let plausible = email.len() <= 254
+        && !email.chars().any(|c| c.is_whitespace() || c.is_control())
+        && email.split_once('@').is_some_and(|(local, domain)| {
+            !local.is_empty()
+                && !domain.contains('@')
+                && domain.contains('.')
+                && !domain.starts_with('.')
+                && !domain.ends_with('.')
+        });
+    if plausible {
+        Ok(email)
+    } else {
+        Err(Refusal::BadEmail(email))
+    }
+}
+
+/// The JSON body of a cancellation of `items`, as the API takes it.
+fn cancellation_body(items: &[u32]) -> String {
+    serde_json::json!({ "itemsOrder": items }).to_string()
+}
+
+/// A cancellation of `items`, checked by the API's rules (R-4.1).
+fn cancellation_of(items: &[u32]) -> Result<CancellationReq, Error> {
+    checkout_engine::validate::cancellation_req(cancellation_body(items).as_bytes())
+        .map_err(|e| Error::Invalid(e.messages))
+}
+
+/// The dashboard tells another provider's transaction from an unknown one no more than it
+/// shows it: both are not found.
+fn not_found_for_others(error: Error) -> Error {
+    match error {
+        Error::OtherProvider(resource) => Error::NotFound(resource),
+        other => other,
+    }
+}
+
+/// 256 random bits, base64url without padding.
+fn random_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+fn new_user_id() -> String {
+    format!("usr_{}", uuid::Uuid::now_v7().simple())
+}
+
+/// Hashing is CPU work of tens of milliseconds: it runs off the request threads.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))
+}
+
+/// The path of an invitation's page under the public base.
+pub const INVITATION_PATH: &str = "/dashboard/invitations/";
+
+/// Invites a user of `provider_id` with `role`: stores the user with a one-time link (only
+/// its hash), records who invited whom (`actor`), and returns the link under `public_url`.
+/// The server's use-case and `provider invite-user`'s.
+pub async fn invite_user(
+    dashboard: &dyn crate::store::dashboard::DashboardStore,
+    public_url: &str,
+    provider_id: &str,
+    email: &str,
+    role: Role,
+    actor: &str,
+    now: DateTime<Utc>,
+) -> Result<Invitation, DashboardError> {
+    let email = normalize_email(email)?;
+    let token = random_token();
+    let user = NewUser {
+        id: new_user_id(),
+        provider_id: provider_id.to_owned(),
+        email: email.clone(),
+        role: role.as_str().to_owned(),
+        invite_hash: hash_secret(&token),
+        invite_expires_at: now + INVITATION_TTL,
+        created_at: now,
+    };
+    let audit = NewAudit {
+        provider_id: provider_id.to_owned(),
+        actor: actor.to_owned(),
+        action: "user.invited".to_owned(),
+        detail: format!("invited {email} as {}", role.as_str()),
+        at: now,
+    };
+    let user_id = user.id.clone();
+    let expires_at = user.invite_expires_at;
+    match dashboard.invite_user(user, audit).await? {
+        Invited::Created => Ok(Invitation {
+            user_id,
+            email,
+            role: role.as_str(),
+            url: format!(
+                "{}{INVITATION_PATH}{token}",
+                public_url.trim_end_matches('/')
+            ),
+            expires_at: crate::store::format_instant(expires_at),
+        }),
+        Invited::NoProvider => Err(Refusal::NoProvider(provider_id.to_owned()).into()),
+        Invited::EmailTaken => Err(Refusal::EmailTaken(email).into()),
+    }
+}
+
+impl Services {
+    /// Invites a user of `provider_id` with `role` ([`invite_user`]).
+    pub async fn invite_user(
+        &self,
+        provider_id: &str,
+        email: &str,
+        role: Role,
+        actor: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Invitation, DashboardError> {
+        invite_user(
+            self.dashboard.as_ref(),
+            &self.pages.public_url,
+            provider_id,
+            email,
+            role,
+            actor,
+            now,
+        )
+        .await
+    }
+
+    /// The user a pending invitation link is for.
+    pub async fn invitation(
+        &self,
+        token: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<UserRow>, Error> {
+        Ok(self.dashboard.invitation(hash_secret(token), now).await?)
+    }
+
+    /// Accepts an invitation: checks the password, stores its hash, ends the link, and signs
+    /// the user in.
+    pub async fn accept_invitation(
+        &self,
+        token: &str,
+        password: &str,
+        confirmation: &str,
+        now: DateTime<Utc>,
+    ) -> Result<SignedIn, DashboardError> {
+        let invite_hash = hash_secret(token);
+        let user = self
+            .dashboard
+            .invitation(invite_hash, now)
+            .await?
+            .ok_or(Refusal::InvitationGone)?;
+        let provider = self
+            .store
+            .provider(user.provider_id.clone())
+            .await?
+            .ok_or_else(|| Error::Internal(format!("user {} has no provider", user.id)))?;
+        check_password(password, &user.email, &provider.name)?;
+        if password != confirmation {
+            return Err(Refusal::PasswordsDiffer.into());
+        }
+        let password = password.to_owned();
+        let hash = blocking(move || hash_password(&password)).await??;
+        let user = self
+            .dashboard
+            .accept_invitation(invite_hash, hash, now)
+            .await?
+            .ok_or(Refusal::InvitationGone)?;
+        Ok(self.open_session(&user, "joined", now).await?)
+    }
+
+    /// Signs in with an e-mail address and a password from `client` (its address), unless
+    /// the account or the address is throttled.
+    pub async fn sign_in(
+        &self,
+        email: &str,
+        password: &str,
+        client: &str,
+        now: DateTime<Utc>,
+    ) -> Result<SignIn, Error> {
+        let email = email.trim().to_lowercase();
+        let account_key = format!("account:{email}");
+        let address_key = format!("address:{client}");
+        let since = now - THROTTLE_WINDOW;
+        for (key, limit) in [
+            (&account_key, ACCOUNT_FAILURES),
+            (&address_key, ADDRESS_FAILURES),
+        ] {
+            let failures = self.dashboard.sign_in_failures(key.clone(), since).await?;
+            if failures.len() >= limit {
+                let oldest = failures[failures.len() - limit];
+                let wait = (oldest + THROTTLE_WINDOW - now).num_seconds().max(1);
+                return Ok(SignIn::Throttled {
+                    minutes: (wait + 59) / 60,
+                });
+            }
+        }
+        let user = if email.len() <= 254 && password.len() <= MAX_PASSWORD_BYTES {
+            self.dashboard.user_by_email(email.clone()).await?
+        } else {
+            None
+        };
+        let stored = user.as_ref().and_then(|u| u.password_hash.clone());
+        let presented = password
+            .chars()
+            .take(MAX_PASSWORD_BYTES)
+            .collect::<String>();
+        let matches = blocking(move || verify_password(stored.as_deref(), &presented)).await?;
+        match user {
+            Some(user) if matches => {
+                self.dashboard
+                    .clear_sign_in_failures(account_key, since)
+                    .await?;
+                Ok(SignIn::SignedIn(
+                    self.open_session(&user, "signed in", now).await?,
+                ))
+            }
+            _ => {
+                self.dashboard
+                    .record_sign_in_failure(vec![account_key, address_key], now)
+                    .await?;
+                if let Some(user) = &user {
+                    tracing::info!(user = %user.id, "dashboard sign-in refused");
+                }
+                Ok(SignIn::Refused)
+            }
+        }
+    }
+
+    async fn open_session(
+        &self,
+        user: &UserRow,
+        what: &str,
+        now: DateTime<Utc>,
+    ) -> Result<SignedIn, Error> {
+        let token = random_token();
+        self.dashboard
+            .create_session(
+                NewSession {
+                    token_hash: hash_secret(&token),
+                    user_id: user.id.clone(),
+                    csrf_token: random_token(),
+                    created_at: now,
+                },
+                NewAudit {
+                    provider_id: user.provider_id.clone(),
+                    actor: user.email.clone(),
+                    action: "user.signed_in".to_owned(),
+                    detail: what.to_owned(),
+                    at: now,
+                },
+            )
+            .await?;
+        Ok(SignedIn { token })
+    }
+
+    /// The live session of a cookie's token: `None` when unknown, idle for
+    /// [`IDLE_TIMEOUT`] or older than [`ABSOLUTE_TIMEOUT`] (an expired one is deleted).
+    pub async fn session(&self, token: &str, now: DateTime<Utc>) -> Result<Option<Session>, Error> {
+        let token_hash = hash_secret(token);
+        let Some(row) = self.dashboard.session(token_hash).await? else {
+            return Ok(None);
+        };
+        if now >= row.last_seen_at + IDLE_TIMEOUT || now >= row.created_at + ABSOLUTE_TIMEOUT {
+            self.dashboard.delete_session(token_hash).await?;
+            return Ok(None);
+        }
+        let Some(role) = Role::parse(&row.user.role) else {
+            return Err(Error::Internal(format!("unknown role {}", row.user.role)));
+        };
+        if now >= row.last_seen_at + TOUCH_EVERY {
+            self.dashboard.touch_session(token_hash, now).await?;
+        }
+        Ok(Some(Session {
+            token_hash,
+            user_id: row.user.id,
+            email: row.user.email,
+            provider_id: row.user.provider_id,
+            role,
+            csrf_token: row.csrf_token,
+        }))
+    }
+
+    /// Ends this session.
+    pub async fn sign_out(&self, session: &Session) -> Result<(), Error> {
+        Ok(self.dashboard.delete_session(session.token_hash).await?)
+    }
+
+    /// Ends every session of the session's user, on every device.
+    pub async fn sign_out_everywhere(
+        &self,
+        session: &Session,
+        now: DateTime<Utc>,
+    ) -> Result<(), Error> {
+        Ok(self
+            .dashboard
+            .delete_user_sessions(
+                session.user_id.clone(),
+                NewAudit {
+                    provider_id: session.provider_id.clone(),
+                    actor: session.email.clone(),
+                    action: "user.signed_out_everywhere".to_owned(),
+                    detail: "ended every session".to_owned(),
+                    at: now,
+                },
+            )
+            .await?)
+    }
+
+    /// A page of the session's provider's transactions, newest first; with
+    /// `filter.limit` rows at most (at most one more than [`PAGE_SIZE`], which tells whether
+    /// there is a next page).
+    pub async fn dashboard_transactions(
+        &self,
+        session: &Session,
+        mut filter: TransactionFilter,
+    ) -> Result<Vec<TransactionSummary>, Error> {
+        filter.limit = filter.limit.clamp(1, PAGE_SIZE + 1);
+        filter.search = filter
+            .search
+            .map(|text| text.trim().to_lowercase())
+            .filter(|text| !text.is_empty());
+        Ok(self
+            .dashboard
+            .list_transactions(session.provider_id.clone(), filter)
+            .await?)
+    }
+
+    /// One transaction of the session's provider as its status record; another provider's is
+    /// not found, as an unknown one.
+    pub async fn dashboard_transaction(
+        &self,
+        session: &Session,
+        id: &str,
+    ) -> Result<StatusRecord, Error> {
+        let record = self
+            .store
+            .transaction(id.to_owned())
+            .await?
+            .filter(|record| record.provider_id == session.provider_id)
+            .ok_or(Error::NotFound(Resource::Contract))?;
+        Ok(self.status_record(&record))
+    }
+
+    /// The principal a session acts as, for the API's use-cases: its provider, the scopes of
+    /// its role (a viewer's reads only), and a place among the provider's requests in flight,
+    /// so that one provider's staff never slows another provider down.
+    pub async fn principal_of(&self, session: &Session) -> Result<Principal, Error> {
+        let scopes = if session.may_change() {
+            Scopes::all()
+        } else {
+            let mut scopes = Scopes::default();
+            scopes.insert(Scope::TransactionsRead);
+            scopes
+        };
+        let access_epoch = self.store.access_epoch().await?;
+        Ok(Principal {
+            provider_id: session.provider_id.clone(),
+            scopes,
+            in_flight: Arc::new(self.in_flight.admit(&session.provider_id)?),
+            access_epoch,
+        })
+    }
+
+    /// What cancelling `items` of a transaction of the session's provider would refund now:
+    /// the computation of `POST /cancel/{id}/quote` (R-11). Another provider's transaction is
+    /// not found.
+    pub async fn dashboard_cancel_quote(
+        &self,
+        session: &Session,
+        id: &str,
+        items: &[u32],
+        now: DateTime<Utc>,
+    ) -> Result<RefundPreview, Error> {
+        let principal = self.principal_of(session).await?;
+        let request = cancellation_of(items)?;
+        self.refund_quote(&principal, id, &request, now)
+            .await
+            .map_err(not_found_for_others)
+    }
+
+    /// Cancels `items` (admins only) through the API's use-case and its idempotency (R-9.1):
+    /// the confirmation form carries a key made when its page was shown, so that a double
+    /// click cancels once; two people at once cancel once too (the second finds the items
+    /// cancelled). `route` is the form's route template, the key's route. Recorded in the
+    /// audit log.
+    pub async fn dashboard_cancel(
+        &self,
+        session: &Session,
+        id: &str,
+        items: &[u32],
+        key: String,
+        route: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Cancelled, Error> {
+        if !session.may_change() {
+            return Err(Error::Forbidden("admin"));
+        }
+        let principal = self.principal_of(session).await?;
+        self.check_owner(&principal, id)
+            .await
+            .map_err(not_found_for_others)?;
+        let body = cancellation_body(items);
+        let key = key_of(
+            &principal,
+            Some(key),
+            route,
+            json_cancellation_hash(id, body.as_bytes()),
+            now,
+        );
+        let key_running = match self.prior(key.as_ref(), now).await? {
+            Prior::Finished(stored) => return Ok(Cancelled::Replayed(stored)),
+            Prior::New => false,
+            Prior::Running => true,
+        };
+        let cancellation = Cancellation {
+            transaction_id: id.to_owned(),
+            request: cancellation_of(items)?,
+            file: None,
+            key,
+            key_running,
+        };
+        let outcome = self.cancel(&principal, cancellation, now).await?;
+        if let Cancelled::Settled(result) = &outcome {
+            self.dashboard
+                .record_audit(NewAudit {
+                    provider_id: session.provider_id.clone(),
+                    actor: session.email.clone(),
+                    action: "transaction.cancelled".to_owned(),
+                    detail: format!(
+                        "cancelled items {} of {id}: refund {} {}, {:?}",
+                        items
+                            .iter()
+                            .map(u32::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        result.refund,
+                        result.currency,
+                        result.status
+                    ),
+                    at: now,
+                })
+                .await?;
+        }
+        Ok(outcome)
+    }
+
+    /// The newest entries of the provider's audit log (admins only).
+    pub async fn audit_log(&self, session: &Session) -> Result<Vec<AuditRow>, Error> {
+        if !session.may_change() {
+            return Err(Error::Forbidden("admin"));
+        }
+        Ok(self
+            .dashboard
+            .audit_log(session.provider_id.clone(), 100)
+            .await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_long_and_not_made_of_the_address_or_the_company() {
+        let check = |password| check_password(password, "ada.lovelace@example.com", "Acme Travel");
+        assert!(check("correct horse battery").is_ok());
+        assert_eq!(
+            check("short pass1"),
+            Err(Refusal::WeakPassword(PasswordProblem::TooShort))
+        );
+        assert_eq!(
+            check("Ada.Lovelace-2026!"),
+            Err(Refusal::WeakPassword(PasswordProblem::ContainsEmail))
+        );
+        assert_eq!(
+            check("I love ACME TRAVEL"),
+            Err(Refusal::WeakPassword(PasswordProblem::ContainsCompany))
+        );
+        // Characters, not bytes: twelve umlauts are twelve characters.
+        assert!(check("ääääääääääää").is_ok());
+        assert!(check(&"x".repeat(MAX_PASSWORD_BYTES + 1)).is_err());
+    }
+
+    #[test]
+    fn a_password_hash_is_argon2id_and_checks_only_its_password() {
+        let hash = hash_password("correct horse battery").expect("hash");
+        assert!(
+            hash.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"),
+            "{hash}"
+        );
+        assert!(verify_password(Some(&hash), "correct horse battery"));
+        assert!(!verify_password(Some(&hash), "correct horse battery "));
+        assert!(!verify_password(None, "correct horse battery"));
+        assert_ne!(hash, hash_password("correct horse battery").expect("hash"));
+    }
+
+    #[test]
+    fn e_mail_addresses_are_lower_cased_and_checked() {
+        assert_eq!(
+            normalize_email(" Ada@Example.COM ").as_deref(),
+            Ok("ada@example.com")
+        );
+        for wrong in [
+            "ada",
+            "ada@",
+            "@example.com",
+            "ada@example",
+            "a da@example.com",
+            "a@b@c.d",
+        ] {
+            assert!(normalize_email(wrong).is_err(), "{wrong}");
+        }
+    }
+}

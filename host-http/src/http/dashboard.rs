@@ -1,0 +1,1526 @@
+//! The provider's dashboard under `/dashboard/`: server-rendered HTML (askama, escaped
+//! automatically), no script, in English and German like the payment page.
+//!
+//! Handlers only translate: [`crate::app::dashboard`] decides who is signed in, for how long,
+//! and what a user may see; this module reads the session cookie and the forms, checks that a
+//! changing form came from the dashboard itself (its `Origin` and the session's anti-forgery
+//! token), and renders pages.
+//!
+//! The session cookie is `HttpOnly`, `SameSite=Lax`, scoped to the dashboard's path, and
+//! `Secure` whenever the public URL is `https://`.
+
+use askama::Template;
+use bytes::Bytes;
+use chrono::{DateTime, NaiveDate, Utc};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+
+use super::error::ApiError;
+use super::request::{ClientAddr, query_param, read_urlencoded};
+use super::response::{HttpResponse, static_asset};
+use crate::app::cancellations::Cancelled;
+use crate::app::dashboard::{
+    DashboardError, PAGE_SIZE, PasswordProblem, Refusal, Session, SignIn, TransactionFilter,
+};
+use crate::app::{Error, Services};
+use crate::i18n::Lang;
+use checkout_engine::api::CancellationOutcome;
+
+/// The dashboard's path prefix.
+pub const PREFIX: &str = "/dashboard";
+/// The session cookie's name.
+const COOKIE: &str = "checkout_session";
+/// Largest form accepted: an e-mail, two passwords and a token.
+const MAX_FORM_BYTES: usize = 8 * 1024;
+/// The stylesheet, compiled in.
+const STYLESHEET: &str = include_str!("../../assets/dashboard.css");
+/// No script, styles and forms only from this origin, never framed.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 'self'; img-src 'self'; \
+     form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// The dashboard's words, in each language.
+#[derive(Debug)]
+pub struct DashTexts {
+    dashboard: &'static str,
+    skip_link: &'static str,
+    nav_label: &'static str,
+    transactions: &'static str,
+    audit_log: &'static str,
+    signed_in_as: &'static str,
+    sign_out: &'static str,
+    sign_out_everywhere: &'static str,
+    sign_in: &'static str,
+    email: &'static str,
+    password: &'static str,
+    wrong_credentials: &'static str,
+    throttled: &'static str,
+    session_ended: &'static str,
+    signed_out: &'static str,
+    choose_password: &'static str,
+    invited_as: &'static str,
+    new_password: &'static str,
+    repeat_password: &'static str,
+    password_hint: &'static str,
+    save_password: &'static str,
+    invitation_gone: &'static str,
+    passwords_differ: &'static str,
+    too_short: &'static str,
+    too_long: &'static str,
+    contains_email: &'static str,
+    contains_company: &'static str,
+    problem_heading: &'static str,
+    filter: &'static str,
+    status: &'static str,
+    any_status: &'static str,
+    currency: &'static str,
+    created_from: &'static str,
+    created_until: &'static str,
+    search: &'static str,
+    search_hint: &'static str,
+    apply: &'static str,
+    reset: &'static str,
+    no_transactions: &'static str,
+    older: &'static str,
+    newest: &'static str,
+    created: &'static str,
+    reference: &'static str,
+    title: &'static str,
+    customer: &'static str,
+    total: &'static str,
+    refunded: &'static str,
+    paid: &'static str,
+    back_to_list: &'static str,
+    items: &'static str,
+    item: &'static str,
+    category: &'static str,
+    payment: &'static str,
+    card: &'static str,
+    payment_link: &'static str,
+    link_expires: &'static str,
+    cancellations: &'static str,
+    receipt: &'static str,
+    outcome: &'static str,
+    cancelled_items: &'static str,
+    none_yet: &'static str,
+    when: &'static str,
+    who: &'static str,
+    what: &'static str,
+    not_found_heading: &'static str,
+    not_found_text: &'static str,
+    forbidden_heading: &'static str,
+    forbidden_text: &'static str,
+    refused_heading: &'static str,
+    refused_text: &'static str,
+    failure_heading: &'static str,
+    failure_text: &'static str,
+    other_language: &'static str,
+    status_pending: &'static str,
+    status_paid: &'static str,
+    status_partly: &'static str,
+    status_cancelled: &'static str,
+    item_active: &'static str,
+    item_cancelling: &'static str,
+    item_cancelled: &'static str,
+    cancel_items: &'static str,
+    cancel_lead: &'static str,
+    see_refund: &'static str,
+    cancel_heading: &'static str,
+    quote_lead: &'static str,
+    penalty: &'static str,
+    refund: &'static str,
+    refund_total: &'static str,
+    confirm_cancel: &'static str,
+    back_without: &'static str,
+    none_chosen: &'static str,
+    cancelled_notice: &'static str,
+    failed_notice: &'static str,
+    pending_notice: &'static str,
+    in_progress: &'static str,
+    not_cancellable: &'static str,
+}
+
+const EN: DashTexts = DashTexts {
+    dashboard: "Checkout dashboard",
+    skip_link: "Skip to main content",
+    nav_label: "Dashboard",
+    transactions: "Transactions",
+    audit_log: "Audit log",
+    signed_in_as: "Signed in as",
+    sign_out: "Sign out",
+    sign_out_everywhere: "Sign out everywhere",
+    sign_in: "Sign in",
+    email: "E-mail address",
+    password: "Password",
+    wrong_credentials: "The e-mail address or the password is wrong.",
+    throttled: "Too many failed sign-ins. Try again in {} minutes.",
+    session_ended: "Your session has ended. Please sign in again.",
+    signed_out: "You are signed out.",
+    choose_password: "Choose your password",
+    invited_as: "You are invited to the dashboard as",
+    new_password: "New password",
+    repeat_password: "Repeat the password",
+    password_hint: "At least 12 characters; not your e-mail address or your company's name.",
+    save_password: "Save and sign in",
+    invitation_gone: "This invitation link has been used or has expired. Ask an admin of your company for a new one.",
+    passwords_differ: "The two passwords differ.",
+    too_short: "The password must have at least 12 characters.",
+    too_long: "The password must have at most 1024 bytes.",
+    contains_email: "The password must not contain your e-mail address.",
+    contains_company: "The password must not contain your company's name.",
+    problem_heading: "There is a problem",
+    filter: "Filter",
+    status: "Status",
+    any_status: "Any status",
+    currency: "Currency",
+    created_from: "Created from",
+    created_until: "Created until",
+    search: "Search",
+    search_hint: "Reference, title or customer e-mail",
+    apply: "Apply",
+    reset: "Clear the filter",
+    no_transactions: "No transaction matches.",
+    older: "Older transactions",
+    newest: "Newest transactions",
+    created: "Created",
+    reference: "Reference",
+    title: "Title",
+    customer: "Customer",
+    total: "Total",
+    refunded: "Refunded",
+    paid: "Paid",
+    back_to_list: "All transactions",
+    items: "Items",
+    item: "Item",
+    category: "Category",
+    payment: "Payment",
+    card: "Card",
+    payment_link: "Payment link",
+    link_expires: "expires",
+    cancellations: "Cancellations",
+    receipt: "Receipt",
+    outcome: "Outcome",
+    cancelled_items: "Items",
+    none_yet: "None yet.",
+    when: "When",
+    who: "Who",
+    what: "What",
+    not_found_heading: "Page not found",
+    not_found_text: "There is nothing here. Check the address, or go back to the transactions.",
+    forbidden_heading: "Not allowed",
+    forbidden_text: "Your role does not allow this. Ask an admin of your company.",
+    refused_heading: "The form could not be accepted",
+    refused_text: "It did not come from this dashboard, or its page is too old. Go back, reload the page and try again.",
+    failure_heading: "Something went wrong",
+    failure_text: "The dashboard could not answer. Please try again in a moment.",
+    other_language: "Deutsch",
+    status_pending: "Pending",
+    status_paid: "Paid",
+    status_partly: "Partly cancelled",
+    status_cancelled: "Cancelled",
+    item_active: "Active",
+    item_cancelling: "Being cancelled",
+    item_cancelled: "Cancelled",
+    cancel_items: "Cancel items",
+    cancel_lead: "Choose the items to cancel; the refund is shown before anything is cancelled.",
+    see_refund: "See the refund",
+    cancel_heading: "Cancel items",
+    quote_lead: "Cancelling now refunds what each item's cancellation terms allow:",
+    penalty: "Penalty",
+    refund: "Refund",
+    refund_total: "Refund in all",
+    confirm_cancel: "Cancel and refund",
+    back_without: "Back without cancelling",
+    none_chosen: "Choose at least one item to cancel.",
+    cancelled_notice: "Cancelled. Receipt",
+    failed_notice: "The refund failed; nothing was cancelled.",
+    pending_notice: "The refund is pending at the payment gateway and will be completed.",
+    in_progress: "This cancellation is already being made. Reload the transaction in a moment.",
+    not_cancellable: "These items cannot be cancelled:",
+};
+
+const DE: DashTexts = DashTexts {
+    dashboard: "Checkout-Dashboard",
+    skip_link: "Zum Inhalt springen",
+    nav_label: "Dashboard",
+    transactions: "Transaktionen",
+    audit_log: "Änderungsprotokoll",
+    signed_in_as: "Angemeldet als",
+    sign_out: "Abmelden",
+    sign_out_everywhere: "Überall abmelden",
+    sign_in: "Anmelden",
+    email: "E-Mail-Adresse",
+    password: "Passwort",
+    wrong_credentials: "E-Mail-Adresse oder Passwort ist falsch.",
+    throttled: "Zu viele fehlgeschlagene Anmeldungen. Versuchen Sie es in {} Minuten erneut.",
+    session_ended: "Ihre Sitzung ist abgelaufen. Bitte melden Sie sich erneut an.",
+    signed_out: "Sie sind abgemeldet.",
+    choose_password: "Wählen Sie Ihr Passwort",
+    invited_as: "Sie sind zum Dashboard eingeladen als",
+    new_password: "Neues Passwort",
+    repeat_password: "Passwort wiederholen",
+    password_hint: "Mindestens 12 Zeichen; nicht Ihre E-Mail-Adresse oder der Name Ihrer Firma.",
+    save_password: "Speichern und anmelden",
+    invitation_gone: "Dieser Einladungslink wurde schon benutzt oder ist abgelaufen. Bitten Sie einen Admin Ihrer Firma um einen neuen.",
+    passwords_differ: "Die beiden Passwörter unterscheiden sich.",
+    too_short: "Das Passwort muss mindestens 12 Zeichen haben.",
+    too_long: "Das Passwort darf höchstens 1024 Bytes haben.",
+    contains_email: "Das Passwort darf Ihre E-Mail-Adresse nicht enthalten.",
+    contains_company: "Das Passwort darf den Namen Ihrer Firma nicht enthalten.",
+    problem_heading: "Es gibt ein Problem",
+    filter: "Filter",
+    status: "Status",
+    any_status: "Jeder Status",
+    currency: "Währung",
+    created_from: "Erstellt ab",
+    created_until: "Erstellt bis",
+    search: "Suche",
+    search_hint: "Referenz, Titel oder E-Mail des Kunden",
+    apply: "Anwenden",
+    reset: "Filter zurücksetzen",
+    no_transactions: "Keine Transaktion passt.",
+    older: "Ältere Transaktionen",
+    newest: "Neueste Transaktionen",
+    created: "Erstellt",
+    reference: "Referenz",
+    title: "Titel",
+    customer: "Kunde",
+    total: "Summe",
+    refunded: "Erstattet",
+    paid: "Bezahlt",
+    back_to_list: "Alle Transaktionen",
+    items: "Positionen",
+    item: "Position",
+    category: "Kategorie",
+    payment: "Zahlung",
+    card: "Karte",
+    payment_link: "Zahlungslink",
+    link_expires: "gültig bis",
+    cancellations: "Stornierungen",
+    receipt: "Beleg",
+    outcome: "Ergebnis",
+    cancelled_items: "Positionen",
+    none_yet: "Noch keine.",
+    when: "Wann",
+    who: "Wer",
+    what: "Was",
+    not_found_heading: "Seite nicht gefunden",
+    not_found_text: "Hier ist nichts. Prüfen Sie die Adresse oder gehen Sie zurück zu den Transaktionen.",
+    forbidden_heading: "Nicht erlaubt",
+    forbidden_text: "Ihre Rolle erlaubt das nicht. Fragen Sie einen Admin Ihrer Firma.",
+    refused_heading: "Das Formular konnte nicht angenommen werden",
+    refused_text: "Es kam nicht von diesem Dashboard, oder seine Seite ist zu alt. Gehen Sie zurück, laden Sie die Seite neu und versuchen Sie es erneut.",
+    failure_heading: "Etwas ist schiefgegangen",
+    failure_text: "Das Dashboard konnte nicht antworten. Bitte versuchen Sie es gleich noch einmal.",
+    other_language: "English",
+    status_pending: "Offen",
+    status_paid: "Bezahlt",
+    status_partly: "Teilweise storniert",
+    status_cancelled: "Storniert",
+    item_active: "Aktiv",
+    item_cancelling: "Wird storniert",
+    item_cancelled: "Storniert",
+    cancel_items: "Positionen stornieren",
+    cancel_lead: "Wählen Sie die Positionen; die Erstattung wird gezeigt, bevor etwas storniert wird.",
+    see_refund: "Erstattung ansehen",
+    cancel_heading: "Positionen stornieren",
+    quote_lead: "Eine Stornierung jetzt erstattet, was die Stornobedingungen jeder Position erlauben:",
+    penalty: "Stornogebühr",
+    refund: "Erstattung",
+    refund_total: "Erstattung insgesamt",
+    confirm_cancel: "Stornieren und erstatten",
+    back_without: "Zurück ohne Stornierung",
+    none_chosen: "Wählen Sie mindestens eine Position.",
+    cancelled_notice: "Storniert. Beleg",
+    failed_notice: "Die Erstattung ist fehlgeschlagen; nichts wurde storniert.",
+    pending_notice: "Die Erstattung ist beim Zahlungsdienst in Bearbeitung und wird abgeschlossen.",
+    in_progress: "Diese Stornierung läuft bereits. Laden Sie die Transaktion gleich neu.",
+    not_cancellable: "Diese Positionen können nicht storniert werden:",
+};
+
+fn texts(lang: Lang) -> &'static DashTexts {
+    match lang {
+        Lang::En => &EN,
+        Lang::De => &DE,
+    }
+}
+
+impl DashTexts {
+    fn status(&self, status: &str) -> &'static str {
+        match status {
+            "PENDING" => self.status_pending,
+            "PAID" => self.status_paid,
+            "PARTIALLY_CANCELLED" => self.status_partly,
+            "CANCELLED" => self.status_cancelled,
+            _ => "?",
+        }
+    }
+
+    fn item_status(&self, status: checkout_engine::api::ItemStatus) -> &'static str {
+        use checkout_engine::api::ItemStatus;
+        match status {
+            ItemStatus::Active => self.item_active,
+            ItemStatus::Cancelling => self.item_cancelling,
+            ItemStatus::Cancelled => self.item_cancelled,
+        }
+    }
+
+    fn password_problem(&self, problem: PasswordProblem) -> &'static str {
+        match problem {
+            PasswordProblem::TooShort => self.too_short,
+            PasswordProblem::TooLong => self.too_long,
+            PasswordProblem::ContainsEmail => self.contains_email,
+            PasswordProblem::ContainsCompany => self.contains_company,
+        }
+    }
+}
+
+/// What every page shows around its content.
+struct Frame {
+    lang: &'static str,
+    t: &'static DashTexts,
+    /// `{base}/dashboard`.
+    home: String,
+    other_lang_href: String,
+    other_lang_tag: &'static str,
+    /// The signed-in user: e-mail, is admin, anti-forgery token.
+    user: Option<(String, bool, String)>,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/sign_in.html")]
+struct SignInPage {
+    frame: Frame,
+    email: String,
+    notice: Option<String>,
+    error: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/invitation.html")]
+struct InvitationPage {
+    frame: Frame,
+    action: String,
+    email: String,
+    errors: Vec<(&'static str, &'static str)>,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/message.html")]
+struct MessagePage {
+    frame: Frame,
+    heading: &'static str,
+    text: String,
+}
+
+struct Row {
+    href: String,
+    created: String,
+    reference: String,
+    title: String,
+    customer: String,
+    status: &'static str,
+    total: String,
+    refunded: String,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/transactions.html")]
+struct ListPage {
+    frame: Frame,
+    statuses: Vec<(&'static str, &'static str, bool)>,
+    currency: String,
+    from: String,
+    until: String,
+    search: String,
+    rows: Vec<Row>,
+    filtered: bool,
+    older_href: Option<String>,
+    newest_href: Option<String>,
+}
+
+struct ItemRow {
+    order: u32,
+    name: String,
+    category: String,
+    status: &'static str,
+    total: String,
+    refunded: String,
+}
+
+struct CancellationRow {
+    receipt: String,
+    created: String,
+    items: String,
+    refund: String,
+    outcome: String,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/transaction.html")]
+struct TransactionPage {
+    frame: Frame,
+    back: String,
+    title: String,
+    reference: String,
+    status: &'static str,
+    created_summary: Vec<(&'static str, String)>,
+    items: Vec<ItemRow>,
+    payment: Vec<(&'static str, String)>,
+    payment_link: Option<(String, String)>,
+    cancellations: Vec<CancellationRow>,
+    notice: Option<String>,
+    /// For admins of a cancellable transaction: the cancel form's action and the active
+    /// items (order, name).
+    cancel: Option<(String, Vec<(u32, String)>)>,
+}
+
+struct QuoteRow {
+    order: u32,
+    name: String,
+    total: String,
+    penalty: String,
+    refund: String,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/cancel.html")]
+struct CancelPage {
+    frame: Frame,
+    back: String,
+    action: String,
+    title: String,
+    reference: String,
+    rows: Vec<QuoteRow>,
+    refund: String,
+    items: Vec<u32>,
+    key: String,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/audit.html")]
+struct AuditPage {
+    frame: Frame,
+    entries: Vec<(String, String, String)>,
+}
+
+/// Serves a request under [`PREFIX`]; `path` is the request's path.
+pub async fn handle(
+    services: &Services,
+    request: Request<Incoming>,
+    now: DateTime<Utc>,
+) -> Result<HttpResponse, ApiError> {
+    let path = request.uri().path().to_owned();
+    let rest = path.strip_prefix(PREFIX).unwrap_or_default();
+    let segments: Vec<&str> = rest
+        .strip_prefix('/')
+        .unwrap_or(rest)
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let lang = Lang::choose(
+        query_param(request.uri().query(), "lang").as_deref(),
+        request
+            .headers()
+            .get(header::ACCEPT_LANGUAGE)
+            .and_then(|v| v.to_str().ok()),
+    );
+    let method = request.method().clone();
+    let get = method == Method::GET || method == Method::HEAD;
+    let post = method == Method::POST;
+    let page = Page {
+        services,
+        lang,
+        path: path.clone(),
+        query: request.uri().query().map(str::to_owned),
+    };
+    let result = match (segments.as_slice(), get, post) {
+        (["assets", "dashboard.css"], true, _) => {
+            return Ok(static_asset(STYLESHEET, "text/css; charset=utf-8"));
+        }
+        ([], true, _) => Ok(page.redirect("/transactions")),
+        (["sign-in"], true, _) => page.sign_in_form(&request, now).await,
+        (["sign-in"], _, true) => page.sign_in(request, now).await,
+        (["invitations", token], true, _) => page.invitation(token, now).await,
+        (["invitations", token], _, true) => page.accept(request, token, now).await,
+        (["sign-out"], _, true) => page.sign_out(request, now, false).await,
+        (["sign-out-everywhere"], _, true) => page.sign_out(request, now, true).await,
+        (["transactions"], true, _) => page.transactions(&request, now).await,
+        (["transactions", id], true, _) => page.transaction(&request, id, now).await,
+        (["transactions", id, "cancel"], true, _) => page.cancel_quote(&request, id, now).await,
+        (["transactions", id, "cancel"], _, true) => page.cancel(request, id, now).await,
+        (["audit"], true, _) => page.audit(&request, now).await,
+        (
+            [
+                "sign-in"
+                | "invitations"
+                | "sign-out"
+                | "sign-out-everywhere"
+                | "transactions"
+                | "audit"
+                | "assets",
+                ..,
+            ],
+            _,
+            _,
+        ) if segments.len() <= 3 => Ok(page.message(
+            StatusCode::METHOD_NOT_ALLOWED,
+            None,
+            page.t().not_found_heading,
+            page.t().not_found_text.to_owned(),
+        )),
+        _ => Ok(page.message(
+            StatusCode::NOT_FOUND,
+            None,
+            page.t().not_found_heading,
+            page.t().not_found_text.to_owned(),
+        )),
+    };
+    Ok(result.unwrap_or_else(|error| page.failure(&error)))
+}
+
+/// One request's page context.
+struct Page<'a> {
+    services: &'a Services,
+    lang: Lang,
+    path: String,
+    query: Option<String>,
+}
+
+/// Why a page could not be served as asked.
+enum Refused {
+    /// Not signed in (or the session ended): to the sign-in page.
+    SignIn,
+    /// The role does not allow it.
+    Forbidden(Session),
+    /// A changing form without the session's anti-forgery token or from another origin.
+    Forged,
+    /// Anything else.
+    Failed(Error),
+}
+
+impl From<Error> for Refused {
+    fn from(error: Error) -> Refused {
+        Refused::Failed(error)
+    }
+}
+
+impl<'a> Page<'a> {
+    fn t(&self) -> &'static DashTexts {
+        texts(self.lang)
+    }
+
+    /// `{base}/dashboard{rest}`.
+    fn href(&self, rest: &str) -> String {
+        format!("{}{PREFIX}{rest}", self.services.pages.base_path())
+    }
+
+    fn frame(&self, session: Option<&Session>) -> Frame {
+        let other = match self.lang {
+            Lang::En => Lang::De,
+            Lang::De => Lang::En,
+        };
+        Frame {
+            lang: self.lang.tag(),
+            t: self.t(),
+            home: self.href(""),
+            other_lang_href: format!(
+                "{}{}?lang={}",
+                self.services.pages.base_path(),
+                self.path,
+                other.tag()
+            ),
+            other_lang_tag: other.tag(),
+            user: session.map(|s| (s.email.clone(), s.may_change(), s.csrf_token.clone())),
+        }
+    }
+
+    fn html(&self, status: StatusCode, body: String) -> HttpResponse {
+        let mut response = Response::new(Full::new(Bytes::from(body)));
+        *response.status_mut() = status;
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/html; charset=utf-8"),
+        );
+        headers.insert(
+            header::CONTENT_LANGUAGE,
+            HeaderValue::from_static(self.lang.tag()),
+        );
+        headers.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+        );
+        headers.insert(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("same-origin"),
+        );
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        headers.insert(
+            "x-content-type-options",
+            HeaderValue::from_static("nosniff"),
+        );
+        headers.insert("x-frame-options", HeaderValue::from_static("DENY"));
+        if self.services.pages.is_https() {
+            headers.insert(
+                header::STRICT_TRANSPORT_SECURITY,
+                HeaderValue::from_static("max-age=31536000"),
+            );
+        }
+        response
+    }
+
+    fn render(&self, status: StatusCode, template: &impl Template) -> HttpResponse {
+        match template.render() {
+            Ok(body) => self.html(status, body),
+            Err(error) => self.failure(&Error::Internal(error.to_string())),
+        }
+    }
+
+    /// 303 to `{base}/dashboard{rest}` (after a form, so that a reload never posts twice).
+    fn redirect(&self, rest: &str) -> HttpResponse {
+        let mut response = self.html(StatusCode::SEE_OTHER, String::new());
+        let separator = if rest.contains('?') { '&' } else { '?' };
+        if let Ok(location) = HeaderValue::from_str(&format!(
+            "{}{separator}lang={}",
+            self.href(rest),
+            self.lang.tag()
+        )) {
+            response.headers_mut().insert(header::LOCATION, location);
+        }
+        response
+    }
+
+    fn message(
+        &self,
+        status: StatusCode,
+        session: Option<&Session>,
+        heading: &'static str,
+        text: String,
+    ) -> HttpResponse {
+        self.render(
+            status,
+            &MessagePage {
+                frame: self.frame(session),
+                heading,
+                text,
+            },
+        )
+    }
+
+    fn failure(&self, error: &Error) -> HttpResponse {
+        tracing::error!(%error, "dashboard page failed");
+        let status = if matches!(error, Error::Store(e) if e.is_unavailable()) {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            StatusCode::INTERNAL_SERVER_ERROR
+        };
+        self.message(
+            status,
+            None,
+            self.t().failure_heading,
+            self.t().failure_text.to_owned(),
+        )
+    }
+
+    fn refused(&self, refused: Refused) -> HttpResponse {
+        match refused {
+            Refused::SignIn => self.redirect("/sign-in?ended=1"),
+            Refused::Forbidden(session) => self.message(
+                StatusCode::FORBIDDEN,
+                Some(&session),
+                self.t().forbidden_heading,
+                self.t().forbidden_text.to_owned(),
+            ),
+            Refused::Forged => self.message(
+                StatusCode::FORBIDDEN,
+                None,
+                self.t().refused_heading,
+                self.t().refused_text.to_owned(),
+            ),
+            Refused::Failed(error) => self.failure(&error),
+        }
+    }
+
+    /// The cookie's session, if it is live.
+    async fn session<B>(
+        &self,
+        request: &Request<B>,
+        now: DateTime<Utc>,
+    ) -> Result<Session, Refused> {
+        let token = session_cookie(request.headers()).ok_or(Refused::SignIn)?;
+        self.services
+            .session(&token, now)
+            .await?
+            .ok_or(Refused::SignIn)
+    }
+
+    /// A changing form's checks: it comes from the dashboard's own pages (the browser's
+    /// `Origin` and `Sec-Fetch-Site`), carries the session's anti-forgery token, and the user
+    /// may change things (`admin_only`). Returns the session and the form's fields.
+    async fn changing_form(
+        &self,
+        request: Request<Incoming>,
+        now: DateTime<Utc>,
+        admin_only: bool,
+    ) -> Result<(Session, Vec<(String, String)>), Refused> {
+        if !from_own_pages(self.services, request.headers()) {
+            return Err(Refused::Forged);
+        }
+        let session = self.session(&request, now).await?;
+        let fields = read_form(request).await.map_err(|_| Refused::Forged)?;
+        let token = field(&fields, "csrf_token");
+        if !session.csrf_matches(&token) {
+            return Err(Refused::Forged);
+        }
+        if admin_only && !session.may_change() {
+            return Err(Refused::Forbidden(session));
+        }
+        Ok((session, fields))
+    }
+
+    async fn sign_in_form<B>(
+        &self,
+        request: &Request<B>,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        if self.session(request, now).await.is_ok() {
+            return Ok(self.redirect("/transactions"));
+        }
+        let notice = match (
+            query_param(self.query.as_deref(), "ended"),
+            query_param(self.query.as_deref(), "signed-out"),
+        ) {
+            (Some(_), _) => Some(self.t().session_ended.to_owned()),
+            (_, Some(_)) => Some(self.t().signed_out.to_owned()),
+            _ => None,
+        };
+        Ok(self.render(
+            StatusCode::OK,
+            &SignInPage {
+                frame: self.frame(None),
+                email: String::new(),
+                notice,
+                error: None,
+            },
+        ))
+    }
+
+    async fn sign_in(
+        &self,
+        request: Request<Incoming>,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        if !from_own_pages(self.services, request.headers()) {
+            return Ok(self.refused(Refused::Forged));
+        }
+        let client = request
+            .extensions()
+            .get::<ClientAddr>()
+            .map_or_else(|| "unknown".to_owned(), |addr| addr.0.to_string());
+        let Ok(fields) = read_form(request).await else {
+            return Ok(self.refused(Refused::Forged));
+        };
+        let email = field(&fields, "email");
+        let password = field(&fields, "password");
+        let (status, error) = match self
+            .services
+            .sign_in(&email, &password, &client, now)
+            .await?
+        {
+            SignIn::SignedIn(signed_in) => {
+                let mut response = self.redirect("/transactions");
+                self.set_cookie(&mut response, &signed_in.token);
+                return Ok(response);
+            }
+            SignIn::Refused => (
+                StatusCode::UNAUTHORIZED,
+                self.t().wrong_credentials.to_owned(),
+            ),
+            SignIn::Throttled { minutes } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                self.t().throttled.replace("{}", &minutes.to_string()),
+            ),
+        };
+        Ok(self.render(
+            status,
+            &SignInPage {
+                frame: self.frame(None),
+                email,
+                notice: None,
+                error: Some(error),
+            },
+        ))
+    }
+
+    fn cookie_attributes(&self) -> String {
+        let secure = if self.services.pages.is_https() {
+            "; Secure"
+        } else {
+            ""
+        };
+        format!("; Path={}; HttpOnly; SameSite=Lax{secure}", self.href(""))
+    }
+
+    fn set_cookie(&self, response: &mut HttpResponse, token: &str) {
+        let cookie = format!("{COOKIE}={token}{}", self.cookie_attributes());
+        if let Ok(value) = HeaderValue::from_str(&cookie) {
+            response.headers_mut().append(header::SET_COOKIE, value);
+        }
+    }
+
+    fn clear_cookie(&self, response: &mut HttpResponse) {
+        let cookie = format!("{COOKIE}={}; Max-Age=0", self.cookie_attributes());
+        if let Ok(value) = HeaderValue::from_str(&cookie) {
+            response.headers_mut().append(header::SET_COOKIE, value);
+        }
+    }
+
+    async fn invitation(&self, token: &str, now: DateTime<Utc>) -> Result<HttpResponse, Error> {
+        let Some(user) = self.services.invitation(token, now).await? else {
+            return Ok(self.message(
+                StatusCode::NOT_FOUND,
+                None,
+                self.t().choose_password,
+                self.t().invitation_gone.to_owned(),
+            ));
+        };
+        Ok(self.render(
+            StatusCode::OK,
+            &InvitationPage {
+                frame: self.frame(None),
+                action: self.href(&format!("/invitations/{token}")),
+                email: user.email,
+                errors: Vec::new(),
+            },
+        ))
+    }
+
+    async fn accept(
+        &self,
+        request: Request<Incoming>,
+        token: &str,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        if !from_own_pages(self.services, request.headers()) {
+            return Ok(self.refused(Refused::Forged));
+        }
+        let Ok(fields) = read_form(request).await else {
+            return Ok(self.refused(Refused::Forged));
+        };
+        let password = field(&fields, "password");
+        let confirmation = field(&fields, "password_repeat");
+        let error = match self
+            .services
+            .accept_invitation(token, &password, &confirmation, now)
+            .await
+        {
+            Ok(signed_in) => {
+                let mut response = self.redirect("/transactions");
+                self.set_cookie(&mut response, &signed_in.token);
+                return Ok(response);
+            }
+            Err(DashboardError::Refused(Refusal::WeakPassword(problem))) => {
+                ("password", self.t().password_problem(problem))
+            }
+            Err(DashboardError::Refused(Refusal::PasswordsDiffer)) => {
+                ("password_repeat", self.t().passwords_differ)
+            }
+            Err(DashboardError::Refused(_)) => {
+                return Ok(self.message(
+                    StatusCode::NOT_FOUND,
+                    None,
+                    self.t().choose_password,
+                    self.t().invitation_gone.to_owned(),
+                ));
+            }
+            Err(DashboardError::Failed(error)) => return Err(error),
+        };
+        let Some(user) = self.services.invitation(token, now).await? else {
+            return Ok(self.message(
+                StatusCode::NOT_FOUND,
+                None,
+                self.t().choose_password,
+                self.t().invitation_gone.to_owned(),
+            ));
+        };
+        Ok(self.render(
+            StatusCode::BAD_REQUEST,
+            &InvitationPage {
+                frame: self.frame(None),
+                action: self.href(&format!("/invitations/{token}")),
+                email: user.email,
+                errors: vec![error],
+            },
+        ))
+    }
+
+    async fn sign_out(
+        &self,
+        request: Request<Incoming>,
+        now: DateTime<Utc>,
+        everywhere: bool,
+    ) -> Result<HttpResponse, Error> {
+        let session = match self.changing_form(request, now, false).await {
+            Ok((session, _)) => session,
+            Err(refused) => return Ok(self.refused(refused)),
+        };
+        if everywhere {
+            self.services.sign_out_everywhere(&session, now).await?;
+        } else {
+            self.services.sign_out(&session).await?;
+        }
+        let mut response = self.redirect("/sign-in?signed-out=1");
+        self.clear_cookie(&mut response);
+        Ok(response)
+    }
+
+    async fn transactions<B>(
+        &self,
+        request: &Request<B>,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let session = match self.session(request, now).await {
+            Ok(session) => session,
+            Err(refused) => return Ok(self.refused(refused)),
+        };
+        let query = self.query.as_deref();
+        let param = |name: &str| {
+            query_param(query, name)
+                .map(|value| value.trim().to_owned())
+                .filter(|value| !value.is_empty())
+        };
+        let status = param("status").filter(|s| {
+            ["PENDING", "PAID", "PARTIALLY_CANCELLED", "CANCELLED"].contains(&s.as_str())
+        });
+        let currency = param("currency").map(|c| c.to_uppercase());
+        let from = param("from");
+        let until = param("until");
+        let search = param("q");
+        let before = param("before").and_then(|cursor| parse_cursor(&cursor));
+        let filter = TransactionFilter {
+            status: status.clone(),
+            currency: currency.clone(),
+            from: from.as_deref().and_then(day_start),
+            until: until
+                .as_deref()
+                .and_then(day_start)
+                .map(|day| day + chrono::Duration::days(1)),
+            search: search.clone(),
+            before: before.clone(),
+            limit: PAGE_SIZE + 1,
+        };
+        let mut summaries = self
+            .services
+            .dashboard_transactions(&session, filter)
+            .await?;
+        let more = summaries.len() > PAGE_SIZE as usize;
+        summaries.truncate(PAGE_SIZE as usize);
+        let t = self.t();
+        let mut kept = Vec::new();
+        for (name, value) in [
+            ("status", &status),
+            ("currency", &currency),
+            ("from", &from),
+            ("until", &until),
+            ("q", &search),
+        ] {
+            if let Some(value) = value {
+                kept.push((name, value.clone()));
+            }
+        }
+        let list_href = |extra: Option<(&str, String)>| {
+            let mut serializer = form_urlencoded::Serializer::new(String::new());
+            for (name, value) in kept.iter().cloned().chain(extra) {
+                serializer.append_pair(name, &value);
+            }
+            serializer.append_pair("lang", self.lang.tag());
+            format!("{}?{}", self.href("/transactions"), serializer.finish())
+        };
+        let older_href = more
+            .then(|| summaries.last())
+            .flatten()
+            .map(|last| list_href(Some(("before", cursor_of(last.created_at, &last.id)))));
+        let newest_href = before.is_some().then(|| list_href(None));
+        let rows = summaries
+            .iter()
+            .map(|s| Row {
+                href: self.href(&format!("/transactions/{}?lang={}", s.id, self.lang.tag())),
+                created: self.lang.instant(s.created_at, chrono_tz::UTC),
+                reference: s.reference.clone(),
+                title: s.title.clone(),
+                customer: s.customer_email.clone().unwrap_or_default(),
+                status: t.status(&s.status),
+                total: self.lang.money(s.total, &s.currency),
+                refunded: self.lang.money(s.refunded, &s.currency),
+            })
+            .collect();
+        let statuses = ["PENDING", "PAID", "PARTIALLY_CANCELLED", "CANCELLED"]
+            .into_iter()
+            .map(|s| (s, t.status(s), status.as_deref() == Some(s)))
+            .collect();
+        Ok(self.render(
+            StatusCode::OK,
+            &ListPage {
+                frame: self.frame(Some(&session)),
+                statuses,
+                currency: currency.unwrap_or_default(),
+                from: from.unwrap_or_default(),
+                until: until.unwrap_or_default(),
+                search: search.unwrap_or_default(),
+                rows,
+                filtered: !kept.is_empty(),
+                older_href,
+                newest_href,
+            },
+        ))
+    }
+
+    async fn transaction<B>(
+        &self,
+        request: &Request<B>,
+        id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let session = match self.session(request, now).await {
+            Ok(session) => session,
+            Err(refused) => return Ok(self.refused(refused)),
+        };
+        let record = match self.services.dashboard_transaction(&session, id).await {
+            Ok(record) => record,
+            Err(Error::NotFound(_)) => {
+                return Ok(self.message(
+                    StatusCode::NOT_FOUND,
+                    Some(&session),
+                    self.t().not_found_heading,
+                    self.t().not_found_text.to_owned(),
+                ));
+            }
+            Err(error) => return Err(error),
+        };
+        let t = self.t();
+        let lang = self.lang;
+        let money = |amount| lang.money(amount, &record.currency);
+        let status_text = serde_json::to_value(record.status)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let items = record
+            .items
+            .iter()
+            .map(|item| ItemRow {
+                order: item.order,
+                name: item.name.clone().unwrap_or_default(),
+                category: item
+                    .category
+                    .map_or_else(String::new, |c| lang.category(c).to_owned()),
+                status: t.item_status(item.status),
+                total: money(item.total),
+                refunded: money(item.refunded),
+            })
+            .collect();
+        let mut payment = Vec::new();
+        if let Some(customer) = &record.checkout.customer {
+            let name = [
+                customer.first_name.as_deref(),
+                customer.last_name.as_deref(),
+            ]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(" ");
+            let contact = [Some(name.as_str()), customer.email.as_deref()]
+                .into_iter()
+                .flatten()
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+                .join(", ");
+            payment.push((t.customer, contact));
+        }
+        if let Some(card) = &record.checkout.card {
+            let brand = card.get("brand").and_then(|v| v.as_str()).unwrap_or("");
+            let last4 = card.get("last4").and_then(|v| v.as_str()).unwrap_or("");
+            payment.push((t.card, format!("{brand} •••• {last4}")));
+        }
+        let cancellations = record
+            .cancellations
+            .iter()
+            .map(|c| CancellationRow {
+                receipt: c.receipt_number.clone().unwrap_or_default(),
+                created: c.created_at.clone(),
+                items: c
+                    .items
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                refund: money(c.refund),
+                outcome: c.outcome.clone(),
+            })
+            .collect();
+        let notice = match (
+            query_param(self.query.as_deref(), "receipt"),
+            query_param(self.query.as_deref(), "outcome").as_deref(),
+        ) {
+            (_, Some("pending")) => Some(t.pending_notice.to_owned()),
+            (_, Some("failed")) => Some(t.failed_notice.to_owned()),
+            (Some(receipt), _) => Some(format!("{} {receipt}", t.cancelled_notice)),
+            _ => None,
+        };
+        let cancellable = matches!(
+            record.status,
+            checkout_engine::api::TransactionStatus::Paid
+                | checkout_engine::api::TransactionStatus::PartiallyCancelled
+        );
+        let cancel = (session.may_change() && cancellable).then(|| {
+            (
+                self.href(&format!("/transactions/{id}/cancel")),
+                record
+                    .items
+                    .iter()
+                    .filter(|item| item.status == checkout_engine::api::ItemStatus::Active)
+                    .map(|item| (item.order, item.name.clone().unwrap_or_default()))
+                    .collect(),
+            )
+        });
+        let page = TransactionPage {
+            notice,
+            cancel,
+            frame: self.frame(Some(&session)),
+            back: self.href(&format!("/transactions?lang={}", lang.tag())),
+            title: record.title.clone(),
+            reference: record.checkout.reference.clone(),
+            status: t.status(&status_text),
+            created_summary: vec![
+                (t.total, money(record.amounts.total)),
+                (t.paid, money(record.amounts.paid)),
+                (t.refunded, money(record.amounts.refunded)),
+            ],
+            items,
+            payment,
+            payment_link: record.payment_url.clone().map(|url| {
+                (
+                    url,
+                    record.payment_url_expires_at.clone().unwrap_or_default(),
+                )
+            }),
+            cancellations,
+        };
+        Ok(self.render(StatusCode::OK, &page))
+    }
+
+    /// The items a cancel page or form names (`item=1&item=3`), in order, once each.
+    fn chosen_items(pairs: impl Iterator<Item = (String, String)>) -> Vec<u32> {
+        let mut items: Vec<u32> = pairs
+            .filter(|(name, _)| name == "item")
+            .filter_map(|(_, value)| value.trim().parse().ok())
+            .collect();
+        items.sort_unstable();
+        items.dedup();
+        items
+    }
+
+    fn transaction_href(&self, id: &str) -> String {
+        self.href(&format!("/transactions/{id}?lang={}", self.lang.tag()))
+    }
+
+    /// `GET …/transactions/{id}/cancel?item=…`: the refund of cancelling the chosen items now,
+    /// with the form that confirms it (admins).
+    async fn cancel_quote<B>(
+        &self,
+        request: &Request<B>,
+        id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let session = match self.session(request, now).await {
+            Ok(session) => session,
+            Err(refused) => return Ok(self.refused(refused)),
+        };
+        if !session.may_change() {
+            return Ok(self.refused(Refused::Forbidden(session)));
+        }
+        let items = Self::chosen_items(
+            form_urlencoded::parse(self.query.as_deref().unwrap_or_default().as_bytes())
+                .map(|(n, v)| (n.into_owned(), v.into_owned())),
+        );
+        if items.is_empty() {
+            return Ok(self.message(
+                StatusCode::BAD_REQUEST,
+                Some(&session),
+                self.t().cancel_heading,
+                self.t().none_chosen.to_owned(),
+            ));
+        }
+        let record = match self.services.dashboard_transaction(&session, id).await {
+            Ok(record) => record,
+            Err(Error::NotFound(_)) => return Ok(self.not_found(&session)),
+            Err(error) => return Err(error),
+        };
+        let preview = match self
+            .services
+            .dashboard_cancel_quote(&session, id, &items, now)
+            .await
+        {
+            Ok(preview) => preview,
+            Err(Error::NotFound(_)) => return Ok(self.not_found(&session)),
+            Err(Error::Invalid(messages)) => {
+                return Ok(self.message(
+                    StatusCode::BAD_REQUEST,
+                    Some(&session),
+                    self.t().cancel_heading,
+                    format!("{} {}", self.t().not_cancellable, messages.join("; ")),
+                ));
+            }
+            Err(error) => return Err(error),
+        };
+        let money = |amount| self.lang.money(amount, &preview.currency);
+        let rows = preview
+            .items
+            .iter()
+            .map(|item| QuoteRow {
+                order: item.order,
+                name: record
+                    .items
+                    .iter()
+                    .find(|stored| stored.order == item.order)
+                    .and_then(|stored| stored.name.clone())
+                    .unwrap_or_default(),
+                total: money(item.total),
+                penalty: money(item.penalty),
+                refund: money(item.refundable),
+            })
+            .collect();
+        Ok(self.render(
+            StatusCode::OK,
+            &CancelPage {
+                frame: self.frame(Some(&session)),
+                back: self.transaction_href(id),
+                action: self.href(&format!(
+                    "/transactions/{id}/cancel?lang={}",
+                    self.lang.tag()
+                )),
+                title: record.title.clone(),
+                reference: record.checkout.reference.clone(),
+                rows,
+                refund: money(preview.refund),
+                items,
+                key: new_form_key(),
+            },
+        ))
+    }
+
+    /// `POST …/transactions/{id}/cancel`: the confirmed cancellation (admins), through the
+    /// API's use-case with the form's idempotency key.
+    async fn cancel(
+        &self,
+        request: Request<Incoming>,
+        id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let (session, fields) = match self.changing_form(request, now, true).await {
+            Ok(checked) => checked,
+            Err(refused) => return Ok(self.refused(refused)),
+        };
+        let items = Self::chosen_items(fields.iter().cloned());
+        let key = field(&fields, "key");
+        if items.is_empty() || key.is_empty() || key.len() > 64 {
+            return Ok(self.message(
+                StatusCode::BAD_REQUEST,
+                Some(&session),
+                self.t().cancel_heading,
+                self.t().none_chosen.to_owned(),
+            ));
+        }
+        let outcome = self
+            .services
+            .dashboard_cancel(
+                &session,
+                id,
+                &items,
+                key,
+                super::routes::paths::DASHBOARD_CANCEL,
+                now,
+            )
+            .await;
+        let back = |query: String| self.redirect(&format!("/transactions/{id}?{query}"));
+        match outcome {
+            Ok(Cancelled::Settled(result)) => Ok(back(match result.receipt_number {
+                Some(receipt) if result.status == CancellationOutcome::Success => {
+                    format!("receipt={receipt}")
+                }
+                _ => "outcome=failed".to_owned(),
+            })),
+            Ok(Cancelled::Replayed(stored)) => {
+                let receipt = serde_json::from_str::<serde_json::Value>(&stored.body)
+                    .ok()
+                    .and_then(|body| body["receiptNumber"].as_str().map(str::to_owned));
+                Ok(back(receipt.map_or_else(
+                    || "outcome=failed".to_owned(),
+                    |receipt| format!("receipt={receipt}"),
+                )))
+            }
+            Err(Error::RefundPending { .. }) => Ok(back("outcome=pending".to_owned())),
+            Err(Error::IdempotencyInProgress) => Ok(self.message(
+                StatusCode::CONFLICT,
+                Some(&session),
+                self.t().cancel_heading,
+                self.t().in_progress.to_owned(),
+            )),
+            Err(Error::NotFound(_)) => Ok(self.not_found(&session)),
+            Err(Error::Invalid(messages)) => Ok(self.message(
+                StatusCode::BAD_REQUEST,
+                Some(&session),
+                self.t().cancel_heading,
+                format!("{} {}", self.t().not_cancellable, messages.join("; ")),
+            )),
+            Err(error) => Err(error),
+        }
+    }
+
+    fn not_found(&self, session: &Session) -> HttpResponse {
+        self.message(
+            StatusCode::NOT_FOUND,
+            Some(session),
+            self.t().not_found_heading,
+            self.t().not_found_text.to_owned(),
+        )
+    }
+
+    async fn audit<B>(
+        &self,
+        request: &Request<B>,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let session = match self.session(request, now).await {
+            Ok(session) => session,
+            Err(refused) => return Ok(self.refused(refused)),
+        };
+        let entries = match self.services.audit_log(&session).await {
+            Ok(entries) => entries,
+            Err(Error::Forbidden(_)) => return Ok(self.refused(Refused::Forbidden(session))),
+            Err(error) => return Err(error),
+        };
+        let entries = entries
+            .into_iter()
+            .map(|entry| {
+                (
+                    self.lang.instant(entry.at, chrono_tz::UTC),
+                    entry.actor,
+                    entry.detail,
+                )
+            })
+            .collect();
+        Ok(self.render(
+            StatusCode::OK,
+            &AuditPage {
+                frame: self.frame(Some(&session)),
+                entries,
+            },
+        ))
+    }
+}
+
+/// A fresh idempotency key for a confirmation form: a double click sends it twice.
+fn new_form_key() -> String {
+    format!("dash-{}", uuid::Uuid::now_v7().simple())
+}
+
+/// The session cookie's value.
+fn session_cookie(headers: &hyper::HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .find_map(|pair| {
+            let (name, value) = pair.trim().split_once('=')?;
+            (name == COOKIE && !value.is_empty() && value.len() <= 64).then(|| value.to_owned())
+        })
+}
+
+/// A changing form's origin checks, as the payment page's ([`super::pages`]): the browser's
+/// `Origin` is the public URL's, or (on a `--dashboard-listen` address reached directly) the
+/// origin of the host the request was sent to, which a browser sets itself; a form posted from
+/// any other site carries that site's origin.
+fn from_own_pages(services: &Services, headers: &hyper::HeaderMap) -> bool {
+    let public = services.pages.origin();
+    let host = headers
+        .get(header::HOST)
+        .and_then(|value| value.to_str().ok());
+    super::pages::posted_from(headers, |origin| {
+        public
+            .as_deref()
+            .is_some_and(|own| origin.eq_ignore_ascii_case(own))
+            || host.is_some_and(|host| {
+                origin
+                    .strip_prefix("http://")
+                    .or_else(|| origin.strip_prefix("https://"))
+                    .is_some_and(|authority| authority.eq_ignore_ascii_case(host))
+            })
+    })
+}
+
+async fn read_form(request: Request<Incoming>) -> Result<Vec<(String, String)>, StatusCode> {
+    let body = read_urlencoded(request, MAX_FORM_BYTES).await?;
+    Ok(form_urlencoded::parse(&body)
+        .map(|(name, value)| (name.into_owned(), value.into_owned()))
+        .collect())
+}
+
+fn field(fields: &[(String, String)], name: &str) -> String {
+    fields
+        .iter()
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| value.clone())
+        .unwrap_or_default()
+}
+
+/// Midnight UTC of a `YYYY-MM-DD` day.
+fn day_start(text: &str) -> Option<DateTime<Utc>> {
+    NaiveDate::parse_from_str(text, "%Y-%m-%d")
+        .ok()
+        .and_then(|day| day.and_hms_opt(0, 0, 0))
+        .map(|at| at.and_utc())
+}
+
+/// The keyset cursor of a list row: its creation instant in microseconds and its id.
+fn cursor_of(created_at: DateTime<Utc>, id: &str) -> String {
+    format!("{}_{id}", created_at.timestamp_micros())
+}
+
+fn parse_cursor(cursor: &str) -> Option<(DateTime<Utc>, String)> {
+    let (micros, id) = cursor.split_once('_')?;
+    let at = DateTime::from_timestamp_micros(micros.parse().ok()?)?;
+    uuid::Uuid::try_parse(id).ok()?;
+    Some((at, id.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_names_the_last_row_shown() {
+        let at = DateTime::from_timestamp_micros(1_764_000_000_123_456).expect("instant");
+        let id = "0194f2c4-7a3e-7b21-9d0e-123456789abc";
+        assert_eq!(parse_cursor(&cursor_of(at, id)), Some((at, id.to_owned())));
+        assert_eq!(parse_cursor("x_y"), None);
+        assert_eq!(parse_cursor("1_not-a-uuid"), None);
+    }
+
+    #[test]
+    fn the_session_cookie_is_found_among_others() {
+        let mut headers = hyper::HeaderMap::new();
+        headers.insert(
+            header::COOKIE,
+            HeaderValue::from_static("a=1; checkout_session=abc; b=2"),
+        );
+        assert_eq!(session_cookie(&headers).as_deref(), Some("abc"));
+        headers.insert(
+            header::COOKIE,
+            HeaderValue::from_static("checkout_session="),
+        );
+        assert_eq!(session_cookie(&headers), None);
+    }
+}

@@ -1,0 +1,256 @@
+//! The storage seam of the provider's dashboard: its users and their invitations, sign-in
+//! sessions, failed sign-ins (for throttling), the audit log, and the transaction list the
+//! dashboard pages through. Decisions (who may sign in, when a session ends, what a page
+//! shows) are [`crate::app::dashboard`]'s; this only persists.
+//!
+//! Every read that names a provider's data takes the provider id of the signed-in user, so that
+//! one provider's users never reach another's rows, whatever id a URL carries.
+
+use chrono::{DateTime, Utc};
+use futures_util::future::BoxFuture;
+use rust_decimal::Decimal;
+
+use super::StoreError;
+
+/// A dashboard user as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserRow {
+    /// `usr_…`.
+    pub id: String,
+    /// The provider whose data the user sees.
+    pub provider_id: String,
+    /// Lower-case e-mail address, unique across the service (the sign-in name).
+    pub email: String,
+    /// `admin` or `viewer`.
+    pub role: String,
+    /// The Argon2id hash (PHC string); `None` until the invitation is accepted.
+    pub password_hash: Option<String>,
+    /// When the pending invitation's link stops working; `None` once accepted.
+    pub invite_expires_at: Option<DateTime<Utc>>,
+    /// When the user was invited.
+    pub created_at: DateTime<Utc>,
+}
+
+/// A user to store, with its invitation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewUser {
+    /// `usr_…`.
+    pub id: String,
+    /// The provider.
+    pub provider_id: String,
+    /// Lower-case e-mail address.
+    pub email: String,
+    /// `admin` or `viewer`.
+    pub role: String,
+    /// SHA-256 of the invitation token.
+    pub invite_hash: [u8; 32],
+    /// When the invitation's link stops working.
+    pub invite_expires_at: DateTime<Utc>,
+    /// Now.
+    pub created_at: DateTime<Utc>,
+}
+
+/// What storing an invitation did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Invited {
+    /// The user is stored.
+    Created,
+    /// No provider has this id.
+    NoProvider,
+    /// A user with this e-mail address exists already.
+    EmailTaken,
+}
+
+/// A session to store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewSession {
+    /// SHA-256 of the session token (the cookie's value).
+    pub token_hash: [u8; 32],
+    /// Its user.
+    pub user_id: String,
+    /// The anti-forgery token of the session's forms.
+    pub csrf_token: String,
+    /// Now.
+    pub created_at: DateTime<Utc>,
+}
+
+/// A session as stored, with its user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRow {
+    /// Its user.
+    pub user: UserRow,
+    /// The anti-forgery token of the session's forms.
+    pub csrf_token: String,
+    /// When it was opened (the absolute timeout counts from here).
+    pub created_at: DateTime<Utc>,
+    /// When it was last used (the idle timeout counts from here).
+    pub last_seen_at: DateTime<Utc>,
+}
+
+/// An entry of the audit log to store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewAudit {
+    /// The provider whose data changed.
+    pub provider_id: String,
+    /// Who did it: a user's e-mail, or `operator` for the command line.
+    pub actor: String,
+    /// What kind of change (`user.signed_in`, `user.invited`, …).
+    pub action: String,
+    /// What changed, in words.
+    pub detail: String,
+    /// When.
+    pub at: DateTime<Utc>,
+}
+
+/// An entry of the audit log as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRow {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// Who.
+    pub actor: String,
+    /// What kind of change.
+    pub action: String,
+    /// What changed.
+    pub detail: String,
+}
+
+/// Which transactions a list shows, newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TransactionFilter {
+    /// Only this status (`PENDING`, `PAID`, …).
+    pub status: Option<String>,
+    /// Only this currency.
+    pub currency: Option<String>,
+    /// Created at or after.
+    pub from: Option<DateTime<Utc>>,
+    /// Created before.
+    pub until: Option<DateTime<Utc>>,
+    /// A lower-case text found in the reference, the title or the customer's e-mail.
+    pub search: Option<String>,
+    /// Keyset: only transactions older than this (created at, id) pair.
+    pub before: Option<(DateTime<Utc>, String)>,
+    /// At most this many.
+    pub limit: u32,
+}
+
+/// One line of the transaction list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransactionSummary {
+    /// The id.
+    pub id: String,
+    /// `CHK-…`.
+    pub reference: String,
+    /// The title.
+    pub title: String,
+    /// The status.
+    pub status: String,
+    /// The currency.
+    pub currency: String,
+    /// The total of its items.
+    pub total: Decimal,
+    /// What was refunded.
+    pub refunded: Decimal,
+    /// The paying customer's e-mail, once paid.
+    pub customer_email: Option<String>,
+    /// When it was created.
+    pub created_at: DateTime<Utc>,
+}
+
+/// The dashboard's storage.
+pub trait DashboardStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Stores a user and its invitation, with an audit entry, in one transaction.
+    fn invite_user(
+        &self,
+        user: NewUser,
+        audit: NewAudit,
+    ) -> BoxFuture<'_, Result<Invited, StoreError>>;
+
+    /// The user a pending, unexpired invitation token (its hash) belongs to.
+    fn invitation(
+        &self,
+        invite_hash: [u8; 32],
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<Option<UserRow>, StoreError>>;
+
+    /// Sets the password of the user whose pending, unexpired invitation this is and ends the
+    /// invitation; `None` when there is none (used, expired or unknown).
+    fn accept_invitation(
+        &self,
+        invite_hash: [u8; 32],
+        password_hash: String,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<Option<UserRow>, StoreError>>;
+
+    /// The user signing in with this (lower-case) e-mail.
+    fn user_by_email(&self, email: String) -> BoxFuture<'_, Result<Option<UserRow>, StoreError>>;
+
+    /// Records a failed sign-in under each of `keys` (an account, a client address).
+    fn record_sign_in_failure(
+        &self,
+        keys: Vec<String>,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// The instants of the failed sign-ins under `key` since `since`, oldest first.
+    fn sign_in_failures(
+        &self,
+        key: String,
+        since: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<Vec<DateTime<Utc>>, StoreError>>;
+
+    /// Forgets the failed sign-ins under `key` (after a successful one) and those older than
+    /// `before` under any key.
+    fn clear_sign_in_failures(
+        &self,
+        key: String,
+        before: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Opens a session, with an audit entry.
+    fn create_session(
+        &self,
+        session: NewSession,
+        audit: NewAudit,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// The session of a token (its hash), with its user.
+    fn session(
+        &self,
+        token_hash: [u8; 32],
+    ) -> BoxFuture<'_, Result<Option<SessionRow>, StoreError>>;
+
+    /// Marks a session used at `now`.
+    fn touch_session(
+        &self,
+        token_hash: [u8; 32],
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Ends one session.
+    fn delete_session(&self, token_hash: [u8; 32]) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Ends every session of a user, with an audit entry.
+    fn delete_user_sessions(
+        &self,
+        user_id: String,
+        audit: NewAudit,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// The provider's transactions that pass `filter`, newest first.
+    fn list_transactions(
+        &self,
+        provider_id: String,
+        filter: TransactionFilter,
+    ) -> BoxFuture<'_, Result<Vec<TransactionSummary>, StoreError>>;
+
+    /// Adds an entry to the audit log.
+    fn record_audit(&self, entry: NewAudit) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// The newest `limit` entries of the provider's audit log, newest first.
+    fn audit_log(
+        &self,
+        provider_id: String,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<AuditRow>, StoreError>>;
+}

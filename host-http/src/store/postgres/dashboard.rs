@@ -1,0 +1,445 @@
+//! [`DashboardStore`] on PostgreSQL.
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use futures_util::future::BoxFuture;
+use rust_decimal::Decimal;
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+
+use super::PgStore;
+use crate::store::StoreError;
+use crate::store::dashboard::{
+    AuditRow, DashboardStore, Invited, NewAudit, NewSession, NewUser, SessionRow,
+    TransactionFilter, TransactionSummary, UserRow,
+};
+use crate::store::sqlite::dashboard::like_escaped;
+
+const USER_COLUMNS: &str =
+    "u.id, u.provider_id, u.email, u.role, u.password_hash, u.invite_expires_at, u.created_at";
+
+fn user_of(row: &Row) -> Result<UserRow, StoreError> {
+    Ok(UserRow {
+        id: row.try_get(0)?,
+        provider_id: row.try_get(1)?,
+        email: row.try_get(2)?,
+        role: row.try_get(3)?,
+        password_hash: row.try_get(4)?,
+        invite_expires_at: row.try_get(5)?,
+        created_at: row.try_get(6)?,
+    })
+}
+
+async fn audit(client: &impl GenericClient, entry: &NewAudit) -> Result<(), StoreError> {
+    let statement = client
+        .prepare_cached(
+            "INSERT INTO audit_log (provider_id, actor, action, detail, at) \
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .await?;
+    client
+        .execute(
+            &statement,
+            &[
+                &entry.provider_id,
+                &entry.actor,
+                &entry.action,
+                &entry.detail,
+                &entry.at,
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+async fn invitation(
+    client: &impl GenericClient,
+    invite_hash: &[u8; 32],
+    now: DateTime<Utc>,
+    lock: bool,
+) -> Result<Option<UserRow>, StoreError> {
+    let statement = client
+        .prepare_cached(&format!(
+            "SELECT {USER_COLUMNS} FROM dashboard_users u \
+             WHERE u.invite_hash = $1 AND u.invite_expires_at > $2{}",
+            if lock { " FOR UPDATE" } else { "" }
+        ))
+        .await?;
+    client
+        .query_opt(&statement, &[&invite_hash.as_slice(), &now])
+        .await?
+        .as_ref()
+        .map(user_of)
+        .transpose()
+}
+
+impl DashboardStore for PgStore {
+    fn invite_user(
+        &self,
+        user: NewUser,
+        entry: NewAudit,
+    ) -> BoxFuture<'_, Result<Invited, StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let provider = tx
+                .query_opt(
+                    "SELECT 1 FROM providers WHERE id = $1 FOR SHARE",
+                    &[&user.provider_id],
+                )
+                .await?;
+            if provider.is_none() {
+                return Ok(Invited::NoProvider);
+            }
+            let inserted = tx
+                .execute(
+                    "INSERT INTO dashboard_users (id, provider_id, email, role, invite_hash, \
+                     invite_expires_at, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+                     ON CONFLICT (email) DO NOTHING",
+                    &[
+                        &user.id,
+                        &user.provider_id,
+                        &user.email,
+                        &user.role,
+                        &user.invite_hash.as_slice(),
+                        &user.invite_expires_at,
+                        &user.created_at,
+                    ],
+                )
+                .await?;
+            if inserted == 0 {
+                return Ok(Invited::EmailTaken);
+            }
+            audit(&tx, &entry).await?;
+            tx.commit().await?;
+            Ok(Invited::Created)
+        })
+    }
+
+    fn invitation(
+        &self,
+        invite_hash: [u8; 32],
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<Option<UserRow>, StoreError>> {
+        Box::pin(async move { invitation(&self.client().await?, &invite_hash, now, false).await })
+    }
+
+    fn accept_invitation(
+        &self,
+        invite_hash: [u8; 32],
+        password_hash: String,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<Option<UserRow>, StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let Some(mut user) = invitation(&tx, &invite_hash, now, true).await? else {
+                return Ok(None);
+            };
+            tx.execute(
+                "UPDATE dashboard_users SET password_hash = $2, invite_hash = NULL, \
+                 invite_expires_at = NULL WHERE id = $1",
+                &[&user.id, &password_hash],
+            )
+            .await?;
+            audit(
+                &tx,
+                &NewAudit {
+                    provider_id: user.provider_id.clone(),
+                    actor: user.email.clone(),
+                    action: "user.joined".to_owned(),
+                    detail: "accepted the invitation and chose a password".to_owned(),
+                    at: now,
+                },
+            )
+            .await?;
+            tx.commit().await?;
+            user.password_hash = Some(password_hash);
+            user.invite_expires_at = None;
+            Ok(Some(user))
+        })
+    }
+
+    fn user_by_email(&self, email: String) -> BoxFuture<'_, Result<Option<UserRow>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let statement = client
+                .prepare_cached(&format!(
+                    "SELECT {USER_COLUMNS} FROM dashboard_users u WHERE u.email = $1"
+                ))
+                .await?;
+            client
+                .query_opt(&statement, &[&email])
+                .await?
+                .as_ref()
+                .map(user_of)
+                .transpose()
+        })
+    }
+
+    fn record_sign_in_failure(
+        &self,
+        keys: Vec<String>,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            client
+                .execute(
+                    "INSERT INTO dashboard_sign_in_failures (key, at) SELECT unnest($1::text[]), $2",
+                    &[&keys, &at],
+                )
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn sign_in_failures(
+        &self,
+        key: String,
+        since: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<Vec<DateTime<Utc>>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let statement = client
+                .prepare_cached(
+                    "SELECT at FROM dashboard_sign_in_failures WHERE key = $1 AND at >= $2 \
+                     ORDER BY at",
+                )
+                .await?;
+            client
+                .query(&statement, &[&key, &since])
+                .await?
+                .iter()
+                .map(|row| Ok(row.try_get(0)?))
+                .collect()
+        })
+    }
+
+    fn clear_sign_in_failures(
+        &self,
+        key: String,
+        before: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            client
+                .execute(
+                    "DELETE FROM dashboard_sign_in_failures WHERE key = $1 OR at < $2",
+                    &[&key, &before],
+                )
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn create_session(
+        &self,
+        session: NewSession,
+        entry: NewAudit,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            tx.execute(
+                "INSERT INTO dashboard_sessions (token_hash, user_id, csrf_token, created_at, \
+                 last_seen_at) VALUES ($1, $2, $3, $4, $4)",
+                &[
+                    &session.token_hash.as_slice(),
+                    &session.user_id,
+                    &session.csrf_token,
+                    &session.created_at,
+                ],
+            )
+            .await?;
+            audit(&tx, &entry).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    fn session(
+        &self,
+        token_hash: [u8; 32],
+    ) -> BoxFuture<'_, Result<Option<SessionRow>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let statement = client
+                .prepare_cached(&format!(
+                    "SELECT {USER_COLUMNS}, s.csrf_token, s.created_at, s.last_seen_at \
+                     FROM dashboard_sessions s JOIN dashboard_users u ON u.id = s.user_id \
+                     WHERE s.token_hash = $1"
+                ))
+                .await?;
+            let Some(row) = client
+                .query_opt(&statement, &[&token_hash.as_slice()])
+                .await?
+            else {
+                return Ok(None);
+            };
+            Ok(Some(SessionRow {
+                user: user_of(&row)?,
+                csrf_token: row.try_get(7)?,
+                created_at: row.try_get(8)?,
+                last_seen_at: row.try_get(9)?,
+            }))
+        })
+    }
+
+    fn touch_session(
+        &self,
+        token_hash: [u8; 32],
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            client
+                .execute(
+                    "UPDATE dashboard_sessions SET last_seen_at = $2 WHERE token_hash = $1",
+                    &[&token_hash.as_slice(), &now],
+                )
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn delete_session(&self, token_hash: [u8; 32]) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            client
+                .execute(
+                    "DELETE FROM dashboard_sessions WHERE token_hash = $1",
+                    &[&token_hash.as_slice()],
+                )
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn delete_user_sessions(
+        &self,
+        user_id: String,
+        entry: NewAudit,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            tx.execute(
+                "DELETE FROM dashboard_sessions WHERE user_id = $1",
+                &[&user_id],
+            )
+            .await?;
+            audit(&tx, &entry).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    fn list_transactions(
+        &self,
+        provider_id: String,
+        filter: TransactionFilter,
+    ) -> BoxFuture<'_, Result<Vec<TransactionSummary>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let mut sql = String::from(
+                "SELECT id, reference, title, status, currency, total, refunded_amount, \
+                 payment->'customer'->>'email', created_at \
+                 FROM transactions WHERE provider_id = $1",
+            );
+            let mut values: Vec<Box<dyn ToSql + Sync + Send>> = vec![Box::new(provider_id)];
+            if let Some(status) = filter.status {
+                values.push(Box::new(status));
+                sql.push_str(&format!(" AND status = ${}", values.len()));
+            }
+            if let Some(currency) = filter.currency {
+                values.push(Box::new(currency));
+                sql.push_str(&format!(" AND currency = ${}", values.len()));
+            }
+            if let Some(from) = filter.from {
+                values.push(Box::new(from));
+                sql.push_str(&format!(" AND created_at >= ${}", values.len()));
+            }
+            if let Some(until) = filter.until {
+                values.push(Box::new(until));
+                sql.push_str(&format!(" AND created_at < ${}", values.len()));
+            }
+            if let Some(search) = filter.search {
+                values.push(Box::new(format!("%{}%", like_escaped(&search))));
+                let n = values.len();
+                sql.push_str(&format!(
+                    " AND (lower(reference) LIKE ${n} ESCAPE '\\' \
+                     OR lower(title) LIKE ${n} ESCAPE '\\' \
+                     OR lower(payment->'customer'->>'email') LIKE ${n} ESCAPE '\\')"
+                ));
+            }
+            if let Some((created_at, id)) = filter.before {
+                values.push(Box::new(created_at));
+                values.push(Box::new(id));
+                let (a, b) = (values.len() - 1, values.len());
+                sql.push_str(&format!(" AND (created_at, id) < (${a}, ${b})"));
+            }
+            values.push(Box::new(i64::from(filter.limit)));
+            sql.push_str(&format!(
+                " ORDER BY created_at DESC, id DESC LIMIT ${}",
+                values.len()
+            ));
+            let params: Vec<&(dyn ToSql + Sync)> = values
+                .iter()
+                .map(|value| value.as_ref() as &(dyn ToSql + Sync))
+                .collect();
+            let statement = client.prepare_cached(&sql).await?;
+            client
+                .query(&statement, &params)
+                .await?
+                .iter()
+                .map(|row| {
+                    Ok(TransactionSummary {
+                        id: row.try_get(0)?,
+                        reference: row.try_get(1)?,
+                        title: row.try_get(2)?,
+                        status: row.try_get(3)?,
+                        currency: row.try_get(4)?,
+                        total: row.try_get::<_, Decimal>(5)?,
+                        refunded: row.try_get::<_, Decimal>(6)?,
+                        customer_email: row.try_get(7)?,
+                        created_at: row.try_get(8)?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn record_audit(&self, entry: NewAudit) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move { audit(&self.client().await?, &entry).await })
+    }
+
+    fn audit_log(
+        &self,
+        provider_id: String,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<AuditRow>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let statement = client
+                .prepare_cached(
+                    "SELECT at, actor, action, detail FROM audit_log WHERE provider_id = $1 \
+                     ORDER BY seq DESC LIMIT $2",
+                )
+                .await?;
+            client
+                .query(&statement, &[&provider_id, &i64::from(limit)])
+                .await?
+                .iter()
+                .map(|row| {
+                    Ok(AuditRow {
+                        at: row.try_get(0)?,
+                        actor: row.try_get(1)?,
+                        action: row.try_get(2)?,
+                        detail: row.try_get(3)?,
+                    })
+                })
+                .collect()
+        })
+    }
+}

@@ -1,0 +1,454 @@
+//! [`DashboardStore`] on SQLite: writes through the writer thread, reads on reader
+//! connections.
+
+use chrono::{DateTime, Utc};
+use futures_util::future::BoxFuture;
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use super::{SqliteStore, decimal};
+use crate::store::dashboard::{
+    AuditRow, DashboardStore, Invited, NewAudit, NewSession, NewUser, SessionRow,
+    TransactionFilter, TransactionSummary, UserRow,
+};
+use crate::store::{StoreError, format_instant};
+
+const USER_COLUMNS: &str =
+    "u.id, u.provider_id, u.email, u.role, u.password_hash, u.invite_expires_at, u.created_at";
+
+fn instant(column: &'static str, text: &str) -> Result<DateTime<Utc>, StoreError> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|at| at.with_timezone(&Utc))
+        .map_err(|e| StoreError::Corrupt {
+            column,
+            detail: e.to_string(),
+        })
+}
+
+/// A user from the first seven columns of `row` ([`USER_COLUMNS`]).
+fn user_of(row: &Row<'_>) -> Result<Result<UserRow, StoreError>, rusqlite::Error> {
+    let expires: Option<String> = row.get(5)?;
+    let created: String = row.get(6)?;
+    let (id, provider_id, email, role, password_hash) = (
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+    );
+    Ok((|| {
+        Ok(UserRow {
+            id,
+            provider_id,
+            email,
+            role,
+            password_hash,
+            invite_expires_at: expires
+                .map(|at| instant("dashboard_users.invite_expires_at", &at))
+                .transpose()?,
+            created_at: instant("dashboard_users.created_at", &created)?,
+        })
+    })())
+}
+
+fn audit(conn: &Connection, entry: &NewAudit) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO audit_log (provider_id, actor, action, detail, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![
+        entry.provider_id,
+        entry.actor,
+        entry.action,
+        entry.detail,
+        format_instant(entry.at)
+    ])?;
+    Ok(())
+}
+
+fn invitation(
+    conn: &Connection,
+    invite_hash: &[u8; 32],
+    now: DateTime<Utc>,
+) -> Result<Option<UserRow>, StoreError> {
+    conn.prepare_cached(&format!(
+        "SELECT {USER_COLUMNS} FROM dashboard_users u \
+         WHERE u.invite_hash = ?1 AND u.invite_expires_at > ?2"
+    ))?
+    .query_row(
+        params![invite_hash.as_slice(), format_instant(now)],
+        user_of,
+    )
+    .optional()?
+    .transpose()
+}
+
+impl DashboardStore for SqliteStore {
+    fn invite_user(
+        &self,
+        user: NewUser,
+        entry: NewAudit,
+    ) -> BoxFuture<'_, Result<Invited, StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            let provider: Option<i64> = conn
+                .prepare_cached("SELECT 1 FROM providers WHERE id = ?1")?
+                .query_row([&user.provider_id], |r| r.get(0))
+                .optional()?;
+            if provider.is_none() {
+                return Ok(Invited::NoProvider);
+            }
+            let taken: Option<i64> = conn
+                .prepare_cached("SELECT 1 FROM dashboard_users WHERE email = ?1")?
+                .query_row([&user.email], |r| r.get(0))
+                .optional()?;
+            if taken.is_some() {
+                return Ok(Invited::EmailTaken);
+            }
+            conn.prepare_cached(
+                "INSERT INTO dashboard_users (id, provider_id, email, role, invite_hash, \
+                 invite_expires_at, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![
+                user.id,
+                user.provider_id,
+                user.email,
+                user.role,
+                user.invite_hash.as_slice(),
+                format_instant(user.invite_expires_at),
+                format_instant(user.created_at)
+            ])?;
+            audit(conn, &entry)?;
+            Ok(Invited::Created)
+        }))
+    }
+
+    fn invitation(
+        &self,
+        invite_hash: [u8; 32],
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<Option<UserRow>, StoreError>> {
+        let result = self.read(|conn| invitation(conn, &invite_hash, now));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn accept_invitation(
+        &self,
+        invite_hash: [u8; 32],
+        password_hash: String,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<Option<UserRow>, StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            let Some(mut user) = invitation(conn, &invite_hash, now)? else {
+                return Ok(None);
+            };
+            conn.prepare_cached(
+                "UPDATE dashboard_users SET password_hash = ?2, invite_hash = NULL, \
+                 invite_expires_at = NULL WHERE id = ?1",
+            )?
+            .execute(params![user.id, password_hash])?;
+            audit(
+                conn,
+                &NewAudit {
+                    provider_id: user.provider_id.clone(),
+                    actor: user.email.clone(),
+                    action: "user.joined".to_owned(),
+                    detail: "accepted the invitation and chose a password".to_owned(),
+                    at: now,
+                },
+            )?;
+            user.password_hash = Some(password_hash);
+            user.invite_expires_at = None;
+            Ok(Some(user))
+        }))
+    }
+
+    fn user_by_email(&self, email: String) -> BoxFuture<'_, Result<Option<UserRow>, StoreError>> {
+        let result = self.read(|conn| {
+            conn.prepare_cached(&format!(
+                "SELECT {USER_COLUMNS} FROM dashboard_users u WHERE u.email = ?1"
+            ))?
+            .query_row([&email], user_of)
+            .optional()?
+            .transpose()
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn record_sign_in_failure(
+        &self,
+        keys: Vec<String>,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        let at = format_instant(at);
+        Box::pin(self.writer.execute(move |conn| {
+            let mut insert = conn.prepare_cached(
+                "INSERT INTO dashboard_sign_in_failures (key, at) VALUES (?1, ?2)",
+            )?;
+            for key in &keys {
+                insert.execute(params![key, at])?;
+            }
+            Ok(())
+        }))
+    }
+
+    fn sign_in_failures(
+        &self,
+        key: String,
+        since: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<Vec<DateTime<Utc>>, StoreError>> {
+        let result = self.read(|conn| {
+            let mut statement = conn.prepare_cached(
+                "SELECT at FROM dashboard_sign_in_failures WHERE key = ?1 AND at >= ?2 \
+                 ORDER BY at",
+            )?;
+            let rows = statement.query_map(params![key, format_instant(since)], |r| {
+                r.get::<_, String>(0)
+            })?;
+            let mut failures = Vec::new();
+            for row in rows {
+                failures.push(instant("dashboard_sign_in_failures.at", &row?)?);
+            }
+            Ok(failures)
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn clear_sign_in_failures(
+        &self,
+        key: String,
+        before: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        let before = format_instant(before);
+        Box::pin(self.writer.execute(move |conn| {
+            conn.prepare_cached(
+                "DELETE FROM dashboard_sign_in_failures WHERE key = ?1 OR at < ?2",
+            )?
+            .execute(params![key, before])?;
+            Ok(())
+        }))
+    }
+
+    fn create_session(
+        &self,
+        session: NewSession,
+        entry: NewAudit,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            let at = format_instant(session.created_at);
+            conn.prepare_cached(
+                "INSERT INTO dashboard_sessions (token_hash, user_id, csrf_token, created_at, \
+                 last_seen_at) VALUES (?1, ?2, ?3, ?4, ?4)",
+            )?
+            .execute(params![
+                session.token_hash.as_slice(),
+                session.user_id,
+                session.csrf_token,
+                at
+            ])?;
+            audit(conn, &entry)
+        }))
+    }
+
+    fn session(
+        &self,
+        token_hash: [u8; 32],
+    ) -> BoxFuture<'_, Result<Option<SessionRow>, StoreError>> {
+        let result = self.read(|conn| {
+            conn.prepare_cached(&format!(
+                "SELECT {USER_COLUMNS}, s.csrf_token, s.created_at, s.last_seen_at \
+                 FROM dashboard_sessions s JOIN dashboard_users u ON u.id = s.user_id \
+                 WHERE s.token_hash = ?1"
+            ))?
+            .query_row([token_hash.as_slice()], |r| {
+                let user = user_of(r)?;
+                let (csrf, created, seen): (String, String, String) =
+                    (r.get(7)?, r.get(8)?, r.get(9)?);
+                Ok((|| {
+                    Ok(SessionRow {
+                        user: user?,
+                        csrf_token: csrf,
+                        created_at: instant("dashboard_sessions.created_at", &created)?,
+                        last_seen_at: instant("dashboard_sessions.last_seen_at", &seen)?,
+                    })
+                })())
+            })
+            .optional()?
+            .transpose()
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn touch_session(
+        &self,
+        token_hash: [u8; 32],
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        let now = format_instant(now);
+        Box::pin(self.writer.execute(move |conn| {
+            conn.prepare_cached(
+                "UPDATE dashboard_sessions SET last_seen_at = ?2 WHERE token_hash = ?1",
+            )?
+            .execute(params![token_hash.as_slice(), now])?;
+            Ok(())
+        }))
+    }
+
+    fn delete_session(&self, token_hash: [u8; 32]) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            conn.prepare_cached("DELETE FROM dashboard_sessions WHERE token_hash = ?1")?
+                .execute([token_hash.as_slice()])?;
+            Ok(())
+        }))
+    }
+
+    fn delete_user_sessions(
+        &self,
+        user_id: String,
+        entry: NewAudit,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            conn.prepare_cached("DELETE FROM dashboard_sessions WHERE user_id = ?1")?
+                .execute([&user_id])?;
+            audit(conn, &entry)
+        }))
+    }
+
+    fn list_transactions(
+        &self,
+        provider_id: String,
+        filter: TransactionFilter,
+    ) -> BoxFuture<'_, Result<Vec<TransactionSummary>, StoreError>> {
+        let result = self.read(|conn| list_transactions(conn, &provider_id, &filter));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn record_audit(&self, entry: NewAudit) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.writer.execute(move |conn| audit(conn, &entry)))
+    }
+
+    fn audit_log(
+        &self,
+        provider_id: String,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<AuditRow>, StoreError>> {
+        let result = self.read(|conn| {
+            let mut statement = conn.prepare_cached(
+                "SELECT at, actor, action, detail FROM audit_log WHERE provider_id = ?1 \
+                 ORDER BY seq DESC LIMIT ?2",
+            )?;
+            let rows = statement.query_map(params![provider_id, limit], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            })?;
+            let mut entries = Vec::new();
+            for row in rows {
+                let (at, actor, action, detail) = row?;
+                entries.push(AuditRow {
+                    at: instant("audit_log.at", &at)?,
+                    actor,
+                    action,
+                    detail,
+                });
+            }
+            Ok(entries)
+        });
+        Box::pin(std::future::ready(result))
+    }
+}
+
+/// The filtered page: the provider's rows by the index on (provider_id, created_at), newest
+/// first; the keyset condition continues after the last row shown.
+fn list_transactions(
+    conn: &Connection,
+    provider_id: &str,
+    filter: &TransactionFilter,
+) -> Result<Vec<TransactionSummary>, StoreError> {
+    let mut sql = String::from(
+        "SELECT id, reference, title, status, currency, total, refunded_amount, \
+         json_extract(payment, '$.customer.email'), created_at \
+         FROM transactions WHERE provider_id = ?1",
+    );
+    let mut values: Vec<rusqlite::types::Value> = vec![provider_id.to_owned().into()];
+    let mut bind = |sql: &mut String, condition: &str, value: String| {
+        values.push(value.into());
+        sql.push_str(&condition.replace('?', &format!("?{}", values.len())));
+    };
+    if let Some(status) = &filter.status {
+        bind(&mut sql, " AND status = ?", status.clone());
+    }
+    if let Some(currency) = &filter.currency {
+        bind(&mut sql, " AND currency = ?", currency.clone());
+    }
+    if let Some(from) = filter.from {
+        bind(&mut sql, " AND created_at >= ?", format_instant(from));
+    }
+    if let Some(until) = filter.until {
+        bind(&mut sql, " AND created_at < ?", format_instant(until));
+    }
+    if let Some(search) = &filter.search {
+        let pattern = format!("%{}%", like_escaped(search));
+        values.push(pattern.into());
+        let n = values.len();
+        sql.push_str(&format!(
+            " AND (lower(reference) LIKE ?{n} ESCAPE '\\' OR lower(title) LIKE ?{n} ESCAPE '\\' \
+             OR lower(json_extract(payment, '$.customer.email')) LIKE ?{n} ESCAPE '\\')"
+        ));
+    }
+    if let Some((created_at, id)) = &filter.before {
+        values.push(format_instant(*created_at).into());
+        values.push(id.clone().into());
+        let (a, b) = (values.len() - 1, values.len());
+        sql.push_str(&format!(
+            " AND (created_at < ?{a} OR (created_at = ?{a} AND id < ?{b}))"
+        ));
+    }
+    values.push(i64::from(filter.limit).into());
+    sql.push_str(&format!(
+        " ORDER BY created_at DESC, id DESC LIMIT ?{}",
+        values.len()
+    ));
+    let mut statement = conn.prepare_cached(&sql)?;
+    let rows = statement.query_map(rusqlite::params_from_iter(values), |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, String>(3)?,
+            r.get::<_, String>(4)?,
+            r.get::<_, String>(5)?,
+            r.get::<_, String>(6)?,
+            r.get::<_, Option<String>>(7)?,
+            r.get::<_, String>(8)?,
+        ))
+    })?;
+    let mut list = Vec::new();
+    for row in rows {
+        let (id, reference, title, status, currency, total, refunded, email, created) = row?;
+        list.push(TransactionSummary {
+            id,
+            reference,
+            title,
+            status,
+            currency,
+            total: decimal("transactions.total", &total)?,
+            refunded: decimal("transactions.refunded_amount", &refunded)?,
+            customer_email: email,
+            created_at: instant("transactions.created_at", &created)?,
+        });
+    }
+    Ok(list)
+}
+
+/// `text` with LIKE's wildcards and its escape character escaped (`ESCAPE '\'`).
+pub(crate) fn like_escaped(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}

@@ -1,0 +1,782 @@
+//! The provider's dashboard over HTTP, as a browser speaks to it (forms, cookies, `Origin`),
+//! against a real server on either store (`CHECKOUT_TEST_STORE=postgres`): invitations and
+//! passwords, sign-in and its throttling, sessions and their timeouts, the anti-forgery checks,
+//! roles, and that a user sees only its own provider's transactions whatever id a URL carries.
+
+use hyper::{Method, StatusCode};
+use tests::http::{Creds, PUBLIC_URL, Reply, TestServer, checkout_body};
+
+/// What a user of the dashboard's browser keeps: the session cookie.
+struct Browser<'a> {
+    server: &'a TestServer,
+    cookie: Option<String>,
+}
+
+fn html(reply: &Reply) -> String {
+    String::from_utf8_lossy(&reply.body).into_owned()
+}
+
+fn location(reply: &Reply) -> String {
+    reply.header("location").unwrap_or_default().to_owned()
+}
+
+/// The anti-forgery token of the page's forms.
+fn csrf_of(page: &str) -> String {
+    const FIELD: &str = "name=\"csrf_token\" value=\"";
+    let at = page.find(FIELD).expect("a form with an anti-forgery token") + FIELD.len();
+    page[at..at + page[at..].find('"').expect("end")].to_owned()
+}
+
+fn encode(fields: &[(&str, &str)]) -> String {
+    let mut form = form_urlencoded::Serializer::new(String::new());
+    for (name, value) in fields {
+        form.append_pair(name, value);
+    }
+    form.finish()
+}
+
+impl<'a> Browser<'a> {
+    fn new(server: &'a TestServer) -> Browser<'a> {
+        Browser {
+            server,
+            cookie: None,
+        }
+    }
+
+    fn headers(&self) -> Vec<(&str, String)> {
+        let mut headers = vec![("accept-language", "en".to_owned())];
+        if let Some(cookie) = &self.cookie {
+            headers.push(("cookie", format!("checkout_session={cookie}")));
+        }
+        headers
+    }
+
+    async fn get(&self, path: &str) -> Reply {
+        let headers = self.headers();
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        self.server
+            .send(Method::GET, path, None, &headers, None)
+            .await
+    }
+
+    /// Posts a form as the dashboard's own page does (`Origin` of the public URL); keeps a
+    /// session cookie it is given.
+    async fn post(&mut self, path: &str, fields: &[(&str, &str)]) -> Reply {
+        self.post_from(path, fields, Some(PUBLIC_URL)).await
+    }
+
+    async fn post_from(
+        &mut self,
+        path: &str,
+        fields: &[(&str, &str)],
+        origin: Option<&str>,
+    ) -> Reply {
+        let mut headers = self.headers();
+        headers.push((
+            "content-type",
+            "application/x-www-form-urlencoded".to_owned(),
+        ));
+        if let Some(origin) = origin {
+            headers.push(("origin", origin.to_owned()));
+        }
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let reply = self
+            .server
+            .send(Method::POST, path, None, &headers, Some(&encode(fields)))
+            .await;
+        for value in reply.headers.get_all("set-cookie") {
+            let text = value.to_str().expect("cookie");
+            let pair = text.split(';').next().unwrap_or_default();
+            if let Some(token) = pair.strip_prefix("checkout_session=") {
+                self.cookie = (!token.is_empty()).then(|| token.to_owned());
+            }
+        }
+        reply
+    }
+
+    async fn sign_in(&mut self, email: &str, password: &str) -> Reply {
+        self.post(
+            "/dashboard/sign-in",
+            &[("email", email), ("password", password)],
+        )
+        .await
+    }
+
+    /// The anti-forgery token of the signed-in user's pages.
+    async fn csrf(&self) -> String {
+        let page = self.get("/dashboard/transactions").await;
+        assert_eq!(page.status, StatusCode::OK, "{}", html(&page));
+        csrf_of(&html(&page))
+    }
+}
+
+async fn invite(server: &TestServer, provider: &Creds, email: &str, role: &str) -> String {
+    server.invite(provider, email, role).await
+}
+
+const PASSWORD: &str = "correct horse battery staple";
+
+/// A provider's user who accepted an invitation; signed in.
+async fn member<'a>(
+    server: &'a TestServer,
+    provider: &Creds,
+    email: &str,
+    role: &str,
+) -> Browser<'a> {
+    let path = invite(server, provider, email, role).await;
+    let mut browser = Browser::new(server);
+    let accepted = browser
+        .post(
+            &path,
+            &[("password", PASSWORD), ("password_repeat", PASSWORD)],
+        )
+        .await;
+    assert_eq!(
+        accepted.status,
+        StatusCode::SEE_OTHER,
+        "{}",
+        html(&accepted)
+    );
+    assert!(browser.cookie.is_some());
+    browser
+}
+
+#[tokio::test]
+async fn an_invited_user_chooses_a_password_and_sees_only_its_providers_transactions() {
+    let server = TestServer::start().await;
+    let acme = server.provider("Acme Travel");
+    let globex = server.provider("Globex");
+    let ours = server.create(&acme, &checkout_body("Acme trip")).await;
+    let theirs = server.create(&globex, &checkout_body("Globex trip")).await;
+
+    let path = invite(&server, &acme, "Ada@Example.com", "admin").await;
+    let mut browser = Browser::new(&server);
+    let page = browser.get(&path).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(html(&page).contains("ada@example.com"), "{}", html(&page));
+
+    // The password rules, each said on the form.
+    for (password, repeat, message) in [
+        ("short", "short", "at least 12 characters"),
+        (
+            "ada-loves-lace-2026",
+            "ada-loves-lace-2026",
+            "e-mail address",
+        ),
+        ("we are acme travel!", "we are acme travel!", "your company"),
+        (PASSWORD, "something else entirely", "differ"),
+    ] {
+        let refused = browser
+            .post(
+                &path,
+                &[("password", password), ("password_repeat", repeat)],
+            )
+            .await;
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{password}");
+        assert!(
+            html(&refused).contains(message),
+            "{password}: {}",
+            html(&refused)
+        );
+        assert!(browser.cookie.is_none());
+    }
+    let accepted = browser
+        .post(
+            &path,
+            &[("password", PASSWORD), ("password_repeat", PASSWORD)],
+        )
+        .await;
+    assert_eq!(
+        accepted.status,
+        StatusCode::SEE_OTHER,
+        "{}",
+        html(&accepted)
+    );
+    assert!(location(&accepted).starts_with("/dashboard/transactions"));
+    let cookie = accepted.header("set-cookie").expect("session cookie");
+    for attribute in ["HttpOnly", "SameSite=Lax", "Secure", "Path=/dashboard"] {
+        assert!(cookie.contains(attribute), "{cookie}");
+    }
+    let token = browser.cookie.clone().expect("token");
+    assert!(token.len() >= 43, "a 256-bit token: {token}");
+    // Stored only hashed.
+    assert_eq!(
+        server
+            .scalar("SELECT count(*) FROM dashboard_sessions")
+            .as_deref(),
+        Some("1")
+    );
+    let stored_hash = server
+        .scalar("SELECT password_hash FROM dashboard_users")
+        .expect("hash");
+    assert!(stored_hash.starts_with("$argon2id$"), "{stored_hash}");
+
+    // The link works once.
+    let again = Browser::new(&server).get(&path).await;
+    assert_eq!(again.status, StatusCode::NOT_FOUND);
+    assert!(html(&again).contains("has been used or has expired"));
+
+    let list = browser.get("/dashboard/transactions").await;
+    assert_eq!(list.status, StatusCode::OK, "{}", html(&list));
+    let text = html(&list);
+    assert!(text.contains("Acme trip"), "{text}");
+    assert!(!text.contains("Globex trip"), "{text}");
+    assert!(text.contains("ada@example.com"));
+    for header in [
+        "content-security-policy",
+        "x-frame-options",
+        "cache-control",
+    ] {
+        assert!(list.header(header).is_some(), "{header}");
+    }
+
+    let own = browser
+        .get(&format!("/dashboard/transactions/{ours}"))
+        .await;
+    assert_eq!(own.status, StatusCode::OK);
+    assert!(html(&own).contains("Acme trip"));
+    // Another provider's transaction is not found, exactly as an unknown one.
+    let other = browser
+        .get(&format!("/dashboard/transactions/{theirs}"))
+        .await;
+    assert_eq!(other.status, StatusCode::NOT_FOUND);
+    assert!(!html(&other).contains("Globex trip"));
+    let unknown = browser
+        .get("/dashboard/transactions/0194f2c4-7a3e-7b21-9d0e-123456789abc")
+        .await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+    // The same page, but for the language link's path.
+    assert_eq!(
+        html(&other).replace(&theirs, "0194f2c4-7a3e-7b21-9d0e-123456789abc"),
+        html(&unknown)
+    );
+    // Search and filters never reach the other provider either.
+    let searched = browser.get("/dashboard/transactions?q=globex").await;
+    assert!(!html(&searched).contains("Globex trip"));
+    assert!(html(&searched).contains("No transaction matches."));
+}
+
+#[tokio::test]
+async fn without_a_session_every_page_leads_to_the_sign_in() {
+    let server = TestServer::start().await;
+    let anonymous = Browser::new(&server);
+    for path in [
+        "/dashboard",
+        "/dashboard/transactions",
+        "/dashboard/transactions/0194f2c4-7a3e-7b21-9d0e-123456789abc",
+        "/dashboard/audit",
+    ] {
+        let reply = anonymous.get(path).await;
+        assert_eq!(reply.status, StatusCode::SEE_OTHER, "{path}");
+        assert!(
+            location(&reply).starts_with("/dashboard/"),
+            "{path}: {}",
+            location(&reply)
+        );
+    }
+    let forged = Browser {
+        server: &server,
+        cookie: Some("not-a-session".to_owned()),
+    };
+    let reply = forged.get("/dashboard/transactions").await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    assert!(location(&reply).starts_with("/dashboard/sign-in"));
+    let page = anonymous.get("/dashboard/sign-in").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(html(&page).contains("autocomplete=\"current-password\""));
+    assert_eq!(
+        anonymous.get("/dashboard/nothing-here").await.status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test]
+async fn sign_in_is_refused_alike_for_a_wrong_password_and_an_unknown_user_then_throttled() {
+    let server = TestServer::start().await;
+    let acme = server.provider("Acme Travel");
+    drop(member(&server, &acme, "ada@example.com", "admin").await);
+
+    let mut browser = Browser::new(&server);
+    let unknown = browser.sign_in("nobody@example.com", PASSWORD).await;
+    assert_eq!(unknown.status, StatusCode::UNAUTHORIZED);
+    let wrong = browser.sign_in("ada@example.com", "wrong password!").await;
+    assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        html(&unknown).replace("nobody@example.com", "ada@example.com"),
+        html(&wrong),
+        "an unknown user is not told apart"
+    );
+    assert!(html(&wrong).contains("The e-mail address or the password is wrong."));
+
+    // Case and spaces of the address do not matter.
+    let signed_in = browser.sign_in(" ADA@example.com ", PASSWORD).await;
+    assert_eq!(
+        signed_in.status,
+        StatusCode::SEE_OTHER,
+        "{}",
+        html(&signed_in)
+    );
+
+    // Five failures within 15 minutes: the account is refused, even with the right password,
+    // and the user is told for how long.
+    let mut other = Browser::new(&server);
+    for _ in 0..5 {
+        let refused = other.sign_in("ada@example.com", "wrong password!").await;
+        assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    }
+    let throttled = other.sign_in("ada@example.com", PASSWORD).await;
+    assert_eq!(throttled.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        html(&throttled).contains("Too many failed sign-ins. Try again in 15 minutes."),
+        "{}",
+        html(&throttled)
+    );
+    assert!(other.cookie.is_none());
+
+    // Once the failures are older than the window, the account opens again.
+    server.execute_sql("UPDATE dashboard_sign_in_failures SET at = '2000-01-01T00:00:00.000000Z'");
+    let opened = other.sign_in("ada@example.com", PASSWORD).await;
+    assert_eq!(opened.status, StatusCode::SEE_OTHER, "{}", html(&opened));
+}
+
+#[tokio::test]
+async fn a_changing_form_needs_the_sessions_token_and_the_dashboards_origin() {
+    let server = TestServer::start().await;
+    let acme = server.provider("Acme Travel");
+    let mut browser = member(&server, &acme, "ada@example.com", "admin").await;
+    let token = browser.csrf().await;
+
+    let no_token = browser.post("/dashboard/sign-out", &[]).await;
+    assert_eq!(no_token.status, StatusCode::FORBIDDEN);
+    assert!(html(&no_token).contains("did not come from this dashboard"));
+    let wrong_token = browser
+        .post("/dashboard/sign-out", &[("csrf_token", "x")])
+        .await;
+    assert_eq!(wrong_token.status, StatusCode::FORBIDDEN);
+    let other_site = browser
+        .post_from(
+            "/dashboard/sign-out",
+            &[("csrf_token", &token)],
+            Some("https://evil.example"),
+        )
+        .await;
+    assert_eq!(other_site.status, StatusCode::FORBIDDEN);
+    // Still signed in after all three.
+    assert_eq!(
+        browser.get("/dashboard/transactions").await.status,
+        StatusCode::OK
+    );
+    // A sign-in form posted from another site is refused too (login forgery).
+    let mut stranger = Browser::new(&server);
+    let forged = stranger
+        .post_from(
+            "/dashboard/sign-in",
+            &[("email", "ada@example.com"), ("password", PASSWORD)],
+            Some("https://evil.example"),
+        )
+        .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    assert!(stranger.cookie.is_none());
+
+    let signed_out = browser
+        .post("/dashboard/sign-out", &[("csrf_token", &token)])
+        .await;
+    assert_eq!(signed_out.status, StatusCode::SEE_OTHER);
+    assert!(
+        signed_out
+            .header("set-cookie")
+            .is_some_and(|c| c.contains("Max-Age=0"))
+    );
+    assert_eq!(
+        server
+            .scalar("SELECT count(*) FROM dashboard_sessions")
+            .as_deref(),
+        Some("0")
+    );
+}
+
+#[tokio::test]
+async fn sessions_end_when_idle_30_minutes_or_12_hours_old_and_everywhere_at_once() {
+    let server = TestServer::start().await;
+    let acme = server.provider("Acme Travel");
+    let browser = member(&server, &acme, "ada@example.com", "admin").await;
+    server
+        .execute_sql("UPDATE dashboard_sessions SET last_seen_at = '2000-01-01T00:00:00.000000Z'");
+    let idle = browser.get("/dashboard/transactions").await;
+    assert_eq!(idle.status, StatusCode::SEE_OTHER);
+    assert!(location(&idle).contains("/dashboard/sign-in?ended=1"));
+    let page = Browser::new(&server)
+        .get("/dashboard/sign-in?ended=1")
+        .await;
+    assert!(html(&page).contains("Your session has ended."));
+
+    let mut browser = Browser::new(&server);
+    assert_eq!(
+        browser.sign_in("ada@example.com", PASSWORD).await.status,
+        StatusCode::SEE_OTHER
+    );
+    // Used a minute ago, but opened 13 hours ago.
+    server.execute_sql("UPDATE dashboard_sessions SET created_at = '2000-01-01T00:00:00.000000Z'");
+    assert_eq!(
+        browser.get("/dashboard/transactions").await.status,
+        StatusCode::SEE_OTHER
+    );
+
+    // Two devices; signing out everywhere from one ends both.
+    let mut laptop = Browser::new(&server);
+    let mut phone = Browser::new(&server);
+    laptop.sign_in("ada@example.com", PASSWORD).await;
+    phone.sign_in("ada@example.com", PASSWORD).await;
+    assert_ne!(laptop.cookie, phone.cookie, "a new token at every sign-in");
+    let token = laptop.csrf().await;
+    let everywhere = laptop
+        .post("/dashboard/sign-out-everywhere", &[("csrf_token", &token)])
+        .await;
+    assert_eq!(everywhere.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        phone.get("/dashboard/transactions").await.status,
+        StatusCode::SEE_OTHER
+    );
+}
+
+#[tokio::test]
+async fn the_audit_log_is_for_admins_and_records_who_did_what() {
+    let server = TestServer::start().await;
+    let acme = server.provider("Acme Travel");
+    let admin = member(&server, &acme, "ada@example.com", "admin").await;
+    let viewer = member(&server, &acme, "bob@example.com", "viewer").await;
+
+    let refused = viewer.get("/dashboard/audit").await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    let list = viewer.get("/dashboard/transactions").await;
+    assert_eq!(list.status, StatusCode::OK);
+    assert!(
+        !html(&list).contains("/dashboard/audit"),
+        "no link to what is refused"
+    );
+
+    let log = admin.get("/dashboard/audit").await;
+    assert_eq!(log.status, StatusCode::OK);
+    let text = html(&log);
+    assert!(text.contains("invited ada@example.com as admin"), "{text}");
+    assert!(text.contains("invited bob@example.com as viewer"), "{text}");
+    assert!(text.contains("operator"));
+    assert!(text.contains("accepted the invitation"));
+}
+
+#[tokio::test]
+async fn the_list_filters_searches_and_pages_newest_first() {
+    let server = TestServer::start().await;
+    let acme = server.provider("Acme Travel");
+    let mut ids = Vec::new();
+    for n in 0..55 {
+        ids.push(
+            server
+                .create(&acme, &checkout_body(&format!("Trip {n:02}")))
+                .await,
+        );
+    }
+    let paid = &ids[3];
+    let reply = server
+        .json(
+            Method::POST,
+            &format!("/sandbox/transactions/{paid}/pay"),
+            &acme,
+            "{}",
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let browser = member(&server, &acme, "ada@example.com", "viewer").await;
+
+    let first = html(&browser.get("/dashboard/transactions").await);
+    assert!(first.contains("Trip 54"), "newest first");
+    assert!(!first.contains("Trip 04"), "50 to a page");
+    let at = first.find("rel=\"next\"").expect("a next page");
+    let href_start = first[..at].rfind("href=\"").expect("href") + 6;
+    let next = first[href_start..href_start + first[href_start..].find('"').unwrap()]
+        .replace("&amp;", "&");
+    let second = html(&browser.get(&next).await);
+    for n in 0..5 {
+        assert!(second.contains(&format!("Trip {n:02}")), "{n}: {second}");
+    }
+    assert!(!second.contains("Trip 05"));
+    assert!(!second.contains("rel=\"next\""));
+
+    let only_paid = html(&browser.get("/dashboard/transactions?status=PAID").await);
+    assert!(only_paid.contains("Trip 03"));
+    assert!(!only_paid.contains("Trip 04"));
+
+    let reference = server
+        .scalar(&format!(
+            "SELECT reference FROM transactions WHERE id = '{}'",
+            ids[10]
+        ))
+        .expect("reference");
+    let found = html(
+        &browser
+            .get(&format!(
+                "/dashboard/transactions?q={}",
+                reference.to_lowercase()
+            ))
+            .await,
+    );
+    assert!(found.contains("Trip 10"));
+    assert!(!found.contains("Trip 11"));
+    // A wildcard typed into the search is a character, not a wildcard.
+    let literal = html(&browser.get("/dashboard/transactions?q=%25").await);
+    assert!(literal.contains("No transaction matches."));
+
+    let future = html(&browser.get("/dashboard/transactions?from=2999-01-01").await);
+    assert!(future.contains("No transaction matches."));
+    let eur = html(&browser.get("/dashboard/transactions?currency=eur").await);
+    assert!(eur.contains("Trip 54"));
+}
+
+#[tokio::test]
+async fn the_dashboard_speaks_german_when_asked() {
+    let server = TestServer::start().await;
+    let page = server
+        .send(
+            Method::GET,
+            "/dashboard/sign-in",
+            None,
+            &[("accept-language", "de-DE,de;q=0.9")],
+            None,
+        )
+        .await;
+    let text = html(&page);
+    assert!(text.contains("<html lang=\"de\">"));
+    assert!(text.contains("Anmelden"));
+    assert_eq!(page.header("content-language"), Some("de"));
+    let english = server
+        .send(
+            Method::GET,
+            "/dashboard/sign-in?lang=en",
+            None,
+            &[("accept-language", "de")],
+            None,
+        )
+        .await;
+    assert!(html(&english).contains("Sign in"));
+}
+
+#[tokio::test]
+async fn a_dashboard_listener_of_its_own_takes_the_dashboard_off_the_main_one() {
+    let server = TestServer::start_configured(|config| {
+        config.dashboard_listen = Some("127.0.0.1:0".parse().expect("address"));
+    })
+    .await;
+    let dashboard = server.dashboard_addr.expect("a dashboard listener");
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http();
+    let on = |addr, path: &str| {
+        let client = client.clone();
+        let path = path.to_owned();
+        async move {
+            tests::http::send_request(
+                &client,
+                addr,
+                Method::GET,
+                &path,
+                None,
+                &[],
+                bytes::Bytes::new(),
+            )
+            .await
+        }
+    };
+    assert_eq!(
+        on(dashboard, "/dashboard/sign-in").await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        on(server.addr, "/dashboard/sign-in").await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        on(dashboard, "/healthz").await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(on(server.addr, "/healthz").await.status, StatusCode::OK);
+
+    // Reached directly, its forms' origin is the listener's own.
+    let acme = server.provider("Acme Travel");
+    let path = invite(&server, &acme, "ada@example.com", "admin").await;
+    let origin = format!("http://{dashboard}");
+    let reply = tests::http::send_request(
+        &client,
+        dashboard,
+        Method::POST,
+        &path,
+        None,
+        &[
+            ("content-type", "application/x-www-form-urlencoded"),
+            ("origin", &origin),
+        ],
+        bytes::Bytes::from(encode(&[
+            ("password", PASSWORD),
+            ("password_repeat", PASSWORD),
+        ])),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", html(&reply));
+}
+
+async fn status(server: &TestServer, creds: &Creds, id: &str) -> serde_json::Value {
+    server.get(&format!("/status/{id}"), creds).await.json()
+}
+
+/// A paid transaction of `creds` (two items: 119.00 and 50.50, free to cancel).
+async fn paid(server: &TestServer, creds: &Creds, title: &str) -> String {
+    let id = server.create(creds, &checkout_body(title)).await;
+    let reply = server
+        .json(
+            Method::POST,
+            &format!("/sandbox/transactions/{id}/pay"),
+            creds,
+            "{}",
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    id
+}
+
+/// The hidden fields of the confirmation form on a cancel page.
+fn confirmation_fields(page: &str) -> Vec<(String, String)> {
+    let form = &page[page.find("class=\"confirm\"").expect("a confirmation form")..];
+    let form = &form[..form.find("</form>").expect("end")];
+    form.split("<input type=\"hidden\" name=\"")
+        .skip(1)
+        .map(|rest| {
+            let name = &rest[..rest.find('"').expect("name")];
+            let value_at = rest.find("value=\"").expect("value") + 7;
+            let value = &rest[value_at..value_at + rest[value_at..].find('"').expect("end")];
+            (name.to_owned(), value.to_owned())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_admin_sees_the_refund_first_then_cancels_once_however_often_the_form_is_sent() {
+    let server = TestServer::start().await;
+    let acme = server.provider("Acme Travel");
+    let globex = server.provider("Globex");
+    let id = paid(&server, &acme, "Acme trip").await;
+    let theirs = paid(&server, &globex, "Globex trip").await;
+    let mut admin = member(&server, &acme, "ada@example.com", "admin").await;
+
+    let page = html(&admin.get(&format!("/dashboard/transactions/{id}")).await);
+    assert!(page.contains("See the refund"), "{page}");
+    assert!(page.contains("name=\"item\" value=\"1\""));
+
+    let quote = admin
+        .get(&format!("/dashboard/transactions/{id}/cancel?item=1"))
+        .await;
+    assert_eq!(quote.status, StatusCode::OK, "{}", html(&quote));
+    let quote = html(&quote);
+    assert!(quote.contains("EUR 119.00"), "{quote}");
+    // Nothing is cancelled by looking.
+    assert_eq!(
+        server
+            .scalar("SELECT count(*) FROM cancellations")
+            .as_deref(),
+        Some("0")
+    );
+    let fields = confirmation_fields(&quote);
+    let fields: Vec<(&str, &str)> = fields
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    let path = format!("/dashboard/transactions/{id}/cancel");
+    let first = admin.post(&path, &fields).await;
+    assert_eq!(first.status, StatusCode::SEE_OTHER, "{}", html(&first));
+    assert!(
+        location(&first).contains("receipt=CR-000001"),
+        "{}",
+        location(&first)
+    );
+    // A double click sends the same form again: the same answer, one cancellation.
+    let second = admin.post(&path, &fields).await;
+    assert_eq!(second.status, StatusCode::SEE_OTHER, "{}", html(&second));
+    assert_eq!(location(&first), location(&second));
+    assert_eq!(
+        server
+            .scalar("SELECT count(*) FROM cancellations")
+            .as_deref(),
+        Some("1")
+    );
+    let record = status(&server, &acme, &id).await;
+    assert_eq!(record["status"], "PARTIALLY_CANCELLED");
+    assert_eq!(record["amounts"]["refunded"].to_string(), "119.00");
+    let shown = html(&admin.get(&location(&first)).await);
+    assert!(shown.contains("Cancelled. Receipt CR-000001"), "{shown}");
+
+    // The cancelled item cannot be quoted again; the page says why.
+    let again = admin
+        .get(&format!("/dashboard/transactions/{id}/cancel?item=1"))
+        .await;
+    assert_eq!(again.status, StatusCode::BAD_REQUEST);
+    // Another provider's transaction: not found, to quote and to cancel.
+    assert_eq!(
+        admin
+            .get(&format!("/dashboard/transactions/{theirs}/cancel?item=1"))
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    let mut forged = fields.clone();
+    for field in &mut forged {
+        if field.0 == "key" {
+            field.1 = "another-key";
+        }
+    }
+    let other = admin
+        .post(&format!("/dashboard/transactions/{theirs}/cancel"), &forged)
+        .await;
+    assert_eq!(other.status, StatusCode::NOT_FOUND);
+    assert_eq!(status(&server, &globex, &theirs).await["status"], "PAID");
+    let log = html(&admin.get("/dashboard/audit").await);
+    assert!(log.contains("cancelled items 1 of"), "{log}");
+}
+
+#[tokio::test]
+async fn two_agents_cancelling_at_once_cancel_once_and_a_viewer_cannot() {
+    let server = TestServer::start().await;
+    let acme = server.provider("Acme Travel");
+    let id = paid(&server, &acme, "Acme trip").await;
+    let mut one = member(&server, &acme, "ada@example.com", "admin").await;
+    let mut two = member(&server, &acme, "grace@example.com", "admin").await;
+    let mut viewer = member(&server, &acme, "bob@example.com", "viewer").await;
+
+    let quote_path = format!("/dashboard/transactions/{id}/cancel?item=2");
+    assert_eq!(viewer.get(&quote_path).await.status, StatusCode::FORBIDDEN);
+    let viewer_page = html(&viewer.get(&format!("/dashboard/transactions/{id}")).await);
+    assert!(!viewer_page.contains("See the refund"));
+    let token = viewer.csrf().await;
+    let path = format!("/dashboard/transactions/{id}/cancel");
+    let refused = viewer
+        .post(
+            &path,
+            &[("csrf_token", &token), ("key", "k1"), ("item", "2")],
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+
+    let fields_one = confirmation_fields(&html(&one.get(&quote_path).await));
+    let fields_two = confirmation_fields(&html(&two.get(&quote_path).await));
+    let as_pairs = |fields: &[(String, String)]| -> Vec<(String, String)> { fields.to_vec() };
+    let (f1, f2) = (as_pairs(&fields_one), as_pairs(&fields_two));
+    let f1: Vec<(&str, &str)> = f1.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+    let f2: Vec<(&str, &str)> = f2.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+    let (a, b) = tokio::join!(one.post(&path, &f1), two.post(&path, &f2));
+    let outcomes = [a.status, b.status];
+    assert!(outcomes.contains(&StatusCode::SEE_OTHER), "{outcomes:?}");
+    assert_eq!(
+        server
+            .scalar("SELECT count(*) FROM cancellations WHERE outcome = 'SUCCESS'")
+            .as_deref(),
+        Some("1")
+    );
+    let record = status(&server, &acme, &id).await;
+    assert_eq!(record["amounts"]["refunded"].to_string(), "50.50");
+}
