@@ -780,3 +780,231 @@ async fn two_agents_cancelling_at_once_cancel_once_and_a_viewer_cannot() {
     let record = status(&server, &acme, &id).await;
     assert_eq!(record["amounts"]["refunded"].to_string(), "50.50");
 }
+
+/// The one-time link an invitation made on the users page shows.
+fn shown_invitation(page: &str) -> String {
+    let at = page.find("class=\"one-time-link\">").expect("a link") + 22;
+    let link = &page[at..at + page[at..].find('<').expect("end")];
+    link.strip_prefix(PUBLIC_URL)
+        .expect("public URL")
+        .to_owned()
+}
+
+/// The id of the user `email` on the users page (from its role form's action).
+fn user_id_on(page: &str, email: &str) -> String {
+    let row = &page[page.find(&format!("<td>{email}")).expect("the user's row")..];
+    let at = row.find("/users/").expect("a form") + 7;
+    row[at..at + row[at..].find('/').expect("end")].to_owned()
+}
+
+#[tokio::test]
+async fn admins_invite_change_roles_and_remove_users_but_never_the_last_admin() {
+    let server = TestServer::start().await;
+    let acme = server.provider("Acme Travel");
+    let globex = server.provider("Globex");
+    let mut admin = member(&server, &acme, "ada@example.com", "admin").await;
+    let mut outsider = member(&server, &globex, "eve@example.com", "admin").await;
+
+    // The only admin cannot make itself a viewer or remove itself.
+    let token = admin.csrf().await;
+    let users = html(&admin.get("/dashboard/users").await);
+    let ada = user_id_on(&users, "ada@example.com");
+    let refused = admin
+        .post(
+            &format!("/dashboard/users/{ada}/role"),
+            &[("csrf_token", &token), ("role", "viewer")],
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::CONFLICT);
+    assert!(html(&refused).contains("The last admin cannot be removed"));
+    let refused = admin
+        .post(
+            &format!("/dashboard/users/{ada}/remove"),
+            &[("csrf_token", &token)],
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::CONFLICT);
+
+    // An invitation from the dashboard: its link is shown once, and works.
+    let invited = admin
+        .post(
+            "/dashboard/users",
+            &[
+                ("csrf_token", &token),
+                ("email", "bob@example.com"),
+                ("role", "viewer"),
+            ],
+        )
+        .await;
+    assert_eq!(invited.status, StatusCode::OK, "{}", html(&invited));
+    let link = shown_invitation(&html(&invited));
+    let taken = admin
+        .post(
+            "/dashboard/users",
+            &[
+                ("csrf_token", &token),
+                ("email", "BOB@example.com"),
+                ("role", "admin"),
+            ],
+        )
+        .await;
+    assert_eq!(taken.status, StatusCode::BAD_REQUEST);
+    assert!(html(&taken).contains("exists already"));
+    let mut bob = Browser::new(&server);
+    let joined = bob
+        .post(
+            &link,
+            &[("password", PASSWORD), ("password_repeat", PASSWORD)],
+        )
+        .await;
+    assert_eq!(joined.status, StatusCode::SEE_OTHER);
+
+    // A viewer is refused every page and form of user management.
+    let bob_token = bob.csrf().await;
+    assert_eq!(
+        bob.get("/dashboard/users").await.status,
+        StatusCode::FORBIDDEN
+    );
+    for (path, fields) in [
+        (
+            "/dashboard/users".to_owned(),
+            vec![("email", "mallory@example.com"), ("role", "admin")],
+        ),
+        (
+            format!("/dashboard/users/{ada}/role"),
+            vec![("role", "viewer")],
+        ),
+        (format!("/dashboard/users/{ada}/remove"), vec![]),
+    ] {
+        let mut fields = fields;
+        fields.push(("csrf_token", &bob_token));
+        let refused = bob.post(&path, &fields).await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{path}");
+    }
+    let users = html(&admin.get("/dashboard/users").await);
+    assert!(!users.contains("mallory@example.com"));
+    let bob_id = user_id_on(&users, "bob@example.com");
+
+    // Another provider's admin cannot touch acme's users, whatever id it sends.
+    let eve_token = outsider.csrf().await;
+    for path in [
+        format!("/dashboard/users/{bob_id}/role"),
+        format!("/dashboard/users/{bob_id}/remove"),
+    ] {
+        let refused = outsider
+            .post(&path, &[("csrf_token", &eve_token), ("role", "admin")])
+            .await;
+        assert_eq!(refused.status, StatusCode::NOT_FOUND, "{path}");
+    }
+    assert!(!html(&outsider.get("/dashboard/users").await).contains("bob@example.com"));
+
+    // Bob made admin; then Ada may step down; then Bob removes Ada, whose session ends.
+    let made = admin
+        .post(
+            &format!("/dashboard/users/{bob_id}/role"),
+            &[("csrf_token", &token), ("role", "admin")],
+        )
+        .await;
+    assert_eq!(made.status, StatusCode::SEE_OTHER, "{}", html(&made));
+    assert_eq!(bob.get("/dashboard/users").await.status, StatusCode::OK);
+    let removed = bob
+        .post(
+            &format!("/dashboard/users/{ada}/remove"),
+            &[("csrf_token", &bob_token)],
+        )
+        .await;
+    assert_eq!(removed.status, StatusCode::SEE_OTHER, "{}", html(&removed));
+    assert_eq!(
+        admin.get("/dashboard/transactions").await.status,
+        StatusCode::SEE_OTHER
+    );
+    let log = html(&bob.get("/dashboard/audit").await);
+    assert!(log.contains("made bob@example.com admin"), "{log}");
+    assert!(log.contains("removed ada@example.com"), "{log}");
+}
+
+#[tokio::test]
+async fn api_settings_show_credentials_create_one_whose_secret_works_and_revoke_it() {
+    let server = TestServer::start().await;
+    let acme = server.provider("Acme Travel");
+    let globex = server.provider("Globex");
+    let mut admin = member(&server, &acme, "ada@example.com", "admin").await;
+    let viewer = member(&server, &acme, "bob@example.com", "viewer").await;
+    let mut outsider = member(&server, &globex, "eve@example.com", "admin").await;
+
+    let page = html(&admin.get("/dashboard/api").await);
+    assert!(page.contains(&acme.widget_id), "{page}");
+    assert!(!page.contains(&globex.widget_id));
+    assert!(
+        !page.contains(&acme.secret),
+        "a secret is never shown again"
+    );
+    // A viewer sees the list, without the forms that change it.
+    let seen = html(&viewer.get("/dashboard/api").await);
+    assert!(seen.contains(&acme.widget_id));
+    assert!(!seen.contains("/revoke"));
+    assert!(!seen.contains("name=\"scope\""));
+
+    let token = admin.csrf().await;
+    let none = admin
+        .post("/dashboard/api/credentials", &[("csrf_token", &token)])
+        .await;
+    assert_eq!(none.status, StatusCode::BAD_REQUEST);
+    assert!(html(&none).contains("Choose at least one scope."));
+    let created = admin
+        .post(
+            "/dashboard/api/credentials",
+            &[("csrf_token", &token), ("scope", "transactions:read")],
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::OK, "{}", html(&created));
+    let text = html(&created);
+    let value_of = |id: &str| {
+        let pattern = format!("id=\"{id}\" readonly value=\"");
+        let at = text.find(&pattern).expect(id) + pattern.len();
+        text[at..at + text[at..].find('"').expect("end")].to_owned()
+    };
+    let fresh = Creds {
+        provider_id: acme.provider_id.clone(),
+        widget_id: value_of("new-widget-id"),
+        secret: value_of("new-secret"),
+    };
+    // The new credential works, with only its scope.
+    assert_eq!(server.get("/status", &fresh).await.status, StatusCode::OK);
+    let write = server
+        .json(Method::POST, "/initialize", &fresh, &checkout_body("T"))
+        .await;
+    assert_eq!(write.status, StatusCode::FORBIDDEN);
+    // Stored hashed only.
+    assert_eq!(
+        server
+            .scalar(&format!(
+                "SELECT count(*) FROM credentials WHERE widget_id = '{}'",
+                fresh.widget_id
+            ))
+            .as_deref(),
+        Some("1")
+    );
+    assert!(!html(&admin.get("/dashboard/api").await).contains(&fresh.secret));
+
+    // Revoking asks first, then refuses the credential at once.
+    let revoke = format!("/dashboard/api/credentials/{}/revoke", fresh.widget_id);
+    let question = admin.get(&revoke).await;
+    assert_eq!(question.status, StatusCode::OK);
+    assert!(html(&question).contains("Revoke this credential?"));
+    assert_eq!(viewer.get(&revoke).await.status, StatusCode::FORBIDDEN);
+    // Another provider's admin cannot revoke it.
+    let eve_token = outsider.csrf().await;
+    let refused = outsider.post(&revoke, &[("csrf_token", &eve_token)]).await;
+    assert_eq!(refused.status, StatusCode::NOT_FOUND);
+    assert_eq!(server.get("/status", &fresh).await.status, StatusCode::OK);
+    let revoked = admin.post(&revoke, &[("csrf_token", &token)]).await;
+    assert_eq!(revoked.status, StatusCode::SEE_OTHER, "{}", html(&revoked));
+    assert_eq!(
+        server.get("/status", &fresh).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(server.get("/status", &acme).await.status, StatusCode::OK);
+    let log = html(&admin.get("/dashboard/audit").await);
+    assert!(log.contains(&format!("revoked credential {}", fresh.widget_id)));
+}

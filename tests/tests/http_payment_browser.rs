@@ -774,3 +774,148 @@ async fn stripe_three_d_secure_failed_stays_pending_and_completed_pays() {
     );
     browser.close().await;
 }
+
+/// The dashboard in the browser: an invited admin chooses a password, signs in, finds the
+/// paid trip in the list, reads it, sees the refund of cancelling the hotel and cancels it;
+/// every page passes axe-core (WCAG 2.1 AA), in English and in German.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a browser: chromium, chromedriver and `npm ci --prefix tests/browser`; run with -- --include-ignored"]
+async fn the_dashboard_signs_in_finds_a_trip_and_cancels_an_item_accessibly() {
+    let _one = ONE_BROWSER.lock().await;
+    let browser = Browser::start("the_dashboard", "en-GB,en").await;
+    let server = start_server().await;
+    let acme = server.provider("Acme Travel");
+    let (id, _) = trip(&server, &acme).await;
+    let paid = server
+        .json(
+            Method::POST,
+            &format!("/sandbox/transactions/{id}/pay"),
+            &acme,
+            "{}",
+        )
+        .await;
+    assert_eq!(paid.status, 200);
+    let invitation = server.invite(&acme, "ada@example.com", "admin").await;
+
+    browser.open(&server, &invitation).await;
+    assert_eq!(browser.text("h1").await, "Choose your password");
+    browser.assert_accessible("the invitation").await;
+    browser
+        .screenshot("dashboard-invitation-en.png", 1280)
+        .await;
+    browser
+        .fill(&[
+            ("password", "correct horse battery staple"),
+            ("password_repeat", "correct horse battery staple"),
+        ])
+        .await;
+    browser
+        .client
+        .find(Locator::Css("button[type=submit]"))
+        .await
+        .expect("save")
+        .click()
+        .await
+        .expect("click");
+    browser.wait_for_h1("Transactions").await;
+    assert_eq!(browser.texts("tbody tr").await.len(), 1);
+    assert!(browser.text("tbody tr").await.contains("Berlin trip"));
+    browser.assert_accessible("the transaction list").await;
+    browser
+        .screenshot("dashboard-transactions-en.png", 1280)
+        .await;
+    browser
+        .screenshot("dashboard-transactions-en-phone.png", 390)
+        .await;
+
+    browser
+        .client
+        .find(Locator::Css("a.reference"))
+        .await
+        .expect("the trip's link")
+        .click()
+        .await
+        .expect("click");
+    browser.wait_for_h1("Berlin trip").await;
+    browser.assert_accessible("a transaction").await;
+    browser
+        .screenshot("dashboard-transaction-en.png", 1280)
+        .await;
+    browser
+        .client
+        .find(Locator::Css("#item-2"))
+        .await
+        .expect("the hotel's box")
+        .click()
+        .await
+        .expect("tick");
+    browser
+        .client
+        .find(Locator::Css(".cancel-form button[type=submit]"))
+        .await
+        .expect("see the refund")
+        .click()
+        .await
+        .expect("click");
+    browser.wait_for_h1("Cancel items").await;
+    assert_eq!(browser.text(".refund-total").await, "EUR 171.20");
+    browser
+        .assert_accessible("the refund before cancelling")
+        .await;
+    browser.screenshot("dashboard-cancel-en.png", 1280).await;
+    browser
+        .client
+        .find(Locator::Css(".confirm button[type=submit]"))
+        .await
+        .expect("confirm")
+        .click()
+        .await
+        .expect("click");
+    browser.wait_for_h1("Berlin trip").await;
+    assert_eq!(
+        browser.text(".notice").await,
+        "Cancelled. Receipt CR-000001"
+    );
+    assert_eq!(
+        status(&server, &acme, &id).await["status"],
+        "PARTIALLY_CANCELLED"
+    );
+
+    // The users page and the audit log.
+    let url = browser.client.current_url().await.expect("url");
+    browser.open(&server, "/dashboard/users?lang=en").await;
+    browser.wait_for_h1("Users").await;
+    browser.assert_accessible("the users").await;
+    browser.screenshot("dashboard-users-en.png", 1280).await;
+    browser.open(&server, "/dashboard/audit?lang=en").await;
+    browser.wait_for_h1("Audit log").await;
+    assert!(browser.text("tbody").await.contains("cancelled items 2"));
+    browser.assert_accessible("the audit log").await;
+
+    // German, as the browser's language or the link asks.
+    let german = url.as_str().replace("lang=en", "lang=de");
+    browser.client.goto(&german).await.expect("German page");
+    browser.wait_for_h1("Berlin trip").await;
+    assert_eq!(
+        browser.attribute("html", "lang").await.as_deref(),
+        Some("de")
+    );
+    assert!(browser.text("nav").await.contains("Transaktionen"));
+    browser.assert_accessible("a transaction in German").await;
+    browser
+        .screenshot("dashboard-transaction-de.png", 1280)
+        .await;
+
+    // Signing out ends the session: the list leads to the sign-in page.
+    browser
+        .client
+        .find(Locator::Css("nav form button"))
+        .await
+        .expect("sign out")
+        .click()
+        .await
+        .expect("click");
+    browser.wait_for_h1("Anmelden").await;
+    browser.assert_accessible("the sign-in page").await;
+    browser.close().await;
+}

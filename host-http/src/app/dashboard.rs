@@ -30,12 +30,16 @@ use subtle::ConstantTimeEq as _;
 
 use super::cancellations::{Cancellation, Cancelled};
 use super::idempotency::{Prior, json_cancellation_hash, key_of};
+use super::providers::IssuedCredential;
 use super::{Error, Principal, Resource, Services};
 use crate::auth::{Scope, Scopes, hash_secret};
 use crate::store::StoreError;
-use crate::store::dashboard::{AuditRow, Invited, NewAudit, NewSession, NewUser, UserRow};
+use crate::store::admin::CredentialListing;
+use crate::store::dashboard::{AuditRow, Invited, NewAudit, NewSession, NewUser};
 /// Which transactions a list shows, and one line of it: the list's input and output.
 pub use crate::store::dashboard::{TransactionFilter, TransactionSummary};
+/// A user as listed, and what changing one did.
+pub use crate::store::dashboard::{UserChange, UserRow};
 use checkout_engine::api::{CancellationReq, RefundPreview, StatusRecord};
 use std::sync::Arc;
 
@@ -728,6 +732,134 @@ impl Services {
                 .await?;
         }
         Ok(outcome)
+    }
+
+    /// The users of the session's provider (admins only).
+    pub async fn dashboard_users(&self, session: &Session) -> Result<Vec<UserRow>, Error> {
+        if !session.may_change() {
+            return Err(Error::Forbidden("admin"));
+        }
+        Ok(self.dashboard.users(session.provider_id.clone()).await?)
+    }
+
+    /// Invites a user to the session's provider (admins only); the link is shown once.
+    pub async fn invite_from_dashboard(
+        &self,
+        session: &Session,
+        email: &str,
+        role: Role,
+        now: DateTime<Utc>,
+    ) -> Result<Invitation, DashboardError> {
+        if !session.may_change() {
+            return Err(Error::Forbidden("admin").into());
+        }
+        self.invite_user(&session.provider_id, email, role, &session.email, now)
+            .await
+    }
+
+    /// Gives a user of the session's provider another role (`Some`) or removes it (`None`),
+    /// admins only; the provider always keeps an admin who can sign in.
+    pub async fn change_user(
+        &self,
+        session: &Session,
+        user_id: &str,
+        role: Option<Role>,
+        now: DateTime<Utc>,
+    ) -> Result<UserChange, Error> {
+        if !session.may_change() {
+            return Err(Error::Forbidden("admin"));
+        }
+        let users = self.dashboard.users(session.provider_id.clone()).await?;
+        let Some(user) = users.iter().find(|user| user.id == user_id) else {
+            return Ok(UserChange::NotFound);
+        };
+        let (action, detail) = match role {
+            Some(role) => (
+                "user.role_changed",
+                format!("made {} {}", user.email, role.as_str()),
+            ),
+            None => ("user.removed", format!("removed {}", user.email)),
+        };
+        Ok(self
+            .dashboard
+            .change_user(
+                session.provider_id.clone(),
+                user_id.to_owned(),
+                role.map(|role| role.as_str().to_owned()),
+                NewAudit {
+                    provider_id: session.provider_id.clone(),
+                    actor: session.email.clone(),
+                    action: action.to_owned(),
+                    detail,
+                    at: now,
+                },
+            )
+            .await?)
+    }
+
+    /// The API credentials of the session's provider (never a secret).
+    pub async fn dashboard_credentials(
+        &self,
+        session: &Session,
+    ) -> Result<Vec<CredentialListing>, Error> {
+        Ok(self
+            .dashboard
+            .credentials(session.provider_id.clone())
+            .await?)
+    }
+
+    /// A new API credential of the session's provider with `scopes` (admins only); its secret
+    /// is in the answer only (stored hashed, R-7.1).
+    pub async fn create_credential(
+        &self,
+        session: &Session,
+        scopes: Scopes,
+        now: DateTime<Utc>,
+    ) -> Result<IssuedCredential, Error> {
+        if !session.may_change() {
+            return Err(Error::Forbidden("admin"));
+        }
+        let (stored, issued) = super::providers::issue(&session.provider_id, scopes, now);
+        self.dashboard
+            .add_credential(
+                stored,
+                NewAudit {
+                    provider_id: session.provider_id.clone(),
+                    actor: session.email.clone(),
+                    action: "credential.created".to_owned(),
+                    detail: format!("created credential {} ({scopes})", issued.widget_id),
+                    at: now,
+                },
+            )
+            .await?;
+        Ok(issued)
+    }
+
+    /// Revokes an active API credential of the session's provider (admins only); `false`
+    /// when it has none with this widget ID.
+    pub async fn revoke_credential(
+        &self,
+        session: &Session,
+        widget_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool, Error> {
+        if !session.may_change() {
+            return Err(Error::Forbidden("admin"));
+        }
+        Ok(self
+            .dashboard
+            .revoke_credential(
+                session.provider_id.clone(),
+                widget_id.to_owned(),
+                NewAudit {
+                    provider_id: session.provider_id.clone(),
+                    actor: session.email.clone(),
+                    action: "credential.revoked".to_owned(),
+                    detail: format!("revoked credential {widget_id}"),
+                    at: now,
+                },
+            )
+            .await?)
     }
 
     /// The newest entries of the provider's audit log (admins only).

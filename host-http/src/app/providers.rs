@@ -194,7 +194,8 @@ pub fn read_category_policy(argument: &str) -> Result<(Category, CancellationPol
     Ok((category, read_policy_file(Path::new(file))?))
 }
 
-fn issue(
+/// A new credential of `provider_id`: what is stored (the secret hashed) and what is shown once.
+pub(crate) fn issue(
     provider_id: &str,
     scopes: Scopes,
     now: DateTime<Utc>,

@@ -22,7 +22,8 @@ use super::request::{ClientAddr, query_param, read_urlencoded};
 use super::response::{HttpResponse, static_asset};
 use crate::app::cancellations::Cancelled;
 use crate::app::dashboard::{
-    DashboardError, PAGE_SIZE, PasswordProblem, Refusal, Session, SignIn, TransactionFilter,
+    DashboardError, PAGE_SIZE, PasswordProblem, Refusal, Role, Session, SignIn, TransactionFilter,
+    UserChange,
 };
 use crate::app::{Error, Services};
 use crate::i18n::Lang;
@@ -139,6 +140,38 @@ pub struct DashTexts {
     pending_notice: &'static str,
     in_progress: &'static str,
     not_cancellable: &'static str,
+    users: &'static str,
+    invite_heading: &'static str,
+    role: &'static str,
+    role_admin: &'static str,
+    role_viewer: &'static str,
+    invite_button: &'static str,
+    invited_link: &'static str,
+    state: &'static str,
+    active: &'static str,
+    invited_until: &'static str,
+    change_role: &'static str,
+    remove: &'static str,
+    last_admin: &'static str,
+    saved: &'static str,
+    email_taken: &'static str,
+    bad_email: &'static str,
+    you: &'static str,
+    api_settings: &'static str,
+    credentials: &'static str,
+    widget_id: &'static str,
+    scopes: &'static str,
+    revoked: &'static str,
+    create_credential: &'static str,
+    create_button: &'static str,
+    secret_once: &'static str,
+    backend_secret: &'static str,
+    revoke: &'static str,
+    revoke_question: &'static str,
+    revoke_button: &'static str,
+    keep_it: &'static str,
+    choose_scope: &'static str,
+    revoked_notice: &'static str,
 }
 
 const EN: DashTexts = DashTexts {
@@ -238,6 +271,38 @@ const EN: DashTexts = DashTexts {
     pending_notice: "The refund is pending at the payment gateway and will be completed.",
     in_progress: "This cancellation is already being made. Reload the transaction in a moment.",
     not_cancellable: "These items cannot be cancelled:",
+    users: "Users",
+    invite_heading: "Invite a user",
+    role: "Role",
+    role_admin: "Admin: everything",
+    role_viewer: "Viewer: reads only",
+    invite_button: "Invite",
+    invited_link: "Send this one-time link to the new user. It works for 7 days and is shown only now:",
+    state: "State",
+    active: "Active",
+    invited_until: "Invited; the link works until",
+    change_role: "Change the role",
+    remove: "Remove",
+    last_admin: "The last admin cannot be removed or made a viewer.",
+    saved: "Saved.",
+    email_taken: "A user with this e-mail address exists already.",
+    bad_email: "This is not an e-mail address.",
+    you: "(you)",
+    api_settings: "API settings",
+    credentials: "Credentials",
+    widget_id: "Widget ID",
+    scopes: "Scopes",
+    revoked: "Revoked",
+    create_credential: "Create a credential",
+    create_button: "Create",
+    secret_once: "Copy the backend secret now: it is shown only once, and only its hash is kept.",
+    backend_secret: "Backend secret",
+    revoke: "Revoke",
+    revoke_question: "Revoke this credential? Every request with it is refused from then on, on every server.",
+    revoke_button: "Revoke the credential",
+    keep_it: "Keep it",
+    choose_scope: "Choose at least one scope.",
+    revoked_notice: "The credential is revoked.",
 };
 
 const DE: DashTexts = DashTexts {
@@ -337,6 +402,38 @@ const DE: DashTexts = DashTexts {
     pending_notice: "Die Erstattung ist beim Zahlungsdienst in Bearbeitung und wird abgeschlossen.",
     in_progress: "Diese Stornierung läuft bereits. Laden Sie die Transaktion gleich neu.",
     not_cancellable: "Diese Positionen können nicht storniert werden:",
+    users: "Benutzer",
+    invite_heading: "Benutzer einladen",
+    role: "Rolle",
+    role_admin: "Admin: alles",
+    role_viewer: "Betrachter: nur lesen",
+    invite_button: "Einladen",
+    invited_link: "Senden Sie diesen einmaligen Link an den neuen Benutzer. Er gilt 7 Tage und wird nur jetzt gezeigt:",
+    state: "Stand",
+    active: "Aktiv",
+    invited_until: "Eingeladen; der Link gilt bis",
+    change_role: "Rolle ändern",
+    remove: "Entfernen",
+    last_admin: "Der letzte Admin kann nicht entfernt oder zum Betrachter gemacht werden.",
+    saved: "Gespeichert.",
+    email_taken: "Ein Benutzer mit dieser E-Mail-Adresse existiert bereits.",
+    bad_email: "Das ist keine E-Mail-Adresse.",
+    you: "(Sie)",
+    api_settings: "API-Einstellungen",
+    credentials: "Zugangsdaten",
+    widget_id: "Widget-ID",
+    scopes: "Berechtigungen",
+    revoked: "Widerrufen",
+    create_credential: "Zugangsdaten erstellen",
+    create_button: "Erstellen",
+    secret_once: "Kopieren Sie das Backend-Geheimnis jetzt: Es wird nur einmal gezeigt, gespeichert wird nur sein Hash.",
+    backend_secret: "Backend-Geheimnis",
+    revoke: "Widerrufen",
+    revoke_question: "Diese Zugangsdaten widerrufen? Jede Anfrage damit wird ab dann abgelehnt, auf jedem Server.",
+    revoke_button: "Zugangsdaten widerrufen",
+    keep_it: "Behalten",
+    choose_scope: "Wählen Sie mindestens eine Berechtigung.",
+    revoked_notice: "Die Zugangsdaten sind widerrufen.",
 };
 
 fn texts(lang: Lang) -> &'static DashTexts {
@@ -498,6 +595,55 @@ struct CancelPage {
     key: String,
 }
 
+struct UserLine {
+    id: String,
+    email: String,
+    is_admin: bool,
+    state: String,
+    is_self: bool,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/users.html")]
+struct UsersPage {
+    frame: Frame,
+    users: Vec<UserLine>,
+    notice: Option<String>,
+    error: Option<String>,
+    /// The one-time link of an invitation just made.
+    invitation: Option<String>,
+    invite_email: String,
+}
+
+struct CredentialLine {
+    widget_id: String,
+    scopes: String,
+    created: String,
+    revoked: Option<String>,
+    revoke_href: String,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/api.html")]
+struct ApiPage {
+    frame: Frame,
+    credentials: Vec<CredentialLine>,
+    notice: Option<String>,
+    error: Option<String>,
+    /// A credential just made: (widget ID, secret), shown once.
+    issued: Option<(String, String)>,
+    scopes: [&'static str; 3],
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/revoke.html")]
+struct RevokePage {
+    frame: Frame,
+    widget_id: String,
+    action: String,
+    back: String,
+}
+
 #[derive(Template)]
 #[template(path = "dashboard/audit.html")]
 struct AuditPage {
@@ -551,6 +697,18 @@ pub async fn handle(
         (["transactions", id, "cancel"], true, _) => page.cancel_quote(&request, id, now).await,
         (["transactions", id, "cancel"], _, true) => page.cancel(request, id, now).await,
         (["audit"], true, _) => page.audit(&request, now).await,
+        (["users"], true, _) => page.users(&request, now).await,
+        (["api"], true, _) => page.api(&request, now).await,
+        (["api", "credentials"], _, true) => page.create_credential(request, now).await,
+        (["api", "credentials", widget, "revoke"], true, _) => {
+            page.revoke_question(&request, widget, now).await
+        }
+        (["api", "credentials", widget, "revoke"], _, true) => {
+            page.revoke(request, widget, now).await
+        }
+        (["users"], _, true) => page.invite(request, now).await,
+        (["users", id, "role"], _, true) => page.change_user(request, id, true, now).await,
+        (["users", id, "remove"], _, true) => page.change_user(request, id, false, now).await,
         (
             [
                 "sign-in"
@@ -564,7 +722,7 @@ pub async fn handle(
             ],
             _,
             _,
-        ) if segments.len() <= 3 => Ok(page.message(
+        ) if segments.len() <= 4 => Ok(page.message(
             StatusCode::METHOD_NOT_ALLOWED,
             None,
             page.t().not_found_heading,
@@ -1375,6 +1533,315 @@ impl<'a> Page<'a> {
                 format!("{} {}", self.t().not_cancellable, messages.join("; ")),
             )),
             Err(error) => Err(error),
+        }
+    }
+
+    async fn users_page(
+        &self,
+        session: &Session,
+        status: StatusCode,
+        notice: Option<String>,
+        error: Option<String>,
+        invitation: Option<String>,
+        invite_email: String,
+    ) -> Result<HttpResponse, Error> {
+        let users = match self.services.dashboard_users(session).await {
+            Ok(users) => users,
+            Err(Error::Forbidden(_)) => {
+                return Ok(self.refused(Refused::Forbidden(session.clone())));
+            }
+            Err(error) => return Err(error),
+        };
+        let t = self.t();
+        let users = users
+            .into_iter()
+            .map(|user| UserLine {
+                is_self: user.id == session.user_id,
+                state: match (&user.password_hash, user.invite_expires_at) {
+                    (Some(_), _) => t.active.to_owned(),
+                    (None, Some(until)) => format!(
+                        "{} {}",
+                        t.invited_until,
+                        self.lang.instant(until, chrono_tz::UTC)
+                    ),
+                    (None, None) => String::new(),
+                },
+                is_admin: user.role == "admin",
+                id: user.id,
+                email: user.email,
+            })
+            .collect();
+        Ok(self.render(
+            status,
+            &UsersPage {
+                frame: self.frame(Some(session)),
+                users,
+                notice,
+                error,
+                invitation,
+                invite_email,
+            },
+        ))
+    }
+
+    /// `GET …/users` (admins).
+    async fn users<B>(
+        &self,
+        request: &Request<B>,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let session = match self.session(request, now).await {
+            Ok(session) => session,
+            Err(refused) => return Ok(self.refused(refused)),
+        };
+        let notice = match query_param(self.query.as_deref(), "done").as_deref() {
+            Some("saved") => Some(self.t().saved.to_owned()),
+            _ => None,
+        };
+        self.users_page(&session, StatusCode::OK, notice, None, None, String::new())
+            .await
+    }
+
+    /// `POST …/users`: an invitation (admins); its link is shown once, on this answer.
+    async fn invite(
+        &self,
+        request: Request<Incoming>,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let (session, fields) = match self.changing_form(request, now, true).await {
+            Ok(checked) => checked,
+            Err(refused) => return Ok(self.refused(refused)),
+        };
+        let email = field(&fields, "email");
+        let role = Role::parse(&field(&fields, "role")).unwrap_or(Role::Viewer);
+        match self
+            .services
+            .invite_from_dashboard(&session, &email, role, now)
+            .await
+        {
+            Ok(invitation) => {
+                self.users_page(
+                    &session,
+                    StatusCode::OK,
+                    None,
+                    None,
+                    Some(invitation.url),
+                    String::new(),
+                )
+                .await
+            }
+            Err(DashboardError::Refused(refusal)) => {
+                let message = match refusal {
+                    Refusal::EmailTaken(_) => self.t().email_taken,
+                    _ => self.t().bad_email,
+                };
+                self.users_page(
+                    &session,
+                    StatusCode::BAD_REQUEST,
+                    None,
+                    Some(message.to_owned()),
+                    None,
+                    email,
+                )
+                .await
+            }
+            Err(DashboardError::Failed(Error::Forbidden(_))) => {
+                Ok(self.refused(Refused::Forbidden(session)))
+            }
+            Err(DashboardError::Failed(error)) => Err(error),
+        }
+    }
+
+    /// `POST …/users/{id}/role` (`keep` the user, with the form's role) and
+    /// `POST …/users/{id}/remove` (admins).
+    async fn change_user(
+        &self,
+        request: Request<Incoming>,
+        user_id: &str,
+        keep: bool,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let (session, fields) = match self.changing_form(request, now, true).await {
+            Ok(checked) => checked,
+            Err(refused) => return Ok(self.refused(refused)),
+        };
+        let role = if keep {
+            match Role::parse(&field(&fields, "role")) {
+                Some(role) => Some(role),
+                None => return Ok(self.not_found(&session)),
+            }
+        } else {
+            None
+        };
+        match self
+            .services
+            .change_user(&session, user_id, role, now)
+            .await?
+        {
+            UserChange::Done if !keep && user_id == session.user_id => {
+                let mut response = self.redirect("/sign-in?signed-out=1");
+                self.clear_cookie(&mut response);
+                Ok(response)
+            }
+            UserChange::Done => Ok(self.redirect("/users?done=saved")),
+            UserChange::NotFound => Ok(self.not_found(&session)),
+            UserChange::LastAdmin => {
+                self.users_page(
+                    &session,
+                    StatusCode::CONFLICT,
+                    None,
+                    Some(self.t().last_admin.to_owned()),
+                    None,
+                    String::new(),
+                )
+                .await
+            }
+        }
+    }
+
+    async fn api_page(
+        &self,
+        session: &Session,
+        status: StatusCode,
+        notice: Option<String>,
+        error: Option<String>,
+        issued: Option<(String, String)>,
+    ) -> Result<HttpResponse, Error> {
+        let credentials = self
+            .services
+            .dashboard_credentials(session)
+            .await?
+            .into_iter()
+            .map(|c| CredentialLine {
+                revoke_href: self.href(&format!(
+                    "/api/credentials/{}/revoke?lang={}",
+                    c.widget_id,
+                    self.lang.tag()
+                )),
+                widget_id: c.widget_id,
+                scopes: c.scopes.replace(',', ", "),
+                created: c.created_at,
+                revoked: c.revoked_at,
+            })
+            .collect();
+        Ok(self.render(
+            status,
+            &ApiPage {
+                frame: self.frame(Some(session)),
+                credentials,
+                notice,
+                error,
+                issued,
+                scopes: ["transactions:read", "transactions:write", "refunds:write"],
+            },
+        ))
+    }
+
+    /// `GET …/api`: the provider's credentials (every role sees them; admins change them).
+    async fn api<B>(
+        &self,
+        request: &Request<B>,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let session = match self.session(request, now).await {
+            Ok(session) => session,
+            Err(refused) => return Ok(self.refused(refused)),
+        };
+        let notice = (query_param(self.query.as_deref(), "done").as_deref() == Some("revoked"))
+            .then(|| self.t().revoked_notice.to_owned());
+        self.api_page(&session, StatusCode::OK, notice, None, None)
+            .await
+    }
+
+    /// `POST …/api/credentials`: a new credential (admins); its secret is on this answer only.
+    async fn create_credential(
+        &self,
+        request: Request<Incoming>,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let (session, fields) = match self.changing_form(request, now, true).await {
+            Ok(checked) => checked,
+            Err(refused) => return Ok(self.refused(refused)),
+        };
+        let chosen: Vec<&str> = fields
+            .iter()
+            .filter(|(name, _)| name == "scope")
+            .map(|(_, value)| value.as_str())
+            .collect();
+        let scopes = match crate::auth::Scopes::parse(&chosen.join(",")) {
+            Ok(scopes) if !chosen.is_empty() => scopes,
+            _ => {
+                let error = Some(self.t().choose_scope.to_owned());
+                return self
+                    .api_page(&session, StatusCode::BAD_REQUEST, None, error, None)
+                    .await;
+            }
+        };
+        match self.services.create_credential(&session, scopes, now).await {
+            Ok(issued) => {
+                let issued = Some((issued.widget_id, issued.backend_secret));
+                self.api_page(&session, StatusCode::OK, None, None, issued)
+                    .await
+            }
+            Err(Error::Forbidden(_)) => Ok(self.refused(Refused::Forbidden(session))),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// `GET …/api/credentials/{widgetId}/revoke`: the confirmation (admins).
+    async fn revoke_question<B>(
+        &self,
+        request: &Request<B>,
+        widget_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let session = match self.session(request, now).await {
+            Ok(session) => session,
+            Err(refused) => return Ok(self.refused(refused)),
+        };
+        if !session.may_change() {
+            return Ok(self.refused(Refused::Forbidden(session)));
+        }
+        let credentials = self.services.dashboard_credentials(&session).await?;
+        if !credentials
+            .iter()
+            .any(|c| c.widget_id == widget_id && c.revoked_at.is_none())
+        {
+            return Ok(self.not_found(&session));
+        }
+        Ok(self.render(
+            StatusCode::OK,
+            &RevokePage {
+                frame: self.frame(Some(&session)),
+                widget_id: widget_id.to_owned(),
+                action: self.href(&format!(
+                    "/api/credentials/{widget_id}/revoke?lang={}",
+                    self.lang.tag()
+                )),
+                back: self.href(&format!("/api?lang={}", self.lang.tag())),
+            },
+        ))
+    }
+
+    /// `POST …/api/credentials/{widgetId}/revoke` (admins).
+    async fn revoke(
+        &self,
+        request: Request<Incoming>,
+        widget_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let (session, _) = match self.changing_form(request, now, true).await {
+            Ok(checked) => checked,
+            Err(refused) => return Ok(self.refused(refused)),
+        };
+        if self
+            .services
+            .revoke_credential(&session, widget_id, now)
+            .await?
+        {
+            Ok(self.redirect("/api?done=revoked"))
+        } else {
+            Ok(self.not_found(&session))
         }
     }
 

@@ -11,6 +11,7 @@ use futures_util::future::BoxFuture;
 use rust_decimal::Decimal;
 
 use super::StoreError;
+use super::admin::{CredentialListing, NewCredential};
 
 /// A dashboard user as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +60,17 @@ pub enum Invited {
     NoProvider,
     /// A user with this e-mail address exists already.
     EmailTaken,
+}
+
+/// What a change of a user's role or a removal did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UserChange {
+    /// Done.
+    Done,
+    /// No user of this provider has this id.
+    NotFound,
+    /// Refused: the provider would be left without an admin who can sign in.
+    LastAdmin,
 }
 
 /// A session to store.
@@ -243,6 +255,44 @@ pub trait DashboardStore: Send + Sync + std::fmt::Debug + 'static {
         provider_id: String,
         filter: TransactionFilter,
     ) -> BoxFuture<'_, Result<Vec<TransactionSummary>, StoreError>>;
+
+    /// The provider's users, by e-mail address.
+    fn users(&self, provider_id: String) -> BoxFuture<'_, Result<Vec<UserRow>, StoreError>>;
+
+    /// Gives a user of the provider another role (`Some`) or removes the user with its
+    /// sessions (`None`), with an audit entry, unless that leaves the provider without an admin
+    /// who has accepted an invitation. Atomic with the check: two admins demoting each other at
+    /// once leave one admin.
+    fn change_user(
+        &self,
+        provider_id: String,
+        user_id: String,
+        role: Option<String>,
+        audit: NewAudit,
+    ) -> BoxFuture<'_, Result<UserChange, StoreError>>;
+
+    /// The provider's API credentials, active and revoked, oldest first (never a secret).
+    fn credentials(
+        &self,
+        provider_id: String,
+    ) -> BoxFuture<'_, Result<Vec<CredentialListing>, StoreError>>;
+
+    /// Stores a new credential of the provider (its secret only hashed), with an audit entry.
+    fn add_credential(
+        &self,
+        credential: NewCredential,
+        audit: NewAudit,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Revokes an active credential of the provider, with an audit entry; `false` when the
+    /// provider has no active credential with this widget ID. Every instance refuses it from
+    /// its next request (the access epoch moves with the change).
+    fn revoke_credential(
+        &self,
+        provider_id: String,
+        widget_id: String,
+        audit: NewAudit,
+    ) -> BoxFuture<'_, Result<bool, StoreError>>;
 
     /// Adds an entry to the audit log.
     fn record_audit(&self, entry: NewAudit) -> BoxFuture<'_, Result<(), StoreError>>;

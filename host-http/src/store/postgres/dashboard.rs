@@ -9,9 +9,10 @@ use tokio_postgres::types::ToSql;
 
 use super::PgStore;
 use crate::store::StoreError;
+use crate::store::admin::{CredentialListing, NewCredential};
 use crate::store::dashboard::{
     AuditRow, DashboardStore, Invited, NewAudit, NewSession, NewUser, SessionRow,
-    TransactionFilter, TransactionSummary, UserRow,
+    TransactionFilter, TransactionSummary, UserChange, UserRow,
 };
 use crate::store::sqlite::dashboard::like_escaped;
 
@@ -407,6 +408,166 @@ impl DashboardStore for PgStore {
                     })
                 })
                 .collect()
+        })
+    }
+
+    fn users(&self, provider_id: String) -> BoxFuture<'_, Result<Vec<UserRow>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let statement = client
+                .prepare_cached(&format!(
+                    "SELECT {USER_COLUMNS} FROM dashboard_users u WHERE u.provider_id = $1 \
+                     ORDER BY u.email"
+                ))
+                .await?;
+            client
+                .query(&statement, &[&provider_id])
+                .await?
+                .iter()
+                .map(user_of)
+                .collect()
+        })
+    }
+
+    fn change_user(
+        &self,
+        provider_id: String,
+        user_id: String,
+        role: Option<String>,
+        entry: NewAudit,
+    ) -> BoxFuture<'_, Result<UserChange, StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            // Every user row of the provider locked: two admins demoting each other at once
+            // are serialised, and the second finds itself the last admin.
+            let rows = tx
+                .query(
+                    "SELECT id, role, password_hash IS NOT NULL FROM dashboard_users \
+                     WHERE provider_id = $1 ORDER BY id FOR UPDATE",
+                    &[&provider_id],
+                )
+                .await?;
+            let Some(current) = rows
+                .iter()
+                .find(|row| row.get::<_, String>(0) == user_id)
+                .map(|row| row.get::<_, String>(1))
+            else {
+                return Ok(UserChange::NotFound);
+            };
+            let stays_admin = role.as_deref() == Some("admin");
+            let other_admins = rows
+                .iter()
+                .filter(|row| {
+                    row.get::<_, String>(0) != user_id
+                        && row.get::<_, String>(1) == "admin"
+                        && row.get::<_, bool>(2)
+                })
+                .count();
+            if current == "admin" && !stays_admin && other_admins == 0 {
+                return Ok(UserChange::LastAdmin);
+            }
+            match &role {
+                Some(role) => {
+                    tx.execute(
+                        "UPDATE dashboard_users SET role = $2 WHERE id = $1",
+                        &[&user_id, role],
+                    )
+                    .await?;
+                }
+                None => {
+                    tx.execute(
+                        "DELETE FROM dashboard_sessions WHERE user_id = $1",
+                        &[&user_id],
+                    )
+                    .await?;
+                    tx.execute("DELETE FROM dashboard_users WHERE id = $1", &[&user_id])
+                        .await?;
+                }
+            }
+            audit(&tx, &entry).await?;
+            tx.commit().await?;
+            Ok(UserChange::Done)
+        })
+    }
+
+    fn credentials(
+        &self,
+        provider_id: String,
+    ) -> BoxFuture<'_, Result<Vec<CredentialListing>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let statement = client
+                .prepare_cached(
+                    "SELECT widget_id, scopes, created_at, revoked_at FROM credentials \
+                     WHERE provider_id = $1 ORDER BY created_at, widget_id",
+                )
+                .await?;
+            client
+                .query(&statement, &[&provider_id])
+                .await?
+                .iter()
+                .map(|row| {
+                    Ok(CredentialListing {
+                        widget_id: row.try_get(0)?,
+                        scopes: row.try_get(1)?,
+                        created_at: crate::store::format_instant(row.try_get(2)?),
+                        revoked_at: row
+                            .try_get::<_, Option<DateTime<Utc>>>(3)?
+                            .map(crate::store::format_instant),
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn add_credential(
+        &self,
+        credential: NewCredential,
+        entry: NewAudit,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            tx.execute(
+                "INSERT INTO credentials (widget_id, provider_id, secret_hash, scopes, created_at) \
+                 VALUES ($1, $2, $3, $4, $5)",
+                &[
+                    &credential.widget_id,
+                    &credential.provider_id,
+                    &credential.secret_hash.as_slice(),
+                    &credential.scopes,
+                    &credential.created_at,
+                ],
+            )
+            .await?;
+            audit(&tx, &entry).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    fn revoke_credential(
+        &self,
+        provider_id: String,
+        widget_id: String,
+        entry: NewAudit,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let changed = tx
+                .execute(
+                    "UPDATE credentials SET revoked_at = $3 WHERE widget_id = $1 \
+                     AND provider_id = $2 AND revoked_at IS NULL",
+                    &[&widget_id, &provider_id, &entry.at],
+                )
+                .await?;
+            if changed > 0 {
+                audit(&tx, &entry).await?;
+            }
+            tx.commit().await?;
+            Ok(changed > 0)
         })
     }
 

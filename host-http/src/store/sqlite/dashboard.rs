@@ -6,9 +6,10 @@ use futures_util::future::BoxFuture;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::{SqliteStore, decimal};
+use crate::store::admin::{CredentialListing, NewCredential};
 use crate::store::dashboard::{
     AuditRow, DashboardStore, Invited, NewAudit, NewSession, NewUser, SessionRow,
-    TransactionFilter, TransactionSummary, UserRow,
+    TransactionFilter, TransactionSummary, UserChange, UserRow,
 };
 use crate::store::{StoreError, format_instant};
 
@@ -318,6 +319,132 @@ impl DashboardStore for SqliteStore {
     ) -> BoxFuture<'_, Result<Vec<TransactionSummary>, StoreError>> {
         let result = self.read(|conn| list_transactions(conn, &provider_id, &filter));
         Box::pin(std::future::ready(result))
+    }
+
+    fn users(&self, provider_id: String) -> BoxFuture<'_, Result<Vec<UserRow>, StoreError>> {
+        let result = self.read(|conn| {
+            let mut statement = conn.prepare_cached(&format!(
+                "SELECT {USER_COLUMNS} FROM dashboard_users u WHERE u.provider_id = ?1 \
+                 ORDER BY u.email"
+            ))?;
+            let rows = statement.query_map([&provider_id], user_of)?;
+            let mut users = Vec::new();
+            for row in rows {
+                users.push(row??);
+            }
+            Ok(users)
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn change_user(
+        &self,
+        provider_id: String,
+        user_id: String,
+        role: Option<String>,
+        entry: NewAudit,
+    ) -> BoxFuture<'_, Result<UserChange, StoreError>> {
+        // The writer is the only writer: the count and the change are one step.
+        Box::pin(self.writer.execute(move |conn| {
+            let current: Option<String> = conn
+                .prepare_cached(
+                    "SELECT role FROM dashboard_users WHERE id = ?1 AND provider_id = ?2",
+                )?
+                .query_row(params![user_id, provider_id], |r| r.get(0))
+                .optional()?;
+            let Some(current) = current else {
+                return Ok(UserChange::NotFound);
+            };
+            let stays_admin = role.as_deref() == Some("admin");
+            if current == "admin" && !stays_admin {
+                let other_admins: i64 = conn
+                    .prepare_cached(
+                        "SELECT count(*) FROM dashboard_users WHERE provider_id = ?1 \
+                         AND role = 'admin' AND password_hash IS NOT NULL AND id <> ?2",
+                    )?
+                    .query_row(params![provider_id, user_id], |r| r.get(0))?;
+                if other_admins == 0 {
+                    return Ok(UserChange::LastAdmin);
+                }
+            }
+            match &role {
+                Some(role) => {
+                    conn.prepare_cached("UPDATE dashboard_users SET role = ?2 WHERE id = ?1")?
+                        .execute(params![user_id, role])?;
+                }
+                None => {
+                    conn.prepare_cached("DELETE FROM dashboard_sessions WHERE user_id = ?1")?
+                        .execute([&user_id])?;
+                    conn.prepare_cached("DELETE FROM dashboard_users WHERE id = ?1")?
+                        .execute([&user_id])?;
+                }
+            }
+            audit(conn, &entry)?;
+            Ok(UserChange::Done)
+        }))
+    }
+
+    fn credentials(
+        &self,
+        provider_id: String,
+    ) -> BoxFuture<'_, Result<Vec<CredentialListing>, StoreError>> {
+        let result = self.read(|conn| {
+            let mut statement = conn.prepare_cached(
+                "SELECT widget_id, scopes, created_at, revoked_at FROM credentials \
+                 WHERE provider_id = ?1 ORDER BY created_at, widget_id",
+            )?;
+            let rows = statement.query_map([&provider_id], |r| {
+                Ok(CredentialListing {
+                    widget_id: r.get(0)?,
+                    scopes: r.get(1)?,
+                    created_at: r.get(2)?,
+                    revoked_at: r.get(3)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn add_credential(
+        &self,
+        credential: NewCredential,
+        entry: NewAudit,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO credentials (widget_id, provider_id, secret_hash, scopes, created_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![
+                credential.widget_id,
+                credential.provider_id,
+                credential.secret_hash.as_slice(),
+                credential.scopes,
+                format_instant(credential.created_at)
+            ])?;
+            audit(conn, &entry)
+        }))
+    }
+
+    fn revoke_credential(
+        &self,
+        provider_id: String,
+        widget_id: String,
+        entry: NewAudit,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE credentials SET revoked_at = ?3 WHERE widget_id = ?1 \
+                     AND provider_id = ?2 AND revoked_at IS NULL",
+                )?
+                .execute(params![widget_id, provider_id, format_instant(entry.at)])?;
+            if changed > 0 {
+                audit(conn, &entry)?;
+            }
+            Ok(changed > 0)
+        }))
     }
 
     fn record_audit(&self, entry: NewAudit) -> BoxFuture<'_, Result<(), StoreError>> {
