@@ -234,7 +234,12 @@ async fn an_invited_user_chooses_a_password_and_sees_only_its_providers_transact
         .get(&format!("/dashboard/transactions/{ours}"))
         .await;
     assert_eq!(own.status, StatusCode::OK);
-    assert!(html(&own).contains("Acme trip"));
+    let own = html(&own);
+    assert!(own.contains("Acme trip"));
+    // Each item's terms in words, and drawn.
+    assert!(own.contains("Cancellation terms"), "{own}");
+    assert!(own.contains("Free cancellation at any time"), "{own}");
+    assert_eq!(own.matches("<svg class=\"timeline\"").count(), 2);
     // Another provider's transaction is not found, exactly as an unknown one.
     let other = browser
         .get(&format!("/dashboard/transactions/{theirs}"))

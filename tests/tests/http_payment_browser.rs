@@ -837,6 +837,12 @@ async fn the_dashboard_signs_in_finds_a_trip_and_cancels_an_item_accessibly() {
         .await
         .expect("click");
     browser.wait_for_h1("Berlin trip").await;
+    let terms = browser.texts(".item-terms .terms li").await;
+    assert!(
+        terms.contains(&"Free cancellation until Thu 3 Dec 2099, 15:00 (Europe/Berlin)".to_owned()),
+        "{terms:?}"
+    );
+    assert_eq!(browser.texts(".item-terms svg").await.len(), 3);
     browser.assert_accessible("a transaction").await;
     browser
         .screenshot("dashboard-transaction-en.png", 1280)

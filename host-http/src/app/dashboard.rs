@@ -28,7 +28,7 @@ use chrono::{DateTime, Utc};
 use rand::RngCore as _;
 use subtle::ConstantTimeEq as _;
 
-use super::cancellations::{Cancellation, Cancelled};
+use super::cancellations::{Cancellation, Cancelled, contract_zone, refund_context};
 use super::idempotency::{Prior, json_cancellation_hash, key_of};
 use super::providers::IssuedCredential;
 use super::{Error, Principal, Resource, Services};
@@ -41,6 +41,7 @@ pub use crate::store::dashboard::{TransactionFilter, TransactionSummary};
 /// A user as listed, and what changing one did.
 pub use crate::store::dashboard::{UserChange, UserRow};
 use checkout_engine::api::{CancellationReq, RefundPreview, StatusRecord};
+use checkout_engine::terms::ItemTerms;
 use std::sync::Arc;
 
 /// How long an invitation's link works.
@@ -143,6 +144,21 @@ pub enum SignIn {
         /// Whole minutes, rounded up.
         minutes: i64,
     },
+}
+
+/// A transaction as the dashboard shows it.
+#[derive(Debug, Clone)]
+pub struct DashboardTransaction {
+    /// Its status record.
+    pub record: StatusRecord,
+    /// Each item's terms from `now` on: what cancelling costs now and later.
+    pub terms_now: Vec<ItemTerms>,
+    /// Each item's terms from `start` on, for the timeline.
+    pub terms_from_start: Vec<ItemTerms>,
+    /// The payment, or `now` while unpaid.
+    pub start: DateTime<Utc>,
+    /// The request's instant.
+    pub now: DateTime<Utc>,
 }
 
 /// A new invitation: its one-time link is shown (or sent) once.
@@ -615,20 +631,39 @@ impl Services {
             .await?)
     }
 
-    /// One transaction of the session's provider as its status record; another provider's is
-    /// not found, as an unknown one.
+    /// One transaction of the session's provider: its status record and its items'
+    /// cancellation terms; another provider's is not found, as an unknown one.
     pub async fn dashboard_transaction(
         &self,
         session: &Session,
         id: &str,
-    ) -> Result<StatusRecord, Error> {
+        now: DateTime<Utc>,
+    ) -> Result<DashboardTransaction, Error> {
         let record = self
             .store
             .transaction(id.to_owned())
             .await?
             .filter(|record| record.provider_id == session.provider_id)
             .ok_or(Error::NotFound(Resource::Contract))?;
-        Ok(self.status_record(&record))
+        let provider = self
+            .store
+            .provider(session.provider_id.clone())
+            .await?
+            .ok_or_else(|| Error::Internal(format!("no provider {}", session.provider_id)))?;
+        let settings = provider.settings();
+        let context = refund_context(&record, contract_zone(&record, &settings))?;
+        let start = context.paid_at.unwrap_or(now);
+        let terms_at = |at| {
+            checkout_engine::terms::payment_terms(&context, at)
+                .map_err(|e| Error::Internal(e.to_string()))
+        };
+        Ok(DashboardTransaction {
+            terms_now: terms_at(now)?,
+            terms_from_start: terms_at(start)?,
+            start,
+            now,
+            record: self.status_record(&record),
+        })
     }
 
     /// The principal a session acts as, for the API's use-cases: its provider, the scopes of

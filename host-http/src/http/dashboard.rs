@@ -172,6 +172,9 @@ pub struct DashTexts {
     keep_it: &'static str,
     choose_scope: &'static str,
     revoked_notice: &'static str,
+    terms_heading: &'static str,
+    now: &'static str,
+    free: &'static str,
 }
 
 const EN: DashTexts = DashTexts {
@@ -303,6 +306,9 @@ const EN: DashTexts = DashTexts {
     keep_it: "Keep it",
     choose_scope: "Choose at least one scope.",
     revoked_notice: "The credential is revoked.",
+    terms_heading: "Cancellation terms",
+    now: "now",
+    free: "free",
 };
 
 const DE: DashTexts = DashTexts {
@@ -434,6 +440,9 @@ const DE: DashTexts = DashTexts {
     keep_it: "Behalten",
     choose_scope: "Wählen Sie mindestens eine Berechtigung.",
     revoked_notice: "Die Zugangsdaten sind widerrufen.",
+    terms_heading: "Stornobedingungen",
+    now: "jetzt",
+    free: "kostenlos",
 };
 
 fn texts(lang: Lang) -> &'static DashTexts {
@@ -538,6 +547,10 @@ struct ListPage {
 }
 
 struct ItemRow {
+    /// The cancellation terms from now on, in words (active items).
+    terms: Vec<String>,
+    /// The terms drawn as an SVG timeline (active items); only numbers of ours in it.
+    timeline: String,
     order: u32,
     name: String,
     category: String,
@@ -1245,18 +1258,12 @@ impl<'a> Page<'a> {
             Ok(session) => session,
             Err(refused) => return Ok(self.refused(refused)),
         };
-        let record = match self.services.dashboard_transaction(&session, id).await {
-            Ok(record) => record,
-            Err(Error::NotFound(_)) => {
-                return Ok(self.message(
-                    StatusCode::NOT_FOUND,
-                    Some(&session),
-                    self.t().not_found_heading,
-                    self.t().not_found_text.to_owned(),
-                ));
-            }
+        let view = match self.services.dashboard_transaction(&session, id, now).await {
+            Ok(view) => view,
+            Err(Error::NotFound(_)) => return Ok(self.not_found(&session)),
             Err(error) => return Err(error),
         };
+        let record = &view.record;
         let t = self.t();
         let lang = self.lang;
         let money = |amount| lang.money(amount, &record.currency);
@@ -1268,6 +1275,20 @@ impl<'a> Page<'a> {
             .items
             .iter()
             .map(|item| ItemRow {
+                terms: view
+                    .terms_now
+                    .iter()
+                    .find(|terms| terms.order == item.order)
+                    .filter(|_| item.status == checkout_engine::api::ItemStatus::Active)
+                    .map(|terms| lang.terms(&terms.terms, terms.zone, &record.currency))
+                    .unwrap_or_default(),
+                timeline: view
+                    .terms_from_start
+                    .iter()
+                    .find(|terms| terms.order == item.order)
+                    .filter(|_| item.status == checkout_engine::api::ItemStatus::Active)
+                    .map(|terms| timeline(terms, view.start, view.now, t))
+                    .unwrap_or_default(),
                 order: item.order,
                 name: item.name.clone().unwrap_or_default(),
                 category: item
@@ -1410,8 +1431,8 @@ impl<'a> Page<'a> {
                 self.t().none_chosen.to_owned(),
             ));
         }
-        let record = match self.services.dashboard_transaction(&session, id).await {
-            Ok(record) => record,
+        let record = match self.services.dashboard_transaction(&session, id, now).await {
+            Ok(view) => view.record,
             Err(Error::NotFound(_)) => return Ok(self.not_found(&session)),
             Err(error) => return Err(error),
         };
@@ -1886,6 +1907,102 @@ impl<'a> Page<'a> {
             },
         ))
     }
+}
+
+/// An item's terms drawn from `start` (the payment) on: a bar per period (free, then each
+/// penalty step, darker as the penalty grows), the date under each change, and a marker at
+/// `now`. Decorative (`aria-hidden`): the same terms are beside it in words. Only numbers and
+/// dates the service made go into it.
+fn timeline(
+    terms: &checkout_engine::terms::ItemTerms,
+    start: DateTime<Utc>,
+    now: DateTime<Utc>,
+    t: &DashTexts,
+) -> String {
+    use checkout_engine::terms::Terms;
+    use rust_decimal::Decimal;
+    // Whole pixels: no floating point in this code base.
+    const WIDTH: i64 = 560;
+    const LEFT: i64 = 10;
+    // (from, penalty share of the total 0..=1)
+    let mut periods: Vec<(DateTime<Utc>, Decimal)> = Vec::new();
+    let share = |penalty: Decimal| {
+        if terms.total.is_zero() {
+            Decimal::ZERO
+        } else {
+            penalty / terms.total
+        }
+    };
+    match &terms.terms {
+        Terms::FreeAtAnyTime => periods.push((start, Decimal::ZERO)),
+        Terms::NonRefundable => periods.push((start, Decimal::ONE)),
+        Terms::Schedule { free_until, steps } => {
+            if free_until.is_some() {
+                periods.push((start, Decimal::ZERO));
+            }
+            for step in steps {
+                periods.push((step.from.max(start), share(step.penalty)));
+            }
+        }
+    }
+    // One equal segment per period (a free week and a penalty of the last day read alike
+    // whatever the years between them); the last one is open-ended.
+    let count = i64::try_from(periods.len().max(1)).unwrap_or(1);
+    let segment = WIDTH / count;
+    let x = |at: DateTime<Utc>| {
+        let i = periods
+            .iter()
+            .rposition(|(from, _)| *from <= at)
+            .unwrap_or(0);
+        let within = match periods.get(i + 1) {
+            Some((next, _)) => {
+                let length = (*next - periods[i].0).num_seconds().max(1);
+                let elapsed = (at - periods[i].0).num_seconds().clamp(0, length);
+                segment.saturating_mul(elapsed) / length
+            }
+            None => segment / 4,
+        };
+        LEFT + segment * i64::try_from(i).unwrap_or(0) + within
+    };
+    let mut svg = String::from(
+        "<svg class=\"timeline\" viewBox=\"0 0 580 64\" width=\"580\" height=\"64\" \
+         aria-hidden=\"true\" focusable=\"false\" xmlns=\"http://www.w3.org/2000/svg\">",
+    );
+    for (i, (from, share)) in periods.iter().enumerate() {
+        let index = i64::try_from(i).unwrap_or(0);
+        let (x0, x1) = (LEFT + segment * index, LEFT + segment * (index + 1));
+        // Green when free; from amber to dark red as the penalty nears the total.
+        let half = Decimal::new(5, 1);
+        let fill = match *share {
+            s if s <= Decimal::ZERO => "#00703c",
+            s if s < half => "#b35c00",
+            s if s < Decimal::ONE => "#b10e1e",
+            _ => "#5a0710",
+        };
+        svg.push_str(&format!(
+            "<rect x=\"{x0}\" y=\"8\" width=\"{}\" height=\"18\" fill=\"{fill}\"/>",
+            x1 - x0
+        ));
+        let label = if share.is_zero() {
+            t.free.to_owned()
+        } else {
+            format!("{} %", (share * Decimal::ONE_HUNDRED).round_dp(0))
+        };
+        svg.push_str(&format!(
+            "<text x=\"{}\" y=\"21\" font-size=\"11\" fill=\"#fff\">{label}</text>\
+             <line x1=\"{x0}\" y1=\"26\" x2=\"{x0}\" y2=\"34\" stroke=\"#1d2330\"/>\
+             <text x=\"{x0}\" y=\"46\" font-size=\"10\" fill=\"#1d2330\">{}</text>",
+            x0 + 4,
+            from.with_timezone(&terms.zone).format("%Y-%m-%d %H:%M")
+        ));
+    }
+    let nx = x(now);
+    svg.push_str(&format!(
+        "<line x1=\"{nx}\" y1=\"2\" x2=\"{nx}\" y2=\"32\" stroke=\"#1a4fb8\" stroke-width=\"3\"/>\
+         <text x=\"{nx}\" y=\"60\" font-size=\"11\" font-weight=\"700\" fill=\"#1a4fb8\">{}</text></svg>",
+        t.now
+    ));
+    svg
 }
 
 /// A fresh idempotency key for a confirmation form: a double click sends it twice.
