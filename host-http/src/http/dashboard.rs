@@ -10,12 +10,10 @@
 //! `Secure` whenever the public URL is `https://`.
 
 use askama::Template;
-use bytes::Bytes;
 use chrono::{DateTime, NaiveDate, Utc};
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Method, Request, StatusCode};
 
 use super::error::ApiError;
 use super::request::{ClientAddr, query_param, read_urlencoded};
@@ -751,6 +749,17 @@ pub async fn handle(
     Ok(result.unwrap_or_else(|error| page.failure(&error)))
 }
 
+/// What a page's check gave (a session; a session and a form), or else the page that answers
+/// instead of the handler's: the sign-in page, a refusal, a failure.
+macro_rules! or_answer {
+    ($page:expr, $checked:expr) => {
+        match $checked.await {
+            Ok(checked) => checked,
+            Err(refused) => return Ok($page.refused(refused)),
+        }
+    };
+}
+
 /// One request's page context.
 struct Page<'a> {
     services: &'a Services,
@@ -808,38 +817,13 @@ impl<'a> Page<'a> {
     }
 
     fn html(&self, status: StatusCode, body: String) -> HttpResponse {
-        let mut response = Response::new(Full::new(Bytes::from(body)));
-        *response.status_mut() = status;
-        let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/html; charset=utf-8"),
-        );
-        headers.insert(
-            header::CONTENT_LANGUAGE,
-            HeaderValue::from_static(self.lang.tag()),
-        );
-        headers.insert(
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(CONTENT_SECURITY_POLICY),
-        );
-        headers.insert(
-            header::REFERRER_POLICY,
-            HeaderValue::from_static("same-origin"),
-        );
-        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        headers.insert(
-            "x-content-type-options",
-            HeaderValue::from_static("nosniff"),
-        );
-        headers.insert("x-frame-options", HeaderValue::from_static("DENY"));
-        if self.services.pages.is_https() {
-            headers.insert(
-                header::STRICT_TRANSPORT_SECURITY,
-                HeaderValue::from_static("max-age=31536000"),
-            );
-        }
-        response
+        super::pages::html_page(
+            self.services,
+            status,
+            self.lang,
+            CONTENT_SECURITY_POLICY,
+            body,
+        )
     }
 
     fn render(&self, status: StatusCode, template: &impl Template) -> HttpResponse {
@@ -1049,23 +1033,40 @@ impl<'a> Page<'a> {
     }
 
     async fn invitation(&self, token: &str, now: DateTime<Utc>) -> Result<HttpResponse, Error> {
+        self.invitation_page(token, StatusCode::OK, Vec::new(), now)
+            .await
+    }
+
+    /// The invitation's form, with `errors` of a refused password; the page that says the
+    /// link is gone when it is.
+    async fn invitation_page(
+        &self,
+        token: &str,
+        status: StatusCode,
+        errors: Vec<(&'static str, &'static str)>,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
         let Some(user) = self.services.invitation(token, now).await? else {
-            return Ok(self.message(
-                StatusCode::NOT_FOUND,
-                None,
-                self.t().choose_password,
-                self.t().invitation_gone.to_owned(),
-            ));
+            return Ok(self.invitation_gone());
         };
         Ok(self.render(
-            StatusCode::OK,
+            status,
             &InvitationPage {
                 frame: self.frame(None),
                 action: self.href(&format!("/invitations/{token}")),
                 email: user.email,
-                errors: Vec::new(),
+                errors,
             },
         ))
+    }
+
+    fn invitation_gone(&self) -> HttpResponse {
+        self.message(
+            StatusCode::NOT_FOUND,
+            None,
+            self.t().choose_password,
+            self.t().invitation_gone.to_owned(),
+        )
     }
 
     async fn accept(
@@ -1098,33 +1099,11 @@ impl<'a> Page<'a> {
             Err(DashboardError::Refused(Refusal::PasswordsDiffer)) => {
                 ("password_repeat", self.t().passwords_differ)
             }
-            Err(DashboardError::Refused(_)) => {
-                return Ok(self.message(
-                    StatusCode::NOT_FOUND,
-                    None,
-                    self.t().choose_password,
-                    self.t().invitation_gone.to_owned(),
-                ));
-            }
+            Err(DashboardError::Refused(_)) => return Ok(self.invitation_gone()),
             Err(DashboardError::Failed(error)) => return Err(error),
         };
-        let Some(user) = self.services.invitation(token, now).await? else {
-            return Ok(self.message(
-                StatusCode::NOT_FOUND,
-                None,
-                self.t().choose_password,
-                self.t().invitation_gone.to_owned(),
-            ));
-        };
-        Ok(self.render(
-            StatusCode::BAD_REQUEST,
-            &InvitationPage {
-                frame: self.frame(None),
-                action: self.href(&format!("/invitations/{token}")),
-                email: user.email,
-                errors: vec![error],
-            },
-        ))
+        self.invitation_page(token, StatusCode::BAD_REQUEST, vec![error], now)
+            .await
     }
 
     async fn sign_out(
@@ -1152,10 +1131,7 @@ impl<'a> Page<'a> {
         request: &Request<B>,
         now: DateTime<Utc>,
     ) -> Result<HttpResponse, Error> {
-        let session = match self.session(request, now).await {
-            Ok(session) => session,
-            Err(refused) => return Ok(self.refused(refused)),
-        };
+        let session = or_answer!(self, self.session(request, now));
         let query = self.query.as_deref();
         let param = |name: &str| {
             query_param(query, name)
@@ -1254,10 +1230,7 @@ impl<'a> Page<'a> {
         id: &str,
         now: DateTime<Utc>,
     ) -> Result<HttpResponse, Error> {
-        let session = match self.session(request, now).await {
-            Ok(session) => session,
-            Err(refused) => return Ok(self.refused(refused)),
-        };
+        let session = or_answer!(self, self.session(request, now));
         let view = match self.services.dashboard_transaction(&session, id, now).await {
             Ok(view) => view,
             Err(Error::NotFound(_)) => return Ok(self.not_found(&session)),
@@ -1412,10 +1385,7 @@ impl<'a> Page<'a> {
         id: &str,
         now: DateTime<Utc>,
     ) -> Result<HttpResponse, Error> {
-        let session = match self.session(request, now).await {
-            Ok(session) => session,
-            Err(refused) => return Ok(self.refused(refused)),
-        };
+        let session = or_answer!(self, self.session(request, now));
         if !session.may_change() {
             return Ok(self.refused(Refused::Forbidden(session)));
         }
@@ -1497,10 +1467,7 @@ impl<'a> Page<'a> {
         id: &str,
         now: DateTime<Utc>,
     ) -> Result<HttpResponse, Error> {
-        let (session, fields) = match self.changing_form(request, now, true).await {
-            Ok(checked) => checked,
-            Err(refused) => return Ok(self.refused(refused)),
-        };
+        let (session, fields) = or_answer!(self, self.changing_form(request, now, true));
         let items = Self::chosen_items(fields.iter().cloned());
         let key = field(&fields, "key");
         if items.is_empty() || key.is_empty() || key.len() > 64 {
@@ -1611,10 +1578,7 @@ impl<'a> Page<'a> {
         request: &Request<B>,
         now: DateTime<Utc>,
     ) -> Result<HttpResponse, Error> {
-        let session = match self.session(request, now).await {
-            Ok(session) => session,
-            Err(refused) => return Ok(self.refused(refused)),
-        };
+        let session = or_answer!(self, self.session(request, now));
         let notice = match query_param(self.query.as_deref(), "done").as_deref() {
             Some("saved") => Some(self.t().saved.to_owned()),
             _ => None,
@@ -1629,10 +1593,7 @@ impl<'a> Page<'a> {
         request: Request<Incoming>,
         now: DateTime<Utc>,
     ) -> Result<HttpResponse, Error> {
-        let (session, fields) = match self.changing_form(request, now, true).await {
-            Ok(checked) => checked,
-            Err(refused) => return Ok(self.refused(refused)),
-        };
+        let (session, fields) = or_answer!(self, self.changing_form(request, now, true));
         let email = field(&fields, "email");
         let role = Role::parse(&field(&fields, "role")).unwrap_or(Role::Viewer);
         match self
@@ -1682,10 +1643,7 @@ impl<'a> Page<'a> {
         keep: bool,
         now: DateTime<Utc>,
     ) -> Result<HttpResponse, Error> {
-        let (session, fields) = match self.changing_form(request, now, true).await {
-            Ok(checked) => checked,
-            Err(refused) => return Ok(self.refused(refused)),
-        };
+        let (session, fields) = or_answer!(self, self.changing_form(request, now, true));
         let role = if keep {
             match Role::parse(&field(&fields, "role")) {
                 Some(role) => Some(role),
@@ -1764,10 +1722,7 @@ impl<'a> Page<'a> {
         request: &Request<B>,
         now: DateTime<Utc>,
     ) -> Result<HttpResponse, Error> {
-        let session = match self.session(request, now).await {
-            Ok(session) => session,
-            Err(refused) => return Ok(self.refused(refused)),
-        };
+        let session = or_answer!(self, self.session(request, now));
         let notice = (query_param(self.query.as_deref(), "done").as_deref() == Some("revoked"))
             .then(|| self.t().revoked_notice.to_owned());
         self.api_page(&session, StatusCode::OK, notice, None, None)
@@ -1780,10 +1735,7 @@ impl<'a> Page<'a> {
         request: Request<Incoming>,
         now: DateTime<Utc>,
     ) -> Result<HttpResponse, Error> {
-        let (session, fields) = match self.changing_form(request, now, true).await {
-            Ok(checked) => checked,
-            Err(refused) => return Ok(self.refused(refused)),
-        };
+        let (session, fields) = or_answer!(self, self.changing_form(request, now, true));
         let chosen: Vec<&str> = fields
             .iter()
             .filter(|(name, _)| name == "scope")
@@ -1816,10 +1768,7 @@ impl<'a> Page<'a> {
         widget_id: &str,
         now: DateTime<Utc>,
     ) -> Result<HttpResponse, Error> {
-        let session = match self.session(request, now).await {
-            Ok(session) => session,
-            Err(refused) => return Ok(self.refused(refused)),
-        };
+        let session = or_answer!(self, self.session(request, now));
         if !session.may_change() {
             return Ok(self.refused(Refused::Forbidden(session)));
         }
@@ -1851,10 +1800,7 @@ impl<'a> Page<'a> {
         widget_id: &str,
         now: DateTime<Utc>,
     ) -> Result<HttpResponse, Error> {
-        let (session, _) = match self.changing_form(request, now, true).await {
-            Ok(checked) => checked,
-            Err(refused) => return Ok(self.refused(refused)),
-        };
+        let (session, _) = or_answer!(self, self.changing_form(request, now, true));
         if self
             .services
             .revoke_credential(&session, widget_id, now)
@@ -1880,10 +1826,7 @@ impl<'a> Page<'a> {
         request: &Request<B>,
         now: DateTime<Utc>,
     ) -> Result<HttpResponse, Error> {
-        let session = match self.session(request, now).await {
-            Ok(session) => session,
-            Err(refused) => return Ok(self.refused(refused)),
-        };
+        let session = or_answer!(self, self.session(request, now));
         let entries = match self.services.audit_log(&session).await {
             Ok(entries) => entries,
             Err(Error::Forbidden(_)) => return Ok(self.refused(Refused::Forbidden(session))),

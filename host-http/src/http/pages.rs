@@ -847,6 +847,19 @@ fn see_other(services: &Services, token: &str, lang: Lang) -> HttpResponse {
 }
 
 fn html(services: &Services, status: StatusCode, lang: Lang, body: String) -> HttpResponse {
+    html_page(services, status, lang, CONTENT_SECURITY_POLICY, body)
+}
+
+/// An HTML page of the service (the payment page's, the dashboard's) with the headers that
+/// keep it safe: its language, `csp`, no referrer beyond its origin, no caching, no sniffing,
+/// no framing, and HTTPS only under an `https://` public base.
+pub(super) fn html_page(
+    services: &Services,
+    status: StatusCode,
+    lang: Lang,
+    csp: &'static str,
+    body: String,
+) -> HttpResponse {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
     let headers = response.headers_mut();
@@ -860,7 +873,7 @@ fn html(services: &Services, status: StatusCode, lang: Lang, body: String) -> Ht
     );
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+        HeaderValue::from_static(csp),
     );
     // `same-origin`, not `no-referrer`: the page's URL (its capability) still never leaves its
     // origin, and the browser sends the page's true `Origin` with the form (under `no-referrer`
