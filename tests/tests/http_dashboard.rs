@@ -1013,3 +1013,46 @@ async fn api_settings_show_credentials_create_one_whose_secret_works_and_revoke_
     let log = html(&admin.get("/dashboard/audit").await);
     assert!(log.contains(&format!("revoked credential {}", fresh.widget_id)));
 }
+
+#[tokio::test]
+async fn the_overview_sums_todays_and_this_months_money_per_currency_exactly() {
+    let server = TestServer::start().await;
+    let acme = server.provider("Acme Travel");
+    let globex = server.provider("Globex");
+    let first = paid(&server, &acme, "One").await;
+    paid(&server, &acme, "Two").await;
+    paid(&server, &globex, "Theirs").await;
+    server.create(&acme, &checkout_body("Unpaid")).await;
+    let reply = server
+        .json(
+            Method::PATCH,
+            &format!("/cancel/{first}"),
+            &acme,
+            r#"{"itemsOrder":[1]}"#,
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let viewer = member(&server, &acme, "bob@example.com", "viewer").await;
+    let page = viewer.get("/dashboard/overview").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", html(&page));
+    let text = html(&page);
+    // 2 × (119.00 + 50.50) paid, 119.00 refunded; Globex's payment is not Acme's.
+    for (term, value) in [
+        ("Paid today", "EUR 339.00"),
+        ("Paid this month", "EUR 339.00"),
+        ("Refunded today", "EUR 119.00"),
+        ("Refunded this month", "EUR 119.00"),
+        ("Refunds pending at the gateway", "0"),
+        ("Webhook endpoints failing", "0"),
+    ] {
+        assert!(
+            text.contains(&format!("<dt>{term}</dt><dd>{value}</dd>")),
+            "{term}: {text}"
+        );
+    }
+    assert!(text.contains("<svg class=\"chart\""));
+    assert!(text.contains("highest EUR 339.00"), "{text}");
+    // The dashboard's home is the overview.
+    let home = viewer.get("/dashboard").await;
+    assert!(location(&home).starts_with("/dashboard/overview"));
+}

@@ -887,8 +887,12 @@ async fn the_dashboard_signs_in_finds_a_trip_and_cancels_an_item_accessibly() {
         "PARTIALLY_CANCELLED"
     );
 
-    // The users page and the audit log.
+    // The overview, the users page and the audit log.
     let url = browser.client.current_url().await.expect("url");
+    browser.open(&server, "/dashboard/overview?lang=en").await;
+    browser.wait_for_h1("Overview").await;
+    browser.assert_accessible("the overview").await;
+    browser.screenshot("dashboard-overview-en.png", 1280).await;
     browser.open(&server, "/dashboard/users?lang=en").await;
     browser.wait_for_h1("Users").await;
     browser.assert_accessible("the users").await;

@@ -42,6 +42,7 @@ pub use crate::store::dashboard::{TransactionFilter, TransactionSummary};
 pub use crate::store::dashboard::{UserChange, UserRow};
 use checkout_engine::api::{CancellationReq, RefundPreview, StatusRecord};
 use checkout_engine::terms::ItemTerms;
+use rust_decimal::Decimal;
 use std::sync::Arc;
 
 /// How long an invitation's link works.
@@ -159,6 +160,41 @@ pub struct DashboardTransaction {
     pub start: DateTime<Utc>,
     /// The request's instant.
     pub now: DateTime<Utc>,
+}
+
+/// Days the overview's chart covers, today included.
+pub const OVERVIEW_DAYS: u64 = 30;
+
+/// The overview page's figures.
+#[derive(Debug, Clone)]
+pub struct Overview {
+    /// The provider's time zone, whose days and months these are.
+    pub zone: chrono_tz::Tz,
+    /// The chart's days, oldest first, today last.
+    pub days: Vec<chrono::NaiveDate>,
+    /// Per currency with a payment or refund in the period, by currency code.
+    pub currencies: Vec<CurrencyOverview>,
+    /// Refunds still pending at the gateway.
+    pub pending_refunds: u64,
+    /// Webhook endpoints failing now.
+    pub failing_endpoints: u64,
+}
+
+/// One currency's sums (exact decimals).
+#[derive(Debug, Clone, Default)]
+pub struct CurrencyOverview {
+    /// ISO 4217 code.
+    pub currency: String,
+    /// Paid today.
+    pub paid_today: Decimal,
+    /// Paid this month.
+    pub paid_month: Decimal,
+    /// Refunded today.
+    pub refunded_today: Decimal,
+    /// Refunded this month.
+    pub refunded_month: Decimal,
+    /// Paid on each day of [`Overview::days`].
+    pub paid_per_day: Vec<Decimal>,
 }
 
 /// A new invitation: its one-time link is shown (or sent) once.
@@ -895,6 +931,85 @@ impl Services {
                 },
             )
             .await?)
+    }
+
+    /// The overview of the session's provider: what was paid and refunded today and this month
+    /// (days and months of the provider's time zone) per currency, what was paid each of the
+    /// last 30 days, the refunds still pending at the gateway and the webhook endpoints failing
+    /// (a delivery being retried, or given up in the last 24 hours).
+    pub async fn dashboard_overview(
+        &self,
+        session: &Session,
+        now: DateTime<Utc>,
+    ) -> Result<Overview, Error> {
+        let provider = self
+            .store
+            .provider(session.provider_id.clone())
+            .await?
+            .ok_or_else(|| Error::Internal(format!("no provider {}", session.provider_id)))?;
+        let zone: chrono_tz::Tz = provider.time_zone.parse().unwrap_or(chrono_tz::UTC);
+        let rows = self
+            .dashboard
+            .overview(
+                session.provider_id.clone(),
+                now - chrono::Duration::days(32),
+                now - chrono::Duration::hours(24),
+            )
+            .await?;
+        let today = now.with_timezone(&zone).date_naive();
+        let days: Vec<chrono::NaiveDate> = (0..OVERVIEW_DAYS)
+            .rev()
+            .filter_map(|back| today.checked_sub_days(chrono::Days::new(back)))
+            .collect();
+        let mut currencies: std::collections::BTreeMap<String, CurrencyOverview> =
+            std::collections::BTreeMap::new();
+        fn entry<'a>(
+            currencies: &'a mut std::collections::BTreeMap<String, CurrencyOverview>,
+            currency: &str,
+            days: usize,
+        ) -> &'a mut CurrencyOverview {
+            currencies
+                .entry(currency.to_owned())
+                .or_insert_with(|| CurrencyOverview {
+                    currency: currency.to_owned(),
+                    paid_per_day: vec![Decimal::ZERO; days],
+                    ..CurrencyOverview::default()
+                })
+        }
+        let same_month = |day: chrono::NaiveDate| {
+            use chrono::Datelike as _;
+            day.year() == today.year() && day.month() == today.month()
+        };
+        for (currency, amount, at) in &rows.payments {
+            let day = at.with_timezone(&zone).date_naive();
+            let line = entry(&mut currencies, currency, days.len());
+            if day == today {
+                line.paid_today += *amount;
+            }
+            if same_month(day) {
+                line.paid_month += *amount;
+            }
+            if let Some(index) = days.iter().position(|d| *d == day) {
+                line.paid_per_day[index] += *amount;
+            }
+        }
+        for (currency, amount, at) in &rows.refunds {
+            let day = at.with_timezone(&zone).date_naive();
+            let line = entry(&mut currencies, currency, days.len());
+            if day == today {
+                line.refunded_today += *amount;
+            }
+            if same_month(day) {
+                line.refunded_month += *amount;
+            }
+        }
+        Ok(Overview {
+            zone,
+            days,
+            currencies: currencies.into_values().collect(),
+            pending_refunds: rows.pending_refunds,
+            failing_endpoints: rows.failing_endpoints,
+        })
     }
 
     /// The newest entries of the provider's audit log (admins only).

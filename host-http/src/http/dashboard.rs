@@ -173,6 +173,17 @@ pub struct DashTexts {
     terms_heading: &'static str,
     now: &'static str,
     free: &'static str,
+    overview: &'static str,
+    paid_today: &'static str,
+    paid_month: &'static str,
+    refunded_today: &'static str,
+    refunded_month: &'static str,
+    pending_refunds: &'static str,
+    failing_endpoints: &'static str,
+    chart_label: &'static str,
+    no_money: &'static str,
+    days_in: &'static str,
+    highest: &'static str,
 }
 
 const EN: DashTexts = DashTexts {
@@ -307,6 +318,17 @@ const EN: DashTexts = DashTexts {
     terms_heading: "Cancellation terms",
     now: "now",
     free: "free",
+    overview: "Overview",
+    paid_today: "Paid today",
+    paid_month: "Paid this month",
+    refunded_today: "Refunded today",
+    refunded_month: "Refunded this month",
+    pending_refunds: "Refunds pending at the gateway",
+    failing_endpoints: "Webhook endpoints failing",
+    chart_label: "Paid per day over the last 30 days",
+    no_money: "No payment or refund in the last 30 days.",
+    days_in: "Days and months in",
+    highest: "highest",
 };
 
 const DE: DashTexts = DashTexts {
@@ -441,6 +463,17 @@ const DE: DashTexts = DashTexts {
     terms_heading: "Stornobedingungen",
     now: "jetzt",
     free: "kostenlos",
+    overview: "Übersicht",
+    paid_today: "Heute bezahlt",
+    paid_month: "Diesen Monat bezahlt",
+    refunded_today: "Heute erstattet",
+    refunded_month: "Diesen Monat erstattet",
+    pending_refunds: "Beim Zahlungsdienst offene Erstattungen",
+    failing_endpoints: "Webhook-Endpunkte mit Fehlern",
+    chart_label: "Bezahlt pro Tag in den letzten 30 Tagen",
+    no_money: "Keine Zahlung und keine Erstattung in den letzten 30 Tagen.",
+    days_in: "Tage und Monate in",
+    highest: "höchstens",
 };
 
 fn texts(lang: Lang) -> &'static DashTexts {
@@ -655,6 +688,22 @@ struct RevokePage {
     back: String,
 }
 
+struct CurrencyCard {
+    currency: String,
+    figures: Vec<(&'static str, String)>,
+    chart: String,
+    chart_label: String,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/overview.html")]
+struct OverviewPage {
+    frame: Frame,
+    zone: String,
+    cards: Vec<CurrencyCard>,
+    counts: Vec<(&'static str, u64)>,
+}
+
 #[derive(Template)]
 #[template(path = "dashboard/audit.html")]
 struct AuditPage {
@@ -696,7 +745,8 @@ pub async fn handle(
         (["assets", "dashboard.css"], true, _) => {
             return Ok(static_asset(STYLESHEET, "text/css; charset=utf-8"));
         }
-        ([], true, _) => Ok(page.redirect("/transactions")),
+        ([], true, _) => Ok(page.redirect("/overview")),
+        (["overview"], true, _) => page.overview(&request, now).await,
         (["sign-in"], true, _) => page.sign_in_form(&request, now).await,
         (["sign-in"], _, true) => page.sign_in(request, now).await,
         (["invitations", token], true, _) => page.invitation(token, now).await,
@@ -1812,6 +1862,55 @@ impl<'a> Page<'a> {
         }
     }
 
+    /// `GET …/overview`.
+    async fn overview<B>(
+        &self,
+        request: &Request<B>,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let session = or_answer!(self, self.session(request, now));
+        let overview = self.services.dashboard_overview(&session, now).await?;
+        let t = self.t();
+        let lang = self.lang;
+        let cards = overview
+            .currencies
+            .iter()
+            .map(|line| {
+                let money = |amount| lang.money(amount, &line.currency);
+                let highest = line.paid_per_day.iter().copied().max().unwrap_or_default();
+                CurrencyCard {
+                    currency: line.currency.clone(),
+                    figures: vec![
+                        (t.paid_today, money(line.paid_today)),
+                        (t.paid_month, money(line.paid_month)),
+                        (t.refunded_today, money(line.refunded_today)),
+                        (t.refunded_month, money(line.refunded_month)),
+                    ],
+                    chart: bar_chart(&line.paid_per_day),
+                    chart_label: format!(
+                        "{} ({}): {} {}",
+                        t.chart_label,
+                        line.currency,
+                        t.highest,
+                        money(highest)
+                    ),
+                }
+            })
+            .collect();
+        Ok(self.render(
+            StatusCode::OK,
+            &OverviewPage {
+                frame: self.frame(Some(&session)),
+                zone: overview.zone.to_string(),
+                cards,
+                counts: vec![
+                    (t.pending_refunds, overview.pending_refunds),
+                    (t.failing_endpoints, overview.failing_endpoints),
+                ],
+            },
+        ))
+    }
+
     fn not_found(&self, session: &Session) -> HttpResponse {
         self.message(
             StatusCode::NOT_FOUND,
@@ -1945,6 +2044,41 @@ fn timeline(
          <text x=\"{nx}\" y=\"60\" font-size=\"11\" font-weight=\"700\" fill=\"#1a4fb8\">{}</text></svg>",
         t.now
     ));
+    svg
+}
+
+/// Bars of `values` (one a day, oldest first) scaled to the highest, as SVG; whole pixels,
+/// exact decimal ratios.
+fn bar_chart(values: &[rust_decimal::Decimal]) -> String {
+    use rust_decimal::Decimal;
+    use rust_decimal::prelude::ToPrimitive as _;
+    const HEIGHT: i64 = 80;
+    const BAR: usize = 14;
+    let highest = values.iter().copied().max().unwrap_or_default();
+    let mut svg = format!(
+        "<svg class=\"chart\" viewBox=\"0 0 {w} {h}\" width=\"{w}\" height=\"{h}\" \
+         aria-hidden=\"true\" focusable=\"false\" xmlns=\"http://www.w3.org/2000/svg\">\
+         <line x1=\"0\" y1=\"{HEIGHT}\" x2=\"{w}\" y2=\"{HEIGHT}\" stroke=\"#4a5263\"/>",
+        w = values.len() * (BAR + 2),
+        h = HEIGHT + 1
+    );
+    for (i, value) in values.iter().enumerate() {
+        let height = if highest > Decimal::ZERO {
+            (*value * Decimal::from(HEIGHT) / highest)
+                .round()
+                .to_i64()
+                .unwrap_or(0)
+                .max(i64::from(!value.is_zero()))
+        } else {
+            0
+        };
+        svg.push_str(&format!(
+            "<rect x=\"{}\" y=\"{}\" width=\"{BAR}\" height=\"{height}\" fill=\"#1a4fb8\"/>",
+            i * (BAR + 2),
+            HEIGHT - height
+        ));
+    }
+    svg.push_str("</svg>");
     svg
 }
 

@@ -169,6 +169,22 @@ pub struct TransactionSummary {
     pub created_at: DateTime<Utc>,
 }
 
+/// What the overview page sums: the provider's payments and successful refunds since an
+/// instant, each with its currency, amount and instant (summed in decimal by the caller, never
+/// in the database's floating point), and two counts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OverviewRows {
+    /// (currency, amount paid, paid at).
+    pub payments: Vec<(String, Decimal, DateTime<Utc>)>,
+    /// (currency, amount refunded, cancelled at).
+    pub refunds: Vec<(String, Decimal, DateTime<Utc>)>,
+    /// Cancellations whose refund the gateway has not settled yet.
+    pub pending_refunds: u64,
+    /// Active webhook endpoints with a delivery being retried, or failed since the instant
+    /// asked for.
+    pub failing_endpoints: u64,
+}
+
 /// The dashboard's storage.
 pub trait DashboardStore: Send + Sync + std::fmt::Debug + 'static {
     /// Stores a user and its invitation, with an audit entry, in one transaction.
@@ -293,6 +309,15 @@ pub trait DashboardStore: Send + Sync + std::fmt::Debug + 'static {
         widget_id: String,
         audit: NewAudit,
     ) -> BoxFuture<'_, Result<bool, StoreError>>;
+
+    /// The overview's rows: payments and successful refunds since `since`, pending refunds,
+    /// and the endpoints failing since `failing_since`.
+    fn overview(
+        &self,
+        provider_id: String,
+        since: DateTime<Utc>,
+        failing_since: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<OverviewRows, StoreError>>;
 
     /// Adds an entry to the audit log.
     fn record_audit(&self, entry: NewAudit) -> BoxFuture<'_, Result<(), StoreError>>;

@@ -11,7 +11,7 @@ use super::PgStore;
 use crate::store::StoreError;
 use crate::store::admin::{CredentialListing, NewCredential};
 use crate::store::dashboard::{
-    AuditRow, DashboardStore, Invited, NewAudit, NewSession, NewUser, SessionRow,
+    AuditRow, DashboardStore, Invited, NewAudit, NewSession, NewUser, OverviewRows, SessionRow,
     TransactionFilter, TransactionSummary, UserChange, UserRow,
 };
 use crate::store::sqlite::dashboard::like_escaped;
@@ -568,6 +568,63 @@ impl DashboardStore for PgStore {
             }
             tx.commit().await?;
             Ok(changed > 0)
+        })
+    }
+
+    fn overview(
+        &self,
+        provider_id: String,
+        since: DateTime<Utc>,
+        failing_since: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<OverviewRows, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let amounts =
+                async |sql: &str| -> Result<Vec<(String, Decimal, DateTime<Utc>)>, StoreError> {
+                    let statement = client.prepare_cached(sql).await?;
+                    client
+                        .query(&statement, &[&provider_id, &since])
+                        .await?
+                        .iter()
+                        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
+                        .collect()
+                };
+            let payments = amounts(
+                "SELECT currency, paid_amount, paid_at FROM transactions \
+                 WHERE provider_id = $1 AND paid_at >= $2 AND paid_amount IS NOT NULL",
+            )
+            .await?;
+            let refunds = amounts(
+                "SELECT t.currency, c.refund, c.created_at FROM cancellations c \
+                 JOIN transactions t ON t.id = c.transaction_id \
+                 WHERE c.provider_id = $1 AND c.created_at >= $2 AND c.outcome = 'SUCCESS'",
+            )
+            .await?;
+            let pending: i64 = client
+                .query_one(
+                    "SELECT count(*) FROM cancellations WHERE provider_id = $1 \
+                     AND outcome = 'PENDING'",
+                    &[&provider_id],
+                )
+                .await?
+                .try_get(0)?;
+            let failing: i64 = client
+                .query_one(
+                    "SELECT count(DISTINCT e.id) FROM webhook_endpoints e \
+                     JOIN webhook_deliveries d ON d.endpoint_id = e.id \
+                     WHERE e.provider_id = $1 AND e.removed_at IS NULL \
+                     AND ((d.status = 'QUEUED' AND d.attempts > 0) \
+                          OR (d.status = 'FAILED' AND d.last_attempt_at >= $2))",
+                    &[&provider_id, &failing_since],
+                )
+                .await?
+                .try_get(0)?;
+            Ok(OverviewRows {
+                payments,
+                refunds,
+                pending_refunds: u64::try_from(pending).unwrap_or(0),
+                failing_endpoints: u64::try_from(failing).unwrap_or(0),
+            })
         })
     }
 

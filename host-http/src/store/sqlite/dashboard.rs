@@ -8,7 +8,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use super::{SqliteStore, decimal};
 use crate::store::admin::{CredentialListing, NewCredential};
 use crate::store::dashboard::{
-    AuditRow, DashboardStore, Invited, NewAudit, NewSession, NewUser, SessionRow,
+    AuditRow, DashboardStore, Invited, NewAudit, NewSession, NewUser, OverviewRows, SessionRow,
     TransactionFilter, TransactionSummary, UserChange, UserRow,
 };
 use crate::store::{StoreError, format_instant};
@@ -445,6 +445,68 @@ impl DashboardStore for SqliteStore {
             }
             Ok(changed > 0)
         }))
+    }
+
+    fn overview(
+        &self,
+        provider_id: String,
+        since: DateTime<Utc>,
+        failing_since: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<OverviewRows, StoreError>> {
+        let result = self.read(|conn| {
+            let since = format_instant(since);
+            let amounts = |sql: &str, column: &'static str| -> Result<_, StoreError> {
+                let mut statement = conn.prepare_cached(sql)?;
+                let rows = statement.query_map(params![provider_id, since], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                    ))
+                })?;
+                let mut list = Vec::new();
+                for row in rows {
+                    let (currency, amount, at) = row?;
+                    list.push((currency, decimal(column, &amount)?, instant(column, &at)?));
+                }
+                Ok(list)
+            };
+            let payments = amounts(
+                "SELECT currency, paid_amount, paid_at FROM transactions \
+                 WHERE provider_id = ?1 AND paid_at >= ?2 AND paid_amount IS NOT NULL",
+                "transactions.paid_amount",
+            )?;
+            let refunds = amounts(
+                "SELECT t.currency, c.refund, c.created_at FROM cancellations c \
+                 JOIN transactions t ON t.id = c.transaction_id \
+                 WHERE c.provider_id = ?1 AND c.created_at >= ?2 AND c.outcome = 'SUCCESS'",
+                "cancellations.refund",
+            )?;
+            let pending_refunds: i64 = conn
+                .prepare_cached(
+                    "SELECT count(*) FROM cancellations WHERE provider_id = ?1 \
+                     AND outcome = 'PENDING'",
+                )?
+                .query_row([&provider_id], |r| r.get(0))?;
+            let failing_endpoints: i64 = conn
+                .prepare_cached(
+                    "SELECT count(DISTINCT e.id) FROM webhook_endpoints e \
+                     JOIN webhook_deliveries d ON d.endpoint_id = e.id \
+                     WHERE e.provider_id = ?1 AND e.removed_at IS NULL \
+                     AND ((d.status = 'QUEUED' AND d.attempts > 0) \
+                          OR (d.status = 'FAILED' AND d.last_attempt_at >= ?2))",
+                )?
+                .query_row(params![provider_id, format_instant(failing_since)], |r| {
+                    r.get(0)
+                })?;
+            Ok(OverviewRows {
+                payments,
+                refunds,
+                pending_refunds: u64::try_from(pending_refunds).unwrap_or(0),
+                failing_endpoints: u64::try_from(failing_endpoints).unwrap_or(0),
+            })
+        });
+        Box::pin(std::future::ready(result))
     }
 
     fn record_audit(&self, entry: NewAudit) -> BoxFuture<'_, Result<(), StoreError>> {
