@@ -69,8 +69,19 @@ impl TestDb {
     }
 }
 
-/// Whether a test that reads the SQLite file itself runs; on PostgreSQL it says it is skipped
-/// (its subject, the file's contents, is SQLite's alone).
+/// Fails a test whose whole subject is the SQLite file (such tests are named `…_sqlite_only`)
+/// when the store is PostgreSQL: the PostgreSQL run skips them by name
+/// (`-- --skip sqlite_only`), so that its summary counts them as filtered out instead of passed.
+pub fn require_sqlite(db: &Db, test: &str) {
+    assert!(
+        db.sqlite_path().is_some(),
+        "{test} reads the SQLite file and means nothing on PostgreSQL: run the PostgreSQL \
+         tests with `-- --skip sqlite_only`"
+    );
+}
+
+/// Whether the part of a test that reads the SQLite file itself runs (the rest of the test
+/// runs on both stores); on PostgreSQL it says that part is skipped.
 pub fn sqlite_only(db: &Db, test: &str) -> bool {
     if db.sqlite_path().is_some() {
         true

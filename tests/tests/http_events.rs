@@ -689,16 +689,21 @@ fn sample(text: &str, name: &str) -> f64 {
 
 /// The state of the one delivery to the endpoint at `port`: (status, attempts, last result).
 fn delivery_to(server: &TestServer, port: u16) -> (String, String, String) {
-    let select = |column: &str| {
-        server
-            .scalar(&format!(
-                "SELECT d.{column} FROM webhook_deliveries d \
-                 JOIN webhook_endpoints w ON w.id = d.endpoint_id \
-                 WHERE w.url LIKE '%:{port}/%'"
-            ))
-            .unwrap_or_default()
-    };
-    (select("status"), select("attempts"), select("last_result"))
+    // One statement, one snapshot: three separate reads could pair the status from before an
+    // attempt's commit with the attempt count from after it.
+    let row = server
+        .scalar(&format!(
+            "SELECT d.status || '|' || d.attempts || '|' || COALESCE(d.last_result, '') \
+             FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.endpoint_id \
+             WHERE w.url LIKE '%:{port}/%'"
+        ))
+        .unwrap_or_default();
+    let mut parts = row.splitn(3, '|').map(str::to_owned);
+    (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    )
 }
 
 /// Waits until the delivery to `port` has had `attempts` attempts.

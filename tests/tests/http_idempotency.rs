@@ -140,11 +140,9 @@ async fn concurrent_creations_with_one_key_create_exactly_one_transaction_r_9_1(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn running_claim_answers_409_r_9_1() {
+async fn running_claim_answers_409_r_9_1_sqlite_only() {
     let server = TestServer::start().await;
-    if !tests::http::sqlite_only(&server.db, "running_claim_answers_409_r_9_1") {
-        return;
-    }
+    tests::http::require_sqlite(&server.db, "running_claim_answers_409_r_9_1_sqlite_only");
     let acme = server.provider("acme");
     let body = checkout_body("T");
     // A claim held by a request that has not finished (inserted as the server's store does).

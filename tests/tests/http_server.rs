@@ -71,14 +71,12 @@ async fn every_response_carries_a_distinct_request_id() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_completes_and_the_file_is_closed_cleanly() {
+async fn shutdown_completes_and_the_file_is_closed_cleanly_sqlite_only() {
     let mut server = TestServer::start().await;
-    if !tests::http::sqlite_only(
+    tests::http::require_sqlite(
         &server.db,
-        "shutdown_completes_and_the_file_is_closed_cleanly",
-    ) {
-        return;
-    }
+        "shutdown_completes_and_the_file_is_closed_cleanly_sqlite_only",
+    );
     let acme = server.provider("acme");
     let id = server.create(&acme, &checkout_body("T")).await;
     server.shutdown().await;
