@@ -897,6 +897,11 @@ async fn the_dashboard_signs_in_finds_a_trip_and_cancels_an_item_accessibly() {
     browser.wait_for_h1("Users").await;
     browser.assert_accessible("the users").await;
     browser.screenshot("dashboard-users-en.png", 1280).await;
+    browser.open(&server, "/dashboard/api?lang=en").await;
+    browser.wait_for_h1("API settings").await;
+    assert!(browser.text("tbody").await.contains(&acme.widget_id));
+    browser.assert_accessible("the API settings").await;
+    browser.screenshot("dashboard-api-en.png", 1280).await;
     browser.open(&server, "/dashboard/audit?lang=en").await;
     browser.wait_for_h1("Audit log").await;
     assert!(browser.text("tbody").await.contains("cancelled items 2"));
@@ -927,5 +932,6 @@ async fn the_dashboard_signs_in_finds_a_trip_and_cancels_an_item_accessibly() {
         .expect("click");
     browser.wait_for_h1("Anmelden").await;
     browser.assert_accessible("the sign-in page").await;
+    browser.screenshot("dashboard-sign-in-de.png", 1280).await;
     browser.close().await;
 }
