@@ -1056,3 +1056,93 @@ async fn the_overview_sums_todays_and_this_months_money_per_currency_exactly() {
     let home = viewer.get("/dashboard").await;
     assert!(location(&home).starts_with("/dashboard/overview"));
 }
+
+/// The status and attempts of the one webhook delivery, in one snapshot.
+fn delivery(server: &TestServer) -> String {
+    server
+        .scalar("SELECT status || '/' || attempts FROM webhook_deliveries")
+        .unwrap_or_default()
+}
+
+async fn wait_for_delivery(server: &TestServer, done: impl Fn(&str) -> bool) -> String {
+    for _ in 0..200 {
+        let state = delivery(server);
+        if done(&state) {
+            return state;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the delivery never got there: {}", delivery(server));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transactions_webhook_deliveries_are_shown_and_a_failed_one_is_sent_again() {
+    let server = TestServer::start_configured(|config| config.webhooks.allow_private = true).await;
+    let acme = server.provider("Acme Travel");
+    let globex = server.provider("Globex");
+    // Nothing listens on this port: every attempt is refused.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    host_http::app::providers::set_webhook(
+        &server.db,
+        &acme.provider_id,
+        &format!("http://127.0.0.1:{closed}/hooks"),
+        &["transaction.created".to_owned()],
+        true,
+        chrono::Utc::now(),
+    )
+    .expect("endpoint");
+    let id = server.create(&acme, &checkout_body("Acme trip")).await;
+    wait_for_delivery(&server, |state| {
+        state.ends_with("/1") || state.ends_with("/2")
+    })
+    .await;
+    // Its first attempt three days ago: the next failure gives it up.
+    let now = chrono::Utc::now();
+    let long_ago = host_http::store::format_instant(now - chrono::Duration::days(3));
+    let due = host_http::store::format_instant(now - chrono::Duration::seconds(1));
+    server.execute_sql(&format!(
+        "UPDATE webhook_deliveries SET first_attempt_at = '{long_ago}', next_attempt_at = '{due}'"
+    ));
+    wait_for_delivery(&server, |state| state.starts_with("FAILED")).await;
+
+    let mut admin = member(&server, &acme, "ada@example.com", "admin").await;
+    let viewer = member(&server, &acme, "bob@example.com", "viewer").await;
+    let mut outsider = member(&server, &globex, "eve@example.com", "admin").await;
+    let page = html(&admin.get(&format!("/dashboard/transactions/{id}")).await);
+    assert!(page.contains("transaction.created"), "{page}");
+    assert!(page.contains(&format!("127.0.0.1:{closed}/hooks")));
+    assert!(page.contains("FAILED"));
+    assert!(page.contains("Send again"));
+    assert!(
+        !html(&viewer.get(&format!("/dashboard/transactions/{id}")).await).contains("Send again")
+    );
+    let at = page.find("/deliveries/").expect("a send-again form");
+    let start = page[..at].rfind('"').expect("action") + 1;
+    let action = page[start..at + page[at..].find('"').expect("end")].replace("&amp;", "&");
+
+    // Another provider's admin cannot send it, whatever it posts.
+    let eve_token = outsider.csrf().await;
+    let refused = outsider.post(&action, &[("csrf_token", &eve_token)]).await;
+    assert_eq!(refused.status, StatusCode::NOT_FOUND);
+    assert!(delivery(&server).starts_with("FAILED"));
+
+    let token = admin.csrf().await;
+    let sent = admin.post(&action, &[("csrf_token", &token)]).await;
+    assert_eq!(sent.status, StatusCode::SEE_OTHER, "{}", html(&sent));
+    assert!(location(&sent).contains("outcome=sent-again"));
+    // Queued as new: the dispatcher tries it again (and the port still refuses it).
+    let state = delivery(&server);
+    assert!(state.starts_with("QUEUED"), "{state}");
+    wait_for_delivery(&server, |state| state == "QUEUED/1").await;
+    let again = admin.post(&action, &[("csrf_token", &token)]).await;
+    assert_eq!(
+        again.status,
+        StatusCode::NOT_FOUND,
+        "only a failed delivery is sent again"
+    );
+    let log = html(&admin.get("/dashboard/audit").await);
+    assert!(log.contains("sent event"), "{log}");
+}

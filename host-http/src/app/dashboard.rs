@@ -36,6 +36,8 @@ use crate::auth::{Scope, Scopes, hash_secret};
 use crate::store::StoreError;
 use crate::store::admin::CredentialListing;
 use crate::store::dashboard::{AuditRow, Invited, NewAudit, NewSession, NewUser};
+/// A transaction's event with one of its webhook deliveries.
+pub use crate::store::dashboard::{DeliveryRow, EventDelivery};
 /// Which transactions a list shows, and one line of it: the list's input and output.
 pub use crate::store::dashboard::{TransactionFilter, TransactionSummary};
 /// A user as listed, and what changing one did.
@@ -1010,6 +1012,58 @@ impl Services {
             pending_refunds: rows.pending_refunds,
             failing_endpoints: rows.failing_endpoints,
         })
+    }
+
+    /// A transaction's events with their webhook deliveries (the session's provider's only).
+    pub async fn dashboard_deliveries(
+        &self,
+        session: &Session,
+        transaction_id: &str,
+    ) -> Result<Vec<EventDelivery>, Error> {
+        Ok(self
+            .dashboard
+            .event_deliveries(session.provider_id.clone(), transaction_id.to_owned())
+            .await?)
+    }
+
+    /// Sends a given-up webhook delivery again (admins only): queued as new, due now, by the
+    /// outbox's own dispatcher; `false` unless it is a failed delivery of the provider's.
+    pub async fn send_again(
+        &self,
+        session: &Session,
+        transaction_id: &str,
+        event_seq: i64,
+        endpoint_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool, Error> {
+        if !session.may_change() {
+            return Err(Error::Forbidden("admin"));
+        }
+        let ours = self
+            .dashboard_deliveries(session, transaction_id)
+            .await?
+            .into_iter()
+            .any(|event| event.event_seq == event_seq);
+        if !ours {
+            return Ok(false);
+        }
+        Ok(self
+            .dashboard
+            .send_again(
+                session.provider_id.clone(),
+                event_seq,
+                endpoint_id.to_owned(),
+                NewAudit {
+                    provider_id: session.provider_id.clone(),
+                    actor: session.email.clone(),
+                    action: "webhook.sent_again".to_owned(),
+                    detail: format!(
+                        "sent event {event_seq} of {transaction_id} to {endpoint_id} again"
+                    ),
+                    at: now,
+                },
+            )
+            .await?)
     }
 
     /// The newest entries of the provider's audit log (admins only).

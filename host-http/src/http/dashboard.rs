@@ -184,6 +184,14 @@ pub struct DashTexts {
     no_money: &'static str,
     days_in: &'static str,
     highest: &'static str,
+    events_heading: &'static str,
+    event: &'static str,
+    endpoint: &'static str,
+    attempts: &'static str,
+    last_result: &'static str,
+    not_delivered: &'static str,
+    send_again: &'static str,
+    sent_again: &'static str,
 }
 
 const EN: DashTexts = DashTexts {
@@ -329,6 +337,14 @@ const EN: DashTexts = DashTexts {
     no_money: "No payment or refund in the last 30 days.",
     days_in: "Days and months in",
     highest: "highest",
+    events_heading: "Events and webhook deliveries",
+    event: "Event",
+    endpoint: "Endpoint",
+    attempts: "Attempts",
+    last_result: "Last result",
+    not_delivered: "no endpoint takes it",
+    send_again: "Send again",
+    sent_again: "The delivery is queued again and will be sent shortly.",
 };
 
 const DE: DashTexts = DashTexts {
@@ -474,6 +490,14 @@ const DE: DashTexts = DashTexts {
     no_money: "Keine Zahlung und keine Erstattung in den letzten 30 Tagen.",
     days_in: "Tage und Monate in",
     highest: "höchstens",
+    events_heading: "Ereignisse und Webhook-Zustellungen",
+    event: "Ereignis",
+    endpoint: "Endpunkt",
+    attempts: "Versuche",
+    last_result: "Letztes Ergebnis",
+    not_delivered: "kein Endpunkt nimmt es",
+    send_again: "Erneut senden",
+    sent_again: "Die Zustellung ist wieder eingereiht und wird gleich gesendet.",
 };
 
 fn texts(lang: Lang) -> &'static DashTexts {
@@ -612,9 +636,21 @@ struct TransactionPage {
     payment_link: Option<(String, String)>,
     cancellations: Vec<CancellationRow>,
     notice: Option<String>,
+    events: Vec<EventLine>,
     /// For admins of a cancellable transaction: the cancel form's action and the active
     /// items (order, name).
     cancel: Option<(String, Vec<(u32, String)>)>,
+}
+
+struct EventLine {
+    event_type: String,
+    at: String,
+    endpoint: String,
+    status: String,
+    attempts: String,
+    last_result: String,
+    /// For admins, on a failed delivery: the "send again" form's action.
+    send_again: Option<String>,
 }
 
 struct QuoteRow {
@@ -757,6 +793,18 @@ pub async fn handle(
         (["transactions", id], true, _) => page.transaction(&request, id, now).await,
         (["transactions", id, "cancel"], true, _) => page.cancel_quote(&request, id, now).await,
         (["transactions", id, "cancel"], _, true) => page.cancel(request, id, now).await,
+        (
+            [
+                "transactions",
+                id,
+                "deliveries",
+                seq,
+                endpoint,
+                "send-again",
+            ],
+            _,
+            true,
+        ) => page.send_again(request, id, seq, endpoint, now).await,
         (["audit"], true, _) => page.audit(&request, now).await,
         (["users"], true, _) => page.users(&request, now).await,
         (["api"], true, _) => page.api(&request, now).await,
@@ -1361,10 +1409,47 @@ impl<'a> Page<'a> {
                 outcome: c.outcome.clone(),
             })
             .collect();
+        let events = self
+            .services
+            .dashboard_deliveries(&session, id)
+            .await?
+            .into_iter()
+            .map(|event| {
+                let at = lang.instant(event.event_at, chrono_tz::UTC);
+                match event.delivery {
+                    Some(d) => EventLine {
+                        send_again: (session.may_change() && d.status == "FAILED").then(|| {
+                            self.href(&format!(
+                                "/transactions/{id}/deliveries/{}/{}/send-again?lang={}",
+                                event.event_seq,
+                                d.endpoint_id,
+                                lang.tag()
+                            ))
+                        }),
+                        event_type: event.event_type,
+                        at,
+                        endpoint: d.url,
+                        status: d.status,
+                        attempts: d.attempts.to_string(),
+                        last_result: d.last_result.unwrap_or_default(),
+                    },
+                    None => EventLine {
+                        event_type: event.event_type,
+                        at,
+                        endpoint: t.not_delivered.to_owned(),
+                        status: String::new(),
+                        attempts: String::new(),
+                        last_result: String::new(),
+                        send_again: None,
+                    },
+                }
+            })
+            .collect();
         let notice = match (
             query_param(self.query.as_deref(), "receipt"),
             query_param(self.query.as_deref(), "outcome").as_deref(),
         ) {
+            (_, Some("sent-again")) => Some(t.sent_again.to_owned()),
             (_, Some("pending")) => Some(t.pending_notice.to_owned()),
             (_, Some("failed")) => Some(t.failed_notice.to_owned()),
             (Some(receipt), _) => Some(format!("{} {receipt}", t.cancelled_notice)),
@@ -1388,6 +1473,7 @@ impl<'a> Page<'a> {
         });
         let page = TransactionPage {
             notice,
+            events,
             cancel,
             frame: self.frame(Some(&session)),
             back: self.href(&format!("/transactions?lang={}", lang.tag())),
@@ -1909,6 +1995,30 @@ impl<'a> Page<'a> {
                 ],
             },
         ))
+    }
+
+    /// `POST …/transactions/{id}/deliveries/{eventSeq}/{endpointId}/send-again` (admins).
+    async fn send_again(
+        &self,
+        request: Request<Incoming>,
+        id: &str,
+        seq: &str,
+        endpoint: &str,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let (session, _) = or_answer!(self, self.changing_form(request, now, true));
+        let Ok(seq) = seq.parse::<i64>() else {
+            return Ok(self.not_found(&session));
+        };
+        if self
+            .services
+            .send_again(&session, id, seq, endpoint, now)
+            .await?
+        {
+            Ok(self.redirect(&format!("/transactions/{id}?outcome=sent-again")))
+        } else {
+            Ok(self.not_found(&session))
+        }
     }
 
     fn not_found(&self, session: &Session) -> HttpResponse {

@@ -185,6 +185,40 @@ pub struct OverviewRows {
     pub failing_endpoints: u64,
 }
 
+/// An event of a transaction with one of its webhook deliveries (none when no endpoint took
+/// the event's type).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventDelivery {
+    /// The event's order among the provider's events.
+    pub event_seq: i64,
+    /// `evt_…`, the webhook id.
+    pub event_id: String,
+    /// `transaction.created`, …
+    pub event_type: String,
+    /// When the event happened.
+    pub event_at: DateTime<Utc>,
+    /// The delivery to one endpoint: (endpoint id, URL, status, attempts, last result, last
+    /// attempt, delivered at).
+    pub delivery: Option<DeliveryRow>,
+}
+
+/// One webhook delivery as the dashboard shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryRow {
+    /// `ep_…`.
+    pub endpoint_id: String,
+    /// Where it is sent.
+    pub url: String,
+    /// `QUEUED`, `SENT` or `FAILED`.
+    pub status: String,
+    /// Attempts made.
+    pub attempts: i64,
+    /// The last attempt's outcome (a status code or a connection error).
+    pub last_result: Option<String>,
+    /// When it was last attempted.
+    pub last_attempt_at: Option<DateTime<Utc>>,
+}
+
 /// The dashboard's storage.
 pub trait DashboardStore: Send + Sync + std::fmt::Debug + 'static {
     /// Stores a user and its invitation, with an audit entry, in one transaction.
@@ -318,6 +352,24 @@ pub trait DashboardStore: Send + Sync + std::fmt::Debug + 'static {
         since: DateTime<Utc>,
         failing_since: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<OverviewRows, StoreError>>;
+
+    /// A transaction's events, oldest first, each with each of its webhook deliveries.
+    fn event_deliveries(
+        &self,
+        provider_id: String,
+        transaction_id: String,
+    ) -> BoxFuture<'_, Result<Vec<EventDelivery>, StoreError>>;
+
+    /// Queues a delivery that was given up again, as new (its attempts counted from zero and
+    /// due now), with an audit entry; `false` unless it is a FAILED delivery to an active
+    /// endpoint of the provider.
+    fn send_again(
+        &self,
+        provider_id: String,
+        event_seq: i64,
+        endpoint_id: String,
+        audit: NewAudit,
+    ) -> BoxFuture<'_, Result<bool, StoreError>>;
 
     /// Adds an entry to the audit log.
     fn record_audit(&self, entry: NewAudit) -> BoxFuture<'_, Result<(), StoreError>>;

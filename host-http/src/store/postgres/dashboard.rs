@@ -11,8 +11,8 @@ use super::PgStore;
 use crate::store::StoreError;
 use crate::store::admin::{CredentialListing, NewCredential};
 use crate::store::dashboard::{
-    AuditRow, DashboardStore, Invited, NewAudit, NewSession, NewUser, OverviewRows, SessionRow,
-    TransactionFilter, TransactionSummary, UserChange, UserRow,
+    AuditRow, DashboardStore, DeliveryRow, EventDelivery, Invited, NewAudit, NewSession, NewUser,
+    OverviewRows, SessionRow, TransactionFilter, TransactionSummary, UserChange, UserRow,
 };
 use crate::store::sqlite::dashboard::like_escaped;
 
@@ -625,6 +625,81 @@ impl DashboardStore for PgStore {
                 pending_refunds: u64::try_from(pending).unwrap_or(0),
                 failing_endpoints: u64::try_from(failing).unwrap_or(0),
             })
+        })
+    }
+
+    fn event_deliveries(
+        &self,
+        provider_id: String,
+        transaction_id: String,
+    ) -> BoxFuture<'_, Result<Vec<EventDelivery>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let statement = client
+                .prepare_cached(
+                    "SELECT e.seq, e.id, e.type, e.created_at, d.endpoint_id, w.url, d.status, \
+                     d.attempts, d.last_result, d.last_attempt_at \
+                     FROM events e LEFT JOIN webhook_deliveries d ON d.event_seq = e.seq \
+                     LEFT JOIN webhook_endpoints w ON w.id = d.endpoint_id \
+                     WHERE e.provider_id = $1 AND e.transaction_id = $2 \
+                     ORDER BY e.seq, d.endpoint_id",
+                )
+                .await?;
+            client
+                .query(&statement, &[&provider_id, &transaction_id])
+                .await?
+                .iter()
+                .map(|row| {
+                    let endpoint: Option<String> = row.try_get(4)?;
+                    let status: Option<String> = row.try_get(6)?;
+                    Ok(EventDelivery {
+                        event_seq: row.try_get(0)?,
+                        event_id: row.try_get(1)?,
+                        event_type: row.try_get(2)?,
+                        event_at: row.try_get(3)?,
+                        delivery: match (endpoint, status) {
+                            (Some(endpoint_id), Some(status)) => Some(DeliveryRow {
+                                endpoint_id,
+                                url: row.try_get::<_, Option<String>>(5)?.unwrap_or_default(),
+                                status,
+                                attempts: i64::from(row.try_get::<_, Option<i32>>(7)?.unwrap_or(0)),
+                                last_result: row.try_get(8)?,
+                                last_attempt_at: row.try_get(9)?,
+                            }),
+                            _ => None,
+                        },
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn send_again(
+        &self,
+        provider_id: String,
+        event_seq: i64,
+        endpoint_id: String,
+        entry: NewAudit,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let changed = tx
+                .execute(
+                    "UPDATE webhook_deliveries SET status = 'QUEUED', attempts = 0, \
+                     first_attempt_at = NULL, next_attempt_at = $4, lease_owner = NULL, \
+                     lease_until = NULL \
+                     WHERE event_seq = $1 AND endpoint_id = $2 AND status = 'FAILED' \
+                     AND endpoint_id IN (SELECT id FROM webhook_endpoints \
+                                         WHERE provider_id = $3 AND removed_at IS NULL)",
+                    &[&event_seq, &endpoint_id, &provider_id, &entry.at],
+                )
+                .await?;
+            if changed > 0 {
+                audit(&tx, &entry).await?;
+            }
+            tx.commit().await?;
+            Ok(changed > 0)
         })
     }
 

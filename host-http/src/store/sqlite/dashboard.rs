@@ -8,8 +8,8 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use super::{SqliteStore, decimal};
 use crate::store::admin::{CredentialListing, NewCredential};
 use crate::store::dashboard::{
-    AuditRow, DashboardStore, Invited, NewAudit, NewSession, NewUser, OverviewRows, SessionRow,
-    TransactionFilter, TransactionSummary, UserChange, UserRow,
+    AuditRow, DashboardStore, DeliveryRow, EventDelivery, Invited, NewAudit, NewSession, NewUser,
+    OverviewRows, SessionRow, TransactionFilter, TransactionSummary, UserChange, UserRow,
 };
 use crate::store::{StoreError, format_instant};
 
@@ -507,6 +507,91 @@ impl DashboardStore for SqliteStore {
             })
         });
         Box::pin(std::future::ready(result))
+    }
+
+    fn event_deliveries(
+        &self,
+        provider_id: String,
+        transaction_id: String,
+    ) -> BoxFuture<'_, Result<Vec<EventDelivery>, StoreError>> {
+        let result = self.read(|conn| {
+            let mut statement = conn.prepare_cached(
+                "SELECT e.seq, e.id, e.type, e.created_at, d.endpoint_id, w.url, d.status, \
+                 d.attempts, d.last_result, d.last_attempt_at \
+                 FROM events e LEFT JOIN webhook_deliveries d ON d.event_seq = e.seq \
+                 LEFT JOIN webhook_endpoints w ON w.id = d.endpoint_id \
+                 WHERE e.provider_id = ?1 AND e.transaction_id = ?2 ORDER BY e.seq, d.endpoint_id",
+            )?;
+            let rows = statement.query_map(params![provider_id, transaction_id], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, Option<String>>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                    r.get::<_, Option<String>>(6)?,
+                    r.get::<_, Option<i64>>(7)?,
+                    r.get::<_, Option<String>>(8)?,
+                    r.get::<_, Option<String>>(9)?,
+                ))
+            })?;
+            let mut list = Vec::new();
+            for row in rows {
+                let (seq, id, kind, at, endpoint, url, status, attempts, result, last) = row?;
+                list.push(EventDelivery {
+                    event_seq: seq,
+                    event_id: id,
+                    event_type: kind,
+                    event_at: instant("events.created_at", &at)?,
+                    delivery: match (endpoint, status) {
+                        (Some(endpoint_id), Some(status)) => Some(DeliveryRow {
+                            endpoint_id,
+                            url: url.unwrap_or_default(),
+                            status,
+                            attempts: attempts.unwrap_or(0),
+                            last_result: result,
+                            last_attempt_at: last
+                                .map(|at| instant("webhook_deliveries.last_attempt_at", &at))
+                                .transpose()?,
+                        }),
+                        _ => None,
+                    },
+                });
+            }
+            Ok(list)
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn send_again(
+        &self,
+        provider_id: String,
+        event_seq: i64,
+        endpoint_id: String,
+        entry: NewAudit,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE webhook_deliveries SET status = 'QUEUED', attempts = 0, \
+                     first_attempt_at = NULL, next_attempt_at = ?4, lease_owner = NULL, \
+                     lease_until = NULL \
+                     WHERE event_seq = ?1 AND endpoint_id = ?2 AND status = 'FAILED' \
+                     AND endpoint_id IN (SELECT id FROM webhook_endpoints \
+                                         WHERE provider_id = ?3 AND removed_at IS NULL)",
+                )?
+                .execute(params![
+                    event_seq,
+                    endpoint_id,
+                    provider_id,
+                    format_instant(entry.at)
+                ])?;
+            if changed > 0 {
+                audit(conn, &entry)?;
+            }
+            Ok(changed > 0)
+        }))
     }
 
     fn record_audit(&self, entry: NewAudit) -> BoxFuture<'_, Result<(), StoreError>> {
