@@ -41,7 +41,7 @@ pub use migrations::migrate_url;
 pub use tls::{PgConnector, SslMode, connect};
 
 use super::outbox as events;
-use super::sqlite::{from_json, opt_json, to_json};
+use super::sqlite::{from_json, opt_json, parse_instant, to_json};
 use super::{
     AttemptEnd, AttemptStart, Claim, CredentialRow, IdempotencyKey, IdempotencyRecord,
     IdempotencyState, IdempotentResponse, ItemRecord, NewPaymentAttempt, NewTransaction,
@@ -190,12 +190,6 @@ fn corrupt(column: &'static str, detail: impl Into<String>) -> StoreError {
         column,
         detail: detail.into(),
     }
-}
-
-fn parse_instant(column: &'static str, text: &str) -> Result<DateTime<Utc>, StoreError> {
-    DateTime::parse_from_rfc3339(text)
-        .map(|at| at.with_timezone(&Utc))
-        .map_err(|e| corrupt(column, e.to_string()))
 }
 
 fn transaction_status(text: &str) -> Result<TransactionStatus, StoreError> {

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
-use super::{SqliteStore, decimal};
+use super::{SqliteStore, decimal, parse_instant as instant};
 use crate::store::admin::{CredentialListing, NewCredential};
 use crate::store::dashboard::{
     AuditRow, DashboardStore, DeliveryRow, EventDelivery, Invited, NewAudit, NewSession, NewUser,
@@ -15,15 +15,6 @@ use crate::store::{StoreError, format_instant};
 
 const USER_COLUMNS: &str =
     "u.id, u.provider_id, u.email, u.role, u.password_hash, u.invite_expires_at, u.created_at";
-
-fn instant(column: &'static str, text: &str) -> Result<DateTime<Utc>, StoreError> {
-    DateTime::parse_from_rfc3339(text)
-        .map(|at| at.with_timezone(&Utc))
-        .map_err(|e| StoreError::Corrupt {
-            column,
-            detail: e.to_string(),
-        })
-}
 
 /// A user from the first seven columns of `row` ([`USER_COLUMNS`]).
 fn user_of(row: &Row<'_>) -> Result<Result<UserRow, StoreError>, rusqlite::Error> {

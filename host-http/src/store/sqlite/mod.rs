@@ -195,6 +195,16 @@ pub(super) fn opt_json<T: DeserializeOwned>(
     text.map(|t| from_json(column, &t)).transpose()
 }
 
+/// An instant stored as RFC 3339 text ([`format_instant`]); a corrupt one names its column.
+pub(super) fn parse_instant(column: &'static str, text: &str) -> Result<DateTime<Utc>, StoreError> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|at| at.with_timezone(&Utc))
+        .map_err(|e| StoreError::Corrupt {
+            column,
+            detail: e.to_string(),
+        })
+}
+
 pub(super) fn decimal(column: &'static str, text: &str) -> Result<Decimal, StoreError> {
     Decimal::from_str(text).map_err(|e| StoreError::Corrupt {
         column,

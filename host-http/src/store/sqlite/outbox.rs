@@ -154,15 +154,8 @@ fn parse_at(
     column: &'static str,
     text: Option<String>,
 ) -> Result<Option<DateTime<Utc>>, StoreError> {
-    text.map(|text| {
-        DateTime::parse_from_rfc3339(&text)
-            .map(|at| at.with_timezone(&Utc))
-            .map_err(|e| StoreError::Corrupt {
-                column,
-                detail: e.to_string(),
-            })
-    })
-    .transpose()
+    text.map(|text| super::parse_instant(column, &text))
+        .transpose()
 }
 
 fn attempt_columns(attempt: &Attempt, now: &str) -> (String, Option<String>, Option<String>) {
