@@ -1057,10 +1057,12 @@ async fn the_overview_sums_todays_and_this_months_money_per_currency_exactly() {
     assert!(location(&home).starts_with("/dashboard/overview"));
 }
 
-/// The status and attempts of the one webhook delivery, in one snapshot.
+/// The status and attempts of the first webhook delivery, in one snapshot.
 fn delivery(server: &TestServer) -> String {
     server
-        .scalar("SELECT status || '/' || attempts FROM webhook_deliveries")
+        .scalar(
+            "SELECT status || '/' || attempts FROM webhook_deliveries ORDER BY event_seq LIMIT 1",
+        )
         .unwrap_or_default()
 }
 
@@ -1129,7 +1131,14 @@ async fn a_transactions_webhook_deliveries_are_shown_and_a_failed_one_is_sent_ag
     assert_eq!(refused.status, StatusCode::NOT_FOUND);
     assert!(delivery(&server).starts_with("FAILED"));
 
+    // Nor under another transaction's path, even of the same provider.
+    let other = server.create(&acme, &checkout_body("Another trip")).await;
     let token = admin.csrf().await;
+    let elsewhere = action.replace(&id, &other);
+    let refused = admin.post(&elsewhere, &[("csrf_token", &token)]).await;
+    assert_eq!(refused.status, StatusCode::NOT_FOUND);
+    assert!(delivery(&server).starts_with("FAILED"));
+
     let sent = admin.post(&action, &[("csrf_token", &token)]).await;
     assert_eq!(sent.status, StatusCode::SEE_OTHER, "{}", html(&sent));
     assert!(location(&sent).contains("outcome=sent-again"));

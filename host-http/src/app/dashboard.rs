@@ -1039,18 +1039,13 @@ impl Services {
         if !session.may_change() {
             return Err(Error::Forbidden("admin"));
         }
-        let ours = self
-            .dashboard_deliveries(session, transaction_id)
-            .await?
-            .into_iter()
-            .any(|event| event.event_seq == event_seq);
-        if !ours {
-            return Ok(false);
-        }
+        // Whose event and endpoint it is, and whether it failed, are checked by the one
+        // statement that queues it.
         Ok(self
             .dashboard
             .send_again(
                 session.provider_id.clone(),
+                transaction_id.to_owned(),
                 event_seq,
                 endpoint_id.to_owned(),
                 NewAudit {

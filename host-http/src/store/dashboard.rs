@@ -361,11 +361,12 @@ pub trait DashboardStore: Send + Sync + std::fmt::Debug + 'static {
     ) -> BoxFuture<'_, Result<Vec<EventDelivery>, StoreError>>;
 
     /// Queues a delivery that was given up again, as new (its attempts counted from zero and
-    /// due now), with an audit entry; `false` unless it is a FAILED delivery to an active
-    /// endpoint of the provider.
+    /// due now), with an audit entry; `false` unless it is a FAILED delivery of an event of
+    /// the provider's transaction `transaction_id` to an active endpoint of the provider.
     fn send_again(
         &self,
         provider_id: String,
+        transaction_id: String,
         event_seq: i64,
         endpoint_id: String,
         audit: NewAudit,

@@ -677,6 +677,7 @@ impl DashboardStore for PgStore {
     fn send_again(
         &self,
         provider_id: String,
+        transaction_id: String,
         event_seq: i64,
         endpoint_id: String,
         entry: NewAudit,
@@ -691,8 +692,16 @@ impl DashboardStore for PgStore {
                      lease_until = NULL \
                      WHERE event_seq = $1 AND endpoint_id = $2 AND status = 'FAILED' \
                      AND endpoint_id IN (SELECT id FROM webhook_endpoints \
-                                         WHERE provider_id = $3 AND removed_at IS NULL)",
-                    &[&event_seq, &endpoint_id, &provider_id, &entry.at],
+                                         WHERE provider_id = $3 AND removed_at IS NULL) \
+                     AND event_seq IN (SELECT seq FROM events \
+                                       WHERE provider_id = $3 AND transaction_id = $5)",
+                    &[
+                        &event_seq,
+                        &endpoint_id,
+                        &provider_id,
+                        &entry.at,
+                        &transaction_id,
+                    ],
                 )
                 .await?;
             if changed > 0 {

@@ -558,6 +558,7 @@ impl DashboardStore for SqliteStore {
     fn send_again(
         &self,
         provider_id: String,
+        transaction_id: String,
         event_seq: i64,
         endpoint_id: String,
         entry: NewAudit,
@@ -570,13 +571,16 @@ impl DashboardStore for SqliteStore {
                      lease_until = NULL \
                      WHERE event_seq = ?1 AND endpoint_id = ?2 AND status = 'FAILED' \
                      AND endpoint_id IN (SELECT id FROM webhook_endpoints \
-                                         WHERE provider_id = ?3 AND removed_at IS NULL)",
+                                         WHERE provider_id = ?3 AND removed_at IS NULL) \
+                     AND event_seq IN (SELECT seq FROM events \
+                                       WHERE provider_id = ?3 AND transaction_id = ?5)",
                 )?
                 .execute(params![
                     event_seq,
                     endpoint_id,
                     provider_id,
-                    format_instant(entry.at)
+                    format_instant(entry.at),
+                    transaction_id
                 ])?;
             if changed > 0 {
                 audit(conn, &entry)?;
