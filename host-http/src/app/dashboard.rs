@@ -669,6 +669,31 @@ impl Services {
             .await?)
     }
 
+    /// One transaction of the session's provider as stored; another provider's is not found,
+    /// as an unknown one.
+    async fn session_transaction(
+        &self,
+        session: &Session,
+        id: &str,
+    ) -> Result<crate::store::TransactionRecord, Error> {
+        self.store
+            .transaction(id.to_owned())
+            .await?
+            .filter(|record| record.provider_id == session.provider_id)
+            .ok_or(Error::NotFound(Resource::Contract))
+    }
+
+    /// The status record of one transaction of the session's provider, without its
+    /// terms (what a page that only names it needs).
+    pub async fn dashboard_status(
+        &self,
+        session: &Session,
+        id: &str,
+    ) -> Result<StatusRecord, Error> {
+        let record = self.session_transaction(session, id).await?;
+        Ok(self.status_record(&record))
+    }
+
     /// One transaction of the session's provider: its status record and its items'
     /// cancellation terms; another provider's is not found, as an unknown one.
     pub async fn dashboard_transaction(
@@ -677,12 +702,7 @@ impl Services {
         id: &str,
         now: DateTime<Utc>,
     ) -> Result<DashboardTransaction, Error> {
-        let record = self
-            .store
-            .transaction(id.to_owned())
-            .await?
-            .filter(|record| record.provider_id == session.provider_id)
-            .ok_or(Error::NotFound(Resource::Contract))?;
+        let record = self.session_transaction(session, id).await?;
         let provider = self
             .store
             .provider(session.provider_id.clone())

@@ -1537,8 +1537,8 @@ impl<'a> Page<'a> {
                 self.t().none_chosen.to_owned(),
             ));
         }
-        let record = match self.services.dashboard_transaction(&session, id, now).await {
-            Ok(view) => view.record,
+        let record = match self.services.dashboard_status(&session, id).await {
+            Ok(record) => record,
             Err(Error::NotFound(_)) => return Ok(self.not_found(&session)),
             Err(error) => return Err(error),
         };
