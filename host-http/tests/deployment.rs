@@ -26,7 +26,7 @@ use bytes::Bytes;
 use fantoccini::{Client as Browser, ClientBuilder, Locator};
 use host_http::store::Db;
 use host_http::store::postgres::testing::TestDatabase;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::{Method, Request, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -203,29 +203,8 @@ impl Https {
         for (name, value) in headers {
             builder = builder.header(*name, *value);
         }
-        let request = builder
-            .body(Full::new(Bytes::from(
-                body.map(|b| b.to_string()).unwrap_or_default(),
-            )))
-            .map_err(|e| e.to_string())?;
-        let response = self
-            .client
-            .request(request)
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        let bytes = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        Ok((
-            status,
-            headers,
-            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-        ))
+        let answer = support::exchange(&self.client, builder, body).await?;
+        Ok((answer.status, answer.headers, answer.body))
     }
 }
 

@@ -114,6 +114,38 @@ pub fn spawn(launch: &Launch<'_>) -> Server {
     }
 }
 
+/// Sends a request built by `builder` with a JSON `body` on `client` (plain or TLS) and reads
+/// the whole answer; `Err` when no answer came.
+pub async fn exchange<C>(
+    client: &Client<C, Full<Bytes>>,
+    builder: hyper::http::request::Builder,
+    body: Option<Value>,
+) -> Result<Answer, String>
+where
+    C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
+{
+    let request = builder
+        .body(Full::new(Bytes::from(
+            body.map(|b| b.to_string()).unwrap_or_default(),
+        )))
+        .map_err(|e| e.to_string())?;
+    let response = client.request(request).await.map_err(|e| e.to_string())?;
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    Ok(Answer {
+        status,
+        headers,
+        body,
+    })
+}
+
 /// A provider's HTTP client.
 pub struct Http {
     client: Client<HttpConnector, Full<Bytes>>,
@@ -165,30 +197,7 @@ impl Http {
         for (name, value) in headers {
             builder = builder.header(*name, *value);
         }
-        let request = builder
-            .body(Full::new(Bytes::from(
-                body.map(|b| b.to_string()).unwrap_or_default(),
-            )))
-            .map_err(|e| e.to_string())?;
-        let response = self
-            .client
-            .request(request)
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        let bytes = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Ok(Answer {
-            status,
-            headers,
-            body,
-        })
+        exchange(&self.client, builder, body).await
     }
 
     /// What a customer's browser sends to a payment page, without credentials: a GET, or with
