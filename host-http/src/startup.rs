@@ -338,6 +338,7 @@ impl App {
             processor: Arc::new(processors::SandboxProcessor),
         };
         let metrics = Arc::new(metrics::Metrics::new());
+        let allow_private_webhooks = config.webhooks.allow_private;
         let dispatcher = events::Dispatcher {
             outbox: Arc::clone(&outbox),
             store: Arc::clone(&store),
@@ -368,6 +369,7 @@ impl App {
                 rendered_statuses: app::transactions::RenderedStatuses::default(),
                 file_link_ttl,
                 stale_claim_after,
+                allow_private_webhooks,
             }),
             config,
             recovery,

@@ -1155,3 +1155,173 @@ async fn a_transactions_webhook_deliveries_are_shown_and_a_failed_one_is_sent_ag
     let log = html(&admin.get("/dashboard/audit").await);
     assert!(log.contains("sent event"), "{log}");
 }
+
+/// The value of the read-only field `id` on a page (a secret shown once).
+fn shown_value(page: &str, id: &str) -> String {
+    let pattern = format!("id=\"{id}\" readonly value=\"");
+    let at = page.find(&pattern).expect(id) + pattern.len();
+    page[at..at + page[at..].find('"').expect("end")].to_owned()
+}
+
+/// Verifies a delivery's signature with the Standard Webhooks reference library.
+fn verifies(delivery: &host_http::events::testing::Delivery, secret: &str) -> bool {
+    let mut headers = hyper::HeaderMap::new();
+    for (name, value) in &delivery.headers {
+        headers.insert(
+            hyper::header::HeaderName::from_bytes(name.as_bytes()).expect("name"),
+            hyper::header::HeaderValue::from_str(value).expect("value"),
+        );
+    }
+    standardwebhooks::Webhook::new(secret)
+        .expect("secret")
+        .verify(delivery.body.as_bytes(), &headers)
+        .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admins_add_rotate_and_remove_webhook_endpoints_whose_deliveries_are_listed() {
+    let receiver = host_http::events::testing::WebhookReceiver::start(0).await;
+    let server = TestServer::start_configured(|config| config.webhooks.allow_private = true).await;
+    let acme = server.provider("Acme Travel");
+    let globex = server.provider("Globex");
+    let mut admin = member(&server, &acme, "ada@example.com", "admin").await;
+    let mut viewer = member(&server, &acme, "bob@example.com", "viewer").await;
+    let mut outsider = member(&server, &globex, "eve@example.com", "admin").await;
+    let token = admin.csrf().await;
+
+    // A URL that is not http(s) is refused with the reason, and the form keeps what was typed.
+    let wrong = admin
+        .post(
+            "/dashboard/webhooks",
+            &[("csrf_token", &token), ("url", "ftp://127.0.0.1/hooks")],
+        )
+        .await;
+    assert_eq!(wrong.status, StatusCode::BAD_REQUEST);
+    let text = html(&wrong);
+    assert!(text.contains("must be an https:// URL"), "{text}");
+    assert!(text.contains("value=\"ftp://127.0.0.1/hooks\""));
+    let unknown = admin
+        .post(
+            "/dashboard/webhooks",
+            &[
+                ("csrf_token", &token),
+                ("url", &receiver.url()),
+                ("event", "transaction.exploded"),
+            ],
+        )
+        .await;
+    assert_eq!(unknown.status, StatusCode::BAD_REQUEST);
+
+    // Added for one event type: the secret is shown once and signs what is delivered.
+    let added = admin
+        .post(
+            "/dashboard/webhooks",
+            &[
+                ("csrf_token", &token),
+                ("url", &receiver.url()),
+                ("event", "transaction.created"),
+            ],
+        )
+        .await;
+    assert_eq!(added.status, StatusCode::OK, "{}", html(&added));
+    let page = html(&added);
+    let endpoint = shown_value(&page, "new-endpoint-id");
+    let secret = shown_value(&page, "new-secret");
+    assert!(secret.starts_with("whsec_"), "{secret}");
+    let listed = html(&admin.get("/dashboard/webhooks").await);
+    assert!(listed.contains(&receiver.url()) && listed.contains(&endpoint));
+    assert!(!listed.contains(&secret), "a secret is shown only once");
+
+    let id = server.create(&acme, &checkout_body("Acme trip")).await;
+    let deliveries = receiver
+        .wait_for(1, std::time::Duration::from_secs(10))
+        .await;
+    assert_eq!(deliveries.len(), 1);
+    assert!(verifies(&deliveries[0], &secret));
+    // The recent deliveries name the transaction, its event and the answer.
+    for _ in 0..100 {
+        if server
+            .scalar("SELECT status FROM webhook_deliveries")
+            .as_deref()
+            == Some("SENT")
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let listed = html(&admin.get("/dashboard/webhooks").await);
+    assert!(
+        listed.contains(&format!("/dashboard/transactions/{id}")),
+        "{listed}"
+    );
+    assert!(listed.contains("transaction.created") && listed.contains("SENT"));
+
+    // A viewer sees the endpoint and the deliveries, without the forms; posting is refused.
+    let seen = html(&viewer.get("/dashboard/webhooks").await);
+    assert!(seen.contains(&receiver.url()) && seen.contains("transaction.created"));
+    assert!(!seen.contains("/rotate") && !seen.contains("name=\"url\""));
+    let viewer_token = viewer.csrf().await;
+    let rotate = format!("/dashboard/webhooks/{endpoint}/rotate");
+    let remove = format!("/dashboard/webhooks/{endpoint}/remove");
+    for path in ["/dashboard/webhooks", rotate.as_str(), remove.as_str()] {
+        let refused = viewer
+            .post(
+                path,
+                &[("csrf_token", &viewer_token), ("url", &receiver.url())],
+            )
+            .await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{path}");
+    }
+    assert_eq!(viewer.get(&remove).await.status, StatusCode::FORBIDDEN);
+    // Another provider's admin neither sees nor changes it.
+    assert!(!html(&outsider.get("/dashboard/webhooks").await).contains(&endpoint));
+    let eve_token = outsider.csrf().await;
+    for path in [rotate.as_str(), remove.as_str()] {
+        let refused = outsider.post(path, &[("csrf_token", &eve_token)]).await;
+        assert_eq!(refused.status, StatusCode::NOT_FOUND, "{path}");
+    }
+    assert_eq!(outsider.get(&remove).await.status, StatusCode::NOT_FOUND);
+
+    // A new secret: shown once; the old one keeps signing beside it for a day.
+    let rotated = admin.post(&rotate, &[("csrf_token", &token)]).await;
+    assert_eq!(rotated.status, StatusCode::OK, "{}", html(&rotated));
+    let new_secret = shown_value(&html(&rotated), "new-secret");
+    assert_ne!(new_secret, secret);
+    assert!(html(&rotated).contains("Previous secret signs until"));
+    server.create(&acme, &checkout_body("Second trip")).await;
+    let deliveries = receiver
+        .wait_for(2, std::time::Duration::from_secs(10))
+        .await;
+    assert_eq!(deliveries.len(), 2);
+    assert!(verifies(&deliveries[1], &new_secret));
+    assert!(verifies(&deliveries[1], &secret));
+
+    // Removing asks first; then nothing more is sent to it.
+    let question = admin.get(&remove).await;
+    assert_eq!(question.status, StatusCode::OK);
+    assert!(html(&question).contains("Remove this endpoint?"));
+    let removed = admin.post(&remove, &[("csrf_token", &token)]).await;
+    assert_eq!(removed.status, StatusCode::SEE_OTHER, "{}", html(&removed));
+    assert!(!html(&admin.get("/dashboard/webhooks").await).contains(&endpoint));
+    assert_eq!(
+        admin.post(&remove, &[("csrf_token", &token)]).await.status,
+        StatusCode::NOT_FOUND
+    );
+    // Deliveries are queued with their event, in its transaction: none for this one.
+    server.create(&acme, &checkout_body("Third trip")).await;
+    assert_eq!(
+        server
+            .scalar("SELECT count(*) FROM webhook_deliveries")
+            .as_deref(),
+        Some("2")
+    );
+
+    let log = html(&admin.get("/dashboard/audit").await);
+    for entry in [
+        format!("added webhook endpoint {endpoint}"),
+        format!("gave webhook endpoint {endpoint} a new secret"),
+        format!("removed webhook endpoint {endpoint}"),
+    ] {
+        assert!(log.contains(&entry), "{entry} in {log}");
+    }
+}

@@ -783,7 +783,11 @@ async fn stripe_three_d_secure_failed_stays_pending_and_completed_pays() {
 async fn the_dashboard_signs_in_finds_a_trip_and_cancels_an_item_accessibly() {
     let _one = ONE_BROWSER.lock().await;
     let browser = Browser::start("the_dashboard", "en-GB,en").await;
-    let server = start_server().await;
+    let server = TestServer::start_configured(|config| {
+        config.public_url = None;
+        config.webhooks.allow_private = true;
+    })
+    .await;
     let acme = server.provider("Acme Travel");
     let (id, _) = trip(&server, &acme).await;
     let paid = server
@@ -902,6 +906,37 @@ async fn the_dashboard_signs_in_finds_a_trip_and_cancels_an_item_accessibly() {
     assert!(browser.text("tbody").await.contains(&acme.widget_id));
     browser.assert_accessible("the API settings").await;
     browser.screenshot("dashboard-api-en.png", 1280).await;
+    // An endpoint added on the webhooks page: its secret is shown once, with a copy button
+    // (the dashboard's one script, allowed by its policy).
+    browser.open(&server, "/dashboard/webhooks?lang=en").await;
+    browser.wait_for_h1("Webhooks").await;
+    browser
+        .assert_accessible("the webhooks, without endpoints")
+        .await;
+    browser.fill(&[("url", "http://127.0.0.1:9/hooks")]).await;
+    browser
+        .client
+        .find(Locator::Css("form.panel button[type=submit]"))
+        .await
+        .expect("add endpoint")
+        .click()
+        .await
+        .expect("click");
+    browser.wait_for_h1("Webhooks").await;
+    let secret = browser
+        .attribute("#new-secret", "value")
+        .await
+        .expect("secret");
+    assert!(secret.starts_with("whsec_"), "{secret}");
+    assert_eq!(browser.text("button.copy").await, "Copy");
+    assert!(
+        browser
+            .text("table.endpoints")
+            .await
+            .contains("http://127.0.0.1:9/hooks")
+    );
+    browser.assert_accessible("the webhooks").await;
+    browser.screenshot("dashboard-webhooks-en.png", 1280).await;
     browser.open(&server, "/dashboard/audit?lang=en").await;
     browser.wait_for_h1("Audit log").await;
     assert!(browser.text("tbody").await.contains("cancelled items 2"));

@@ -30,18 +30,21 @@ use subtle::ConstantTimeEq as _;
 
 use super::cancellations::{Cancellation, Cancelled, contract_zone, refund_context};
 use super::idempotency::{Prior, json_cancellation_hash, key_of};
-use super::providers::IssuedCredential;
+use super::providers::{IssuedCredential, IssuedWebhook};
 use super::{Error, Principal, Resource, Services};
 use crate::auth::{Scope, Scopes, hash_secret};
 use crate::store::StoreError;
 use crate::store::admin::CredentialListing;
-use crate::store::dashboard::{AuditRow, Invited, NewAudit, NewSession, NewUser};
+use crate::store::dashboard::{
+    AuditRow, Invited, NewAudit, NewSession, NewUser, RecentDelivery, WebhookChange,
+};
 /// A transaction's event with one of its webhook deliveries.
 pub use crate::store::dashboard::{DeliveryRow, EventDelivery};
 /// Which transactions a list shows, and one line of it: the list's input and output.
 pub use crate::store::dashboard::{TransactionFilter, TransactionSummary};
 /// A user as listed, and what changing one did.
 pub use crate::store::dashboard::{UserChange, UserRow};
+use crate::store::outbox::WebhookEndpoint;
 use checkout_engine::api::{CancellationReq, RefundPreview, StatusRecord};
 use checkout_engine::terms::ItemTerms;
 use rust_decimal::Decimal;
@@ -126,7 +129,39 @@ impl Session {
     pub fn may_change(&self) -> bool {
         self.role == Role::Admin
     }
+
+    /// An entry of the audit log: this user did `action` (`detail` in words) at `at`.
+    fn audit(&self, action: &str, detail: String, at: DateTime<Utc>) -> NewAudit {
+        NewAudit {
+            provider_id: self.provider_id.clone(),
+            actor: self.email.clone(),
+            action: action.to_owned(),
+            detail,
+            at,
+        }
+    }
+
+    /// Refuses a change to a viewer.
+    fn may_change_or_refuse(&self) -> Result<(), Error> {
+        if self.may_change() {
+            Ok(())
+        } else {
+            Err(Error::Forbidden("admin"))
+        }
+    }
 }
+
+/// What the webhooks page shows: the provider's active endpoints and its newest deliveries.
+#[derive(Debug, Clone)]
+pub struct WebhooksView {
+    /// Active endpoints, oldest first.
+    pub endpoints: Vec<WebhookEndpoint>,
+    /// The newest deliveries, newest event first.
+    pub recent: Vec<RecentDelivery>,
+}
+
+/// Deliveries the webhooks page lists.
+pub const RECENT_DELIVERIES: u32 = 50;
 
 /// A session just opened: its token goes into the cookie, once.
 #[derive(Debug, Clone)]
@@ -1078,6 +1113,111 @@ impl Services {
                     at: now,
                 },
             )
+            .await?)
+    }
+
+    /// The provider's webhook endpoints and newest deliveries (every role).
+    pub async fn dashboard_webhooks(&self, session: &Session) -> Result<WebhooksView, Error> {
+        let provider = session.provider_id.clone();
+        Ok(WebhooksView {
+            endpoints: self.dashboard.webhook_endpoints(provider.clone()).await?,
+            recent: self
+                .dashboard
+                .recent_deliveries(provider, RECENT_DELIVERIES)
+                .await?,
+        })
+    }
+
+    /// Adds a webhook endpoint (admins only), checked as the command line checks it
+    /// ([`super::providers::new_webhook`]); its secret is in the answer only.
+    /// `Error::Invalid` says what is wrong with the URL or the event types.
+    pub async fn add_webhook(
+        &self,
+        session: &Session,
+        url: &str,
+        events: &[String],
+        now: DateTime<Utc>,
+    ) -> Result<IssuedWebhook, Error> {
+        session.may_change_or_refuse()?;
+        let (webhook, issued) = super::providers::new_webhook(
+            &session.provider_id,
+            url.trim(),
+            events,
+            self.allow_private_webhooks,
+            now,
+        )
+        .map_err(|error| match error {
+            super::providers::AdminError::Webhook(problem) => Error::Invalid(vec![problem]),
+            other => Error::Internal(other.to_string()),
+        })?;
+        let detail = format!(
+            "added webhook endpoint {} for {} ({})",
+            issued.endpoint_id,
+            webhook.url,
+            webhook.events.as_deref().unwrap_or("every event type")
+        );
+        let audit = session.audit("webhook.added", detail, now);
+        self.dashboard
+            .change_webhook(
+                session.provider_id.clone(),
+                WebhookChange::Add(webhook),
+                audit,
+            )
+            .await?;
+        Ok(issued)
+    }
+
+    /// Gives an endpoint of the provider a new secret (admins only); the previous one keeps
+    /// signing beside it for [`super::webhook_endpoints::ROTATION_OVERLAP`]. `None` when the
+    /// provider has no active endpoint with this id.
+    pub async fn rotate_webhook(
+        &self,
+        session: &Session,
+        endpoint_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<IssuedWebhook>, Error> {
+        session.may_change_or_refuse()?;
+        let secret = super::webhook_endpoints::new_secret();
+        let change = WebhookChange::Rotate {
+            endpoint_id: endpoint_id.to_owned(),
+            secret: secret.clone(),
+            previous_until: now + super::webhook_endpoints::ROTATION_OVERLAP,
+        };
+        let audit = session.audit(
+            "webhook.rotated",
+            format!("gave webhook endpoint {endpoint_id} a new secret"),
+            now,
+        );
+        let rotated = self
+            .dashboard
+            .change_webhook(session.provider_id.clone(), change, audit)
+            .await?;
+        Ok(rotated.then(|| IssuedWebhook {
+            endpoint_id: endpoint_id.to_owned(),
+            secret,
+        }))
+    }
+
+    /// Removes an endpoint of the provider (admins only): its queued deliveries fail; `false`
+    /// when the provider has no active endpoint with this id.
+    pub async fn remove_webhook(
+        &self,
+        session: &Session,
+        endpoint_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool, Error> {
+        session.may_change_or_refuse()?;
+        let audit = session.audit(
+            "webhook.removed",
+            format!("removed webhook endpoint {endpoint_id}"),
+            now,
+        );
+        let change = WebhookChange::Remove {
+            endpoint_id: endpoint_id.to_owned(),
+        };
+        Ok(self
+            .dashboard
+            .change_webhook(session.provider_id.clone(), change, audit)
             .await?)
     }
 

@@ -77,6 +77,9 @@ pub struct Services {
     /// How old a running idempotency claim must be before a request with the same key takes
     /// it over on a shared database (R-9.1, `--stale-claim-after-ms`).
     pub stale_claim_after: Duration,
+    /// Whether webhook endpoints on internal addresses are delivered to
+    /// (`--allow-private-webhooks`), and so may be added from the dashboard.
+    pub allow_private_webhooks: bool,
 }
 
 /// What the customer's payment pages need: where they are served, how long their links live,

@@ -294,6 +294,22 @@ pub fn set_webhook(
     allow_private: bool,
     now: DateTime<Utc>,
 ) -> Result<IssuedWebhook, AdminError> {
+    let (webhook, issued) = new_webhook(provider_id, url, events, allow_private, now)?;
+    if !store::admin(&db.into())?.add_webhook(&webhook)? {
+        return Err(AdminError::UnknownProvider(provider_id.to_owned()));
+    }
+    Ok(issued)
+}
+
+/// Checks a new endpoint as [`set_webhook`] describes and makes it, with its secret: the
+/// command line's and the dashboard's one rule.
+pub fn new_webhook(
+    provider_id: &str,
+    url: &str,
+    events: &[String],
+    allow_private: bool,
+    now: DateTime<Utc>,
+) -> Result<(crate::store::admin::NewWebhook, IssuedWebhook), AdminError> {
     let parsed = url::Url::parse(url).map_err(|e| AdminError::Webhook(format!("{url}: {e}")))?;
     if !matches!(parsed.scheme(), "https" | "http") || parsed.host_str().is_none() {
         return Err(AdminError::Webhook(format!(
@@ -343,10 +359,7 @@ pub fn set_webhook(
         secret: issued.secret.clone(),
         created_at: now,
     };
-    if !store::admin(&db.into())?.add_webhook(&webhook)? {
-        return Err(AdminError::UnknownProvider(provider_id.to_owned()));
-    }
-    Ok(issued)
+    Ok((webhook, issued))
 }
 
 /// Gives an endpoint a new secret; the old one keeps signing beside it for 24 hours

@@ -1,5 +1,5 @@
 //! The provider's dashboard under `/dashboard/`: server-rendered HTML (askama, escaped
-//! automatically), no script, in English and German like the payment page.
+//! automatically), usable without script, in English and German like the payment page.
 //!
 //! Handlers only translate: [`crate::app::dashboard`] decides who is signed in, for how long,
 //! and what a user may see; this module reads the session cookie and the forms, checks that a
@@ -20,8 +20,8 @@ use super::request::{ClientAddr, query_param, read_urlencoded};
 use super::response::{HttpResponse, static_asset};
 use crate::app::cancellations::Cancelled;
 use crate::app::dashboard::{
-    DashboardError, PAGE_SIZE, PasswordProblem, Refusal, Role, Session, SignIn, TransactionFilter,
-    UserChange,
+    DashboardError, EventDelivery, PAGE_SIZE, PasswordProblem, Refusal, Role, Session, SignIn,
+    TransactionFilter, UserChange,
 };
 use crate::app::{Error, Services};
 use crate::i18n::Lang;
@@ -35,9 +35,11 @@ const COOKIE: &str = "checkout_session";
 const MAX_FORM_BYTES: usize = 8 * 1024;
 /// The stylesheet, compiled in.
 const STYLESHEET: &str = include_str!("../../assets/dashboard.css");
-/// No script, styles and forms only from this origin, never framed.
-const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 'self'; img-src 'self'; \
-     form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+/// The one script: a copy button beside a secret shown once. Every page works without it.
+const SCRIPT: &str = include_str!("../../assets/dashboard.js");
+/// Scripts, styles and forms only from this origin, never framed.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+     img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// The dashboard's words, in each language.
 #[derive(Debug)]
@@ -192,6 +194,27 @@ pub struct DashTexts {
     not_delivered: &'static str,
     send_again: &'static str,
     sent_again: &'static str,
+    webhooks: &'static str,
+    endpoints: &'static str,
+    url: &'static str,
+    event_types: &'static str,
+    every_type: &'static str,
+    event_types_hint: &'static str,
+    no_endpoints: &'static str,
+    add_endpoint: &'static str,
+    add_button: &'static str,
+    webhook_secret_once: &'static str,
+    endpoint_id: &'static str,
+    signing_secret: &'static str,
+    rotate: &'static str,
+    rotated_notice: &'static str,
+    previous_signs_until: &'static str,
+    remove_endpoint_question: &'static str,
+    remove_endpoint_button: &'static str,
+    endpoint_removed: &'static str,
+    recent_deliveries: &'static str,
+    transaction: &'static str,
+    copy: &'static str,
 }
 
 const EN: DashTexts = DashTexts {
@@ -345,6 +368,27 @@ const EN: DashTexts = DashTexts {
     not_delivered: "no endpoint takes it",
     send_again: "Send again",
     sent_again: "The delivery is queued again and will be sent shortly.",
+    webhooks: "Webhooks",
+    endpoints: "Endpoints",
+    url: "URL",
+    event_types: "Event types",
+    every_type: "every type",
+    event_types_hint: "Choose none to receive every type, including types added later.",
+    no_endpoints: "No endpoint yet: events are kept and can be read with GET /events.",
+    add_endpoint: "Add an endpoint",
+    add_button: "Add endpoint",
+    webhook_secret_once: "Copy the signing secret now: it is shown only once.",
+    endpoint_id: "Endpoint ID",
+    signing_secret: "Signing secret",
+    rotate: "New secret",
+    rotated_notice: "The endpoint has a new secret. The previous one keeps signing beside it for 24 hours, so that the receiver can be switched over.",
+    previous_signs_until: "Previous secret signs until",
+    remove_endpoint_question: "Remove this endpoint? Nothing more is sent to it, and deliveries still waiting for it fail.",
+    remove_endpoint_button: "Remove endpoint",
+    endpoint_removed: "The endpoint is removed.",
+    recent_deliveries: "Recent deliveries",
+    transaction: "Transaction",
+    copy: "Copy",
 };
 
 const DE: DashTexts = DashTexts {
@@ -498,6 +542,27 @@ const DE: DashTexts = DashTexts {
     not_delivered: "kein Endpunkt nimmt es",
     send_again: "Erneut senden",
     sent_again: "Die Zustellung ist wieder eingereiht und wird gleich gesendet.",
+    webhooks: "Webhooks",
+    endpoints: "Endpunkte",
+    url: "URL",
+    event_types: "Ereignistypen",
+    every_type: "jeder Typ",
+    event_types_hint: "Wählen Sie keinen, um jeden Typ zu erhalten, auch später hinzukommende.",
+    no_endpoints: "Noch kein Endpunkt: Ereignisse bleiben gespeichert und sind mit GET /events lesbar.",
+    add_endpoint: "Endpunkt hinzufügen",
+    add_button: "Endpunkt hinzufügen",
+    webhook_secret_once: "Kopieren Sie das Signaturgeheimnis jetzt: Es wird nur einmal gezeigt.",
+    endpoint_id: "Endpunkt-ID",
+    signing_secret: "Signaturgeheimnis",
+    rotate: "Neues Geheimnis",
+    rotated_notice: "Der Endpunkt hat ein neues Geheimnis. Das bisherige signiert noch 24 Stunden daneben, damit der Empfänger umgestellt werden kann.",
+    previous_signs_until: "Bisheriges Geheimnis signiert bis",
+    remove_endpoint_question: "Diesen Endpunkt entfernen? Nichts wird mehr an ihn gesendet, und noch wartende Zustellungen schlagen fehl.",
+    remove_endpoint_button: "Endpunkt entfernen",
+    endpoint_removed: "Der Endpunkt ist entfernt.",
+    recent_deliveries: "Letzte Zustellungen",
+    transaction: "Transaktion",
+    copy: "Kopieren",
 };
 
 fn texts(lang: Lang) -> &'static DashTexts {
@@ -637,12 +702,16 @@ struct TransactionPage {
     cancellations: Vec<CancellationRow>,
     notice: Option<String>,
     events: Vec<EventLine>,
+    /// Whether the events table links each line's transaction (not on its own page).
+    linked: bool,
     /// For admins of a cancellable transaction: the cancel form's action and the active
     /// items (order, name).
     cancel: Option<(String, Vec<(u32, String)>)>,
 }
 
 struct EventLine {
+    /// On the webhooks page: the transaction's page and its id.
+    transaction: Option<(String, String)>,
     event_type: String,
     at: String,
     endpoint: String,
@@ -715,13 +784,46 @@ struct ApiPage {
     scopes: [&'static str; 3],
 }
 
+/// A question before a change that cannot be undone: revoking a credential, removing an
+/// endpoint.
 #[derive(Template)]
-#[template(path = "dashboard/revoke.html")]
-struct RevokePage {
+#[template(path = "dashboard/confirm.html")]
+struct ConfirmPage {
     frame: Frame,
-    widget_id: String,
+    heading: &'static str,
+    /// What it is about (a widget ID, an endpoint).
+    subject: String,
+    question: &'static str,
+    button: &'static str,
     action: String,
     back: String,
+}
+
+struct EndpointLine {
+    id: String,
+    url: String,
+    events: String,
+    created: String,
+    /// Until when the previous secret still signs, after a rotation.
+    previous_until: Option<String>,
+    rotate_action: String,
+    remove_href: String,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/webhooks.html")]
+struct WebhooksPage {
+    frame: Frame,
+    notice: Option<String>,
+    error: Option<String>,
+    /// An endpoint just added or rotated: (endpoint id, secret), shown once.
+    issued: Option<(String, String)>,
+    endpoints: Vec<EndpointLine>,
+    event_types: &'static [&'static str],
+    /// The URL typed, kept after a refusal.
+    url: String,
+    events: Vec<EventLine>,
+    linked: bool,
 }
 
 struct CurrencyCard {
@@ -781,6 +883,9 @@ pub async fn handle(
         (["assets", "dashboard.css"], true, _) => {
             return Ok(static_asset(STYLESHEET, "text/css; charset=utf-8"));
         }
+        (["assets", "dashboard.js"], true, _) => {
+            return Ok(static_asset(SCRIPT, "text/javascript; charset=utf-8"));
+        }
         ([], true, _) => Ok(page.redirect("/overview")),
         (["overview"], true, _) => page.overview(&request, now).await,
         (["sign-in"], true, _) => page.sign_in_form(&request, now).await,
@@ -815,6 +920,11 @@ pub async fn handle(
         (["api", "credentials", widget, "revoke"], _, true) => {
             page.revoke(request, widget, now).await
         }
+        (["webhooks"], true, _) => page.webhooks(&request, now).await,
+        (["webhooks"], _, true) => page.add_webhook(request, now).await,
+        (["webhooks", id, "rotate"], _, true) => page.rotate_webhook(request, id, now).await,
+        (["webhooks", id, "remove"], true, _) => page.remove_question(&request, id, now).await,
+        (["webhooks", id, "remove"], _, true) => page.remove_webhook(request, id, now).await,
         (["users"], _, true) => page.invite(request, now).await,
         (["users", id, "role"], _, true) => page.change_user(request, id, true, now).await,
         (["users", id, "remove"], _, true) => page.change_user(request, id, false, now).await,
@@ -1414,36 +1524,7 @@ impl<'a> Page<'a> {
             .dashboard_deliveries(&session, id)
             .await?
             .into_iter()
-            .map(|event| {
-                let at = lang.instant(event.event_at, chrono_tz::UTC);
-                match event.delivery {
-                    Some(d) => EventLine {
-                        send_again: (session.may_change() && d.status == "FAILED").then(|| {
-                            self.href(&format!(
-                                "/transactions/{id}/deliveries/{}/{}/send-again?lang={}",
-                                event.event_seq,
-                                d.endpoint_id,
-                                lang.tag()
-                            ))
-                        }),
-                        event_type: event.event_type,
-                        at,
-                        endpoint: d.url,
-                        status: d.status,
-                        attempts: d.attempts.to_string(),
-                        last_result: d.last_result.unwrap_or_default(),
-                    },
-                    None => EventLine {
-                        event_type: event.event_type,
-                        at,
-                        endpoint: t.not_delivered.to_owned(),
-                        status: String::new(),
-                        attempts: String::new(),
-                        last_result: String::new(),
-                        send_again: None,
-                    },
-                }
-            })
+            .map(|event| self.event_line(&session, id, event, false))
             .collect();
         let notice = match (
             query_param(self.query.as_deref(), "receipt"),
@@ -1474,6 +1555,7 @@ impl<'a> Page<'a> {
         let page = TransactionPage {
             notice,
             events,
+            linked: false,
             cancel,
             frame: self.frame(Some(&session)),
             back: self.href(&format!("/transactions?lang={}", lang.tag())),
@@ -1917,9 +1999,12 @@ impl<'a> Page<'a> {
         }
         Ok(self.render(
             StatusCode::OK,
-            &RevokePage {
+            &ConfirmPage {
                 frame: self.frame(Some(&session)),
-                widget_id: widget_id.to_owned(),
+                heading: self.t().revoke,
+                subject: widget_id.to_owned(),
+                question: self.t().revoke_question,
+                button: self.t().revoke_button,
                 action: self.href(&format!(
                     "/api/credentials/{widget_id}/revoke?lang={}",
                     self.lang.tag()
@@ -2016,6 +2101,233 @@ impl<'a> Page<'a> {
             .await?
         {
             Ok(self.redirect(&format!("/transactions/{id}?outcome=sent-again")))
+        } else {
+            Ok(self.not_found(&session))
+        }
+    }
+
+    /// A line of an events table: an event and one of its deliveries, with "send again" for
+    /// admins on a failed one; `linked`: with its transaction's page (the webhooks page).
+    fn event_line(
+        &self,
+        session: &Session,
+        transaction_id: &str,
+        event: EventDelivery,
+        linked: bool,
+    ) -> EventLine {
+        let at = self.lang.instant(event.event_at, chrono_tz::UTC);
+        let transaction = linked.then(|| {
+            (
+                self.transaction_href(transaction_id),
+                transaction_id.to_owned(),
+            )
+        });
+        match event.delivery {
+            Some(d) => EventLine {
+                send_again: (session.may_change() && d.status == "FAILED").then(|| {
+                    self.href(&format!(
+                        "/transactions/{transaction_id}/deliveries/{}/{}/send-again?lang={}",
+                        event.event_seq,
+                        d.endpoint_id,
+                        self.lang.tag()
+                    ))
+                }),
+                transaction,
+                event_type: event.event_type,
+                at,
+                endpoint: d.url,
+                status: d.status,
+                attempts: d.attempts.to_string(),
+                last_result: d.last_result.unwrap_or_default(),
+            },
+            None => EventLine {
+                transaction,
+                event_type: event.event_type,
+                at,
+                endpoint: self.t().not_delivered.to_owned(),
+                status: String::new(),
+                attempts: String::new(),
+                last_result: String::new(),
+                send_again: None,
+            },
+        }
+    }
+
+    async fn webhooks_page(
+        &self,
+        session: &Session,
+        status: StatusCode,
+        notice: Option<String>,
+        problem: Option<(String, String)>,
+        issued: Option<(String, String)>,
+    ) -> Result<HttpResponse, Error> {
+        let view = self.services.dashboard_webhooks(session).await?;
+        let t = self.t();
+        let endpoints = view
+            .endpoints
+            .into_iter()
+            .map(|e| EndpointLine {
+                rotate_action: self.href(&format!(
+                    "/webhooks/{}/rotate?lang={}",
+                    e.endpoint_id,
+                    self.lang.tag()
+                )),
+                remove_href: self.href(&format!(
+                    "/webhooks/{}/remove?lang={}",
+                    e.endpoint_id,
+                    self.lang.tag()
+                )),
+                id: e.endpoint_id,
+                url: e.url,
+                events: e
+                    .events
+                    .map_or_else(|| t.every_type.to_owned(), |list| list.join(", ")),
+                created: e.created_at,
+                previous_until: e.previous_secret_until,
+            })
+            .collect();
+        let events = view
+            .recent
+            .into_iter()
+            .map(|recent| self.event_line(session, &recent.transaction_id, recent.event, true))
+            .collect();
+        let (url, error) = problem.map_or((String::new(), None), |(url, error)| (url, Some(error)));
+        Ok(self.render(
+            status,
+            &WebhooksPage {
+                frame: self.frame(Some(session)),
+                notice,
+                error,
+                issued,
+                endpoints,
+                event_types: &crate::store::outbox::types::ALL,
+                url,
+                events,
+                linked: true,
+            },
+        ))
+    }
+
+    /// `GET …/webhooks`: the endpoints and the newest deliveries (every role sees them).
+    async fn webhooks<B>(
+        &self,
+        request: &Request<B>,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let session = or_answer!(self, self.session(request, now));
+        let notice = (query_param(self.query.as_deref(), "done").as_deref() == Some("removed"))
+            .then(|| self.t().endpoint_removed.to_owned());
+        self.webhooks_page(&session, StatusCode::OK, notice, None, None)
+            .await
+    }
+
+    /// `POST …/webhooks`: a new endpoint (admins); its secret is on this answer only.
+    async fn add_webhook(
+        &self,
+        request: Request<Incoming>,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let (session, fields) = or_answer!(self, self.changing_form(request, now, true));
+        let url = field(&fields, "url");
+        let events: Vec<String> = fields
+            .iter()
+            .filter(|(name, _)| name == "event")
+            .map(|(_, value)| value.clone())
+            .collect();
+        match self
+            .services
+            .add_webhook(&session, &url, &events, now)
+            .await
+        {
+            Ok(issued) => {
+                let issued = Some((issued.endpoint_id, issued.secret));
+                self.webhooks_page(&session, StatusCode::OK, None, None, issued)
+                    .await
+            }
+            Err(Error::Invalid(problems)) => {
+                let problem = Some((url, problems.join(" ")));
+                self.webhooks_page(&session, StatusCode::BAD_REQUEST, None, problem, None)
+                    .await
+            }
+            Err(Error::Forbidden(_)) => Ok(self.refused(Refused::Forbidden(session))),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// `POST …/webhooks/{endpointId}/rotate` (admins): a new secret, shown once; the previous
+    /// one keeps signing for a day.
+    async fn rotate_webhook(
+        &self,
+        request: Request<Incoming>,
+        endpoint_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let (session, _) = or_answer!(self, self.changing_form(request, now, true));
+        match self
+            .services
+            .rotate_webhook(&session, endpoint_id, now)
+            .await?
+        {
+            Some(issued) => {
+                let notice = Some(self.t().rotated_notice.to_owned());
+                let issued = Some((issued.endpoint_id, issued.secret));
+                self.webhooks_page(&session, StatusCode::OK, notice, None, issued)
+                    .await
+            }
+            None => Ok(self.not_found(&session)),
+        }
+    }
+
+    /// `GET …/webhooks/{endpointId}/remove`: the confirmation (admins).
+    async fn remove_question<B>(
+        &self,
+        request: &Request<B>,
+        endpoint_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let session = or_answer!(self, self.session(request, now));
+        if !session.may_change() {
+            return Ok(self.refused(Refused::Forbidden(session)));
+        }
+        let view = self.services.dashboard_webhooks(&session).await?;
+        let Some(endpoint) = view
+            .endpoints
+            .into_iter()
+            .find(|e| e.endpoint_id == endpoint_id)
+        else {
+            return Ok(self.not_found(&session));
+        };
+        Ok(self.render(
+            StatusCode::OK,
+            &ConfirmPage {
+                frame: self.frame(Some(&session)),
+                heading: self.t().remove,
+                subject: endpoint.url,
+                question: self.t().remove_endpoint_question,
+                button: self.t().remove_endpoint_button,
+                action: self.href(&format!(
+                    "/webhooks/{endpoint_id}/remove?lang={}",
+                    self.lang.tag()
+                )),
+                back: self.href(&format!("/webhooks?lang={}", self.lang.tag())),
+            },
+        ))
+    }
+
+    /// `POST …/webhooks/{endpointId}/remove` (admins).
+    async fn remove_webhook(
+        &self,
+        request: Request<Incoming>,
+        endpoint_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let (session, _) = or_answer!(self, self.changing_form(request, now, true));
+        if self
+            .services
+            .remove_webhook(&session, endpoint_id, now)
+            .await?
+        {
+            Ok(self.redirect("/webhooks?done=removed"))
         } else {
             Ok(self.not_found(&session))
         }

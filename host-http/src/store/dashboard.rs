@@ -11,7 +11,8 @@ use futures_util::future::BoxFuture;
 use rust_decimal::Decimal;
 
 use super::StoreError;
-use super::admin::{CredentialListing, NewCredential};
+use super::admin::{CredentialListing, NewCredential, NewWebhook};
+use super::outbox::WebhookEndpoint;
 
 /// A dashboard user as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -219,6 +220,36 @@ pub struct DeliveryRow {
     pub last_attempt_at: Option<DateTime<Utc>>,
 }
 
+/// A change of one of a provider's webhook endpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WebhookChange {
+    /// A new endpoint (its provider is the one named with the change).
+    Add(NewWebhook),
+    /// A new signing secret; the previous one keeps signing beside it until `previous_until`.
+    Rotate {
+        /// `ep_…`.
+        endpoint_id: String,
+        /// The new `whsec_…` secret.
+        secret: String,
+        /// Until when the previous secret still signs.
+        previous_until: DateTime<Utc>,
+    },
+    /// Removed: nothing more is delivered to it, and its queued deliveries fail.
+    Remove {
+        /// `ep_…`.
+        endpoint_id: String,
+    },
+}
+
+/// A webhook delivery of one of the provider's events, with its transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecentDelivery {
+    /// The event's transaction.
+    pub transaction_id: String,
+    /// The event and the delivery (always `Some`).
+    pub event: EventDelivery,
+}
+
 /// The dashboard's storage.
 pub trait DashboardStore: Send + Sync + std::fmt::Debug + 'static {
     /// Stores a user and its invitation, with an audit entry, in one transaction.
@@ -371,6 +402,29 @@ pub trait DashboardStore: Send + Sync + std::fmt::Debug + 'static {
         endpoint_id: String,
         audit: NewAudit,
     ) -> BoxFuture<'_, Result<bool, StoreError>>;
+
+    /// The provider's active webhook endpoints, oldest first (never their secrets).
+    fn webhook_endpoints(
+        &self,
+        provider_id: String,
+    ) -> BoxFuture<'_, Result<Vec<WebhookEndpoint>, StoreError>>;
+
+    /// Adds, rotates or removes an endpoint of the provider, with an audit entry, in one
+    /// transaction; `false` (and nothing written) when the provider has no active endpoint
+    /// with the id a rotation or removal names.
+    fn change_webhook(
+        &self,
+        provider_id: String,
+        change: WebhookChange,
+        audit: NewAudit,
+    ) -> BoxFuture<'_, Result<bool, StoreError>>;
+
+    /// The provider's newest `limit` webhook deliveries, newest event first.
+    fn recent_deliveries(
+        &self,
+        provider_id: String,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<RecentDelivery>, StoreError>>;
 
     /// Adds an entry to the audit log.
     fn record_audit(&self, entry: NewAudit) -> BoxFuture<'_, Result<(), StoreError>>;

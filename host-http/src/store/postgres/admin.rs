@@ -236,23 +236,7 @@ impl AdminStore for PgAdmin {
     }
 
     fn add_webhook(&self, webhook: &NewWebhook) -> Result<bool, StoreError> {
-        self.run(async move |client: &mut Object| {
-            let inserted = client
-                .execute(
-                    "INSERT INTO webhook_endpoints (id, provider_id, url, event_types, secret, \
-                     created_at) SELECT $1, id, $3, $4, $5, $6 FROM providers WHERE id = $2",
-                    &[
-                        &webhook.endpoint_id,
-                        &webhook.provider_id,
-                        &webhook.url,
-                        &webhook.events,
-                        &webhook.secret,
-                        &webhook.created_at,
-                    ],
-                )
-                .await?;
-            Ok(inserted == 1)
-        })
+        self.run(async move |client: &mut Object| insert_webhook(&*client, webhook).await)
     }
 
     fn rotate_webhook_secret(
@@ -262,65 +246,120 @@ impl AdminStore for PgAdmin {
         previous_until: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         self.run(async move |client: &mut Object| {
-            let changed = client
-                .execute(
-                    "UPDATE webhook_endpoints SET previous_secret = secret, previous_until = $3, \
-                     secret = $2 WHERE id = $1 AND removed_at IS NULL",
-                    &[&endpoint_id, &secret, &previous_until],
-                )
-                .await?;
-            Ok(changed > 0)
+            rotate_webhook(&*client, None, endpoint_id, secret, previous_until).await
         })
     }
 
     fn remove_webhook(&self, endpoint_id: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
         self.run(async move |client: &mut Object| {
             let tx = client.transaction().await?;
-            let changed = tx
-                .execute(
-                    "UPDATE webhook_endpoints SET removed_at = $2 WHERE id = $1 \
-                     AND removed_at IS NULL",
-                    &[&endpoint_id, &now],
-                )
-                .await?;
-            tx.execute(
+            let changed = remove_webhook(&tx, None, endpoint_id, now).await?;
+            tx.commit().await?;
+            Ok(changed)
+        })
+    }
+
+    fn list_webhooks(&self, provider_id: Option<&str>) -> Result<Vec<WebhookEndpoint>, StoreError> {
+        self.run(async move |client: &mut Object| list_webhooks(&*client, provider_id).await)
+    }
+}
+
+/// Stores a new endpoint; `false` when its provider does not exist.
+pub(super) async fn insert_webhook(
+    client: &impl GenericClient,
+    webhook: &NewWebhook,
+) -> Result<bool, StoreError> {
+    let inserted = client
+        .execute(
+            "INSERT INTO webhook_endpoints (id, provider_id, url, event_types, secret, \
+             created_at) SELECT $1, id, $3, $4, $5, $6 FROM providers WHERE id = $2",
+            &[
+                &webhook.endpoint_id,
+                &webhook.provider_id,
+                &webhook.url,
+                &webhook.events,
+                &webhook.secret,
+                &webhook.created_at,
+            ],
+        )
+        .await?;
+    Ok(inserted == 1)
+}
+
+/// Gives an active endpoint (of `provider_id` when given) a new secret; `false` when none.
+pub(super) async fn rotate_webhook(
+    client: &impl GenericClient,
+    provider_id: Option<&str>,
+    endpoint_id: &str,
+    secret: &str,
+    previous_until: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let changed = client
+        .execute(
+            "UPDATE webhook_endpoints SET previous_secret = secret, previous_until = $3, \
+             secret = $2 WHERE id = $1 AND removed_at IS NULL \
+             AND ($4::text IS NULL OR provider_id = $4)",
+            &[&endpoint_id, &secret, &previous_until, &provider_id],
+        )
+        .await?;
+    Ok(changed > 0)
+}
+
+/// Removes an active endpoint (of `provider_id` when given) and fails its queued deliveries,
+/// inside the caller's transaction; `false` when none.
+pub(super) async fn remove_webhook(
+    client: &impl GenericClient,
+    provider_id: Option<&str>,
+    endpoint_id: &str,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let changed = client
+        .execute(
+            "UPDATE webhook_endpoints SET removed_at = $2 WHERE id = $1 \
+             AND removed_at IS NULL AND ($3::text IS NULL OR provider_id = $3)",
+            &[&endpoint_id, &now, &provider_id],
+        )
+        .await?;
+    if changed > 0 {
+        client
+            .execute(
                 "UPDATE webhook_deliveries SET status = 'FAILED', \
                  last_result = 'endpoint removed', lease_owner = NULL, lease_until = NULL \
                  WHERE endpoint_id = $1 AND status = 'QUEUED'",
                 &[&endpoint_id],
             )
             .await?;
-            tx.commit().await?;
-            Ok(changed > 0)
-        })
     }
+    Ok(changed > 0)
+}
 
-    fn list_webhooks(&self, provider_id: Option<&str>) -> Result<Vec<WebhookEndpoint>, StoreError> {
-        self.run(async move |client: &mut Object| {
-            let rows = client
-                .query(
-                    "SELECT id, provider_id, url, event_types, created_at, previous_until \
-                     FROM webhook_endpoints WHERE removed_at IS NULL \
-                     AND ($1::text IS NULL OR provider_id = $1) ORDER BY created_at, id",
-                    &[&provider_id],
-                )
-                .await?;
-            rows.iter()
-                .map(|row| {
-                    Ok(WebhookEndpoint {
-                        endpoint_id: row.try_get(0)?,
-                        provider_id: row.try_get(1)?,
-                        url: row.try_get(2)?,
-                        events: row
-                            .try_get::<_, Option<String>>(3)?
-                            .map(|list| list.split(',').map(str::to_owned).collect()),
-                        created_at: format_instant(row.try_get(4)?),
-                        previous_secret_until: row
-                            .try_get::<_, Option<DateTime<Utc>>>(5)?
-                            .map(format_instant),
-                    })
-                })
-                .collect()
+/// The active endpoints, of one provider or of all, oldest first (never their secrets).
+pub(super) async fn list_webhooks(
+    client: &impl GenericClient,
+    provider_id: Option<&str>,
+) -> Result<Vec<WebhookEndpoint>, StoreError> {
+    let rows = client
+        .query(
+            "SELECT id, provider_id, url, event_types, created_at, previous_until \
+             FROM webhook_endpoints WHERE removed_at IS NULL \
+             AND ($1::text IS NULL OR provider_id = $1) ORDER BY created_at, id",
+            &[&provider_id],
+        )
+        .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(WebhookEndpoint {
+                endpoint_id: row.try_get(0)?,
+                provider_id: row.try_get(1)?,
+                url: row.try_get(2)?,
+                events: row
+                    .try_get::<_, Option<String>>(3)?
+                    .map(|list| list.split(',').map(str::to_owned).collect()),
+                created_at: format_instant(row.try_get(4)?),
+                previous_secret_until: row
+                    .try_get::<_, Option<DateTime<Utc>>>(5)?
+                    .map(format_instant),
+            })
         })
-    }
+        .collect()
 }

@@ -12,8 +12,10 @@ use crate::store::StoreError;
 use crate::store::admin::{CredentialListing, NewCredential};
 use crate::store::dashboard::{
     AuditRow, DashboardStore, DeliveryRow, EventDelivery, Invited, NewAudit, NewSession, NewUser,
-    OverviewRows, SessionRow, TransactionFilter, TransactionSummary, UserChange, UserRow,
+    OverviewRows, RecentDelivery, SessionRow, TransactionFilter, TransactionSummary, UserChange,
+    UserRow, WebhookChange,
 };
+use crate::store::outbox::WebhookEndpoint;
 use crate::store::sqlite::dashboard::like_escaped;
 
 const USER_COLUMNS: &str =
@@ -28,6 +30,34 @@ fn user_of(row: &Row) -> Result<UserRow, StoreError> {
         password_hash: row.try_get(4)?,
         invite_expires_at: row.try_get(5)?,
         created_at: row.try_get(6)?,
+    })
+}
+
+/// An event with one of its deliveries, from the columns `e.seq, e.id, e.type, e.created_at,
+/// d.endpoint_id, w.url, d.status, d.attempts, d.last_result, d.last_attempt_at,
+/// e.transaction_id`.
+fn event_delivery(row: &Row) -> Result<RecentDelivery, StoreError> {
+    let endpoint: Option<String> = row.try_get(4)?;
+    let status: Option<String> = row.try_get(6)?;
+    Ok(RecentDelivery {
+        transaction_id: row.try_get(10)?,
+        event: EventDelivery {
+            event_seq: row.try_get(0)?,
+            event_id: row.try_get(1)?,
+            event_type: row.try_get(2)?,
+            event_at: row.try_get(3)?,
+            delivery: match (endpoint, status) {
+                (Some(endpoint_id), Some(status)) => Some(DeliveryRow {
+                    endpoint_id,
+                    url: row.try_get::<_, Option<String>>(5)?.unwrap_or_default(),
+                    status,
+                    attempts: i64::from(row.try_get::<_, Option<i32>>(7)?.unwrap_or(0)),
+                    last_result: row.try_get(8)?,
+                    last_attempt_at: row.try_get(9)?,
+                }),
+                _ => None,
+            },
+        },
     })
 }
 
@@ -638,7 +668,7 @@ impl DashboardStore for PgStore {
             let statement = client
                 .prepare_cached(
                     "SELECT e.seq, e.id, e.type, e.created_at, d.endpoint_id, w.url, d.status, \
-                     d.attempts, d.last_result, d.last_attempt_at \
+                     d.attempts, d.last_result, d.last_attempt_at, e.transaction_id \
                      FROM events e LEFT JOIN webhook_deliveries d ON d.event_seq = e.seq \
                      LEFT JOIN webhook_endpoints w ON w.id = d.endpoint_id \
                      WHERE e.provider_id = $1 AND e.transaction_id = $2 \
@@ -649,27 +679,80 @@ impl DashboardStore for PgStore {
                 .query(&statement, &[&provider_id, &transaction_id])
                 .await?
                 .iter()
-                .map(|row| {
-                    let endpoint: Option<String> = row.try_get(4)?;
-                    let status: Option<String> = row.try_get(6)?;
-                    Ok(EventDelivery {
-                        event_seq: row.try_get(0)?,
-                        event_id: row.try_get(1)?,
-                        event_type: row.try_get(2)?,
-                        event_at: row.try_get(3)?,
-                        delivery: match (endpoint, status) {
-                            (Some(endpoint_id), Some(status)) => Some(DeliveryRow {
-                                endpoint_id,
-                                url: row.try_get::<_, Option<String>>(5)?.unwrap_or_default(),
-                                status,
-                                attempts: i64::from(row.try_get::<_, Option<i32>>(7)?.unwrap_or(0)),
-                                last_result: row.try_get(8)?,
-                                last_attempt_at: row.try_get(9)?,
-                            }),
-                            _ => None,
-                        },
-                    })
-                })
+                .map(|row| Ok(event_delivery(row)?.event))
+                .collect()
+        })
+    }
+
+    fn webhook_endpoints(
+        &self,
+        provider_id: String,
+    ) -> BoxFuture<'_, Result<Vec<WebhookEndpoint>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            super::admin::list_webhooks(&client, Some(&provider_id)).await
+        })
+    }
+
+    fn change_webhook(
+        &self,
+        provider_id: String,
+        change: WebhookChange,
+        entry: NewAudit,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let changed = match &change {
+                WebhookChange::Add(webhook) => super::admin::insert_webhook(&tx, webhook).await?,
+                WebhookChange::Rotate {
+                    endpoint_id,
+                    secret,
+                    previous_until,
+                } => {
+                    super::admin::rotate_webhook(
+                        &tx,
+                        Some(&provider_id),
+                        endpoint_id,
+                        secret,
+                        *previous_until,
+                    )
+                    .await?
+                }
+                WebhookChange::Remove { endpoint_id } => {
+                    super::admin::remove_webhook(&tx, Some(&provider_id), endpoint_id, entry.at)
+                        .await?
+                }
+            };
+            if changed {
+                audit(&tx, &entry).await?;
+            }
+            tx.commit().await?;
+            Ok(changed)
+        })
+    }
+
+    fn recent_deliveries(
+        &self,
+        provider_id: String,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<RecentDelivery>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let statement = client
+                .prepare_cached(
+                    "SELECT e.seq, e.id, e.type, e.created_at, d.endpoint_id, w.url, d.status, \
+                     d.attempts, d.last_result, d.last_attempt_at, e.transaction_id \
+                     FROM webhook_deliveries d JOIN events e ON e.seq = d.event_seq \
+                     JOIN webhook_endpoints w ON w.id = d.endpoint_id \
+                     WHERE w.provider_id = $1 ORDER BY d.event_seq DESC, d.endpoint_id LIMIT $2",
+                )
+                .await?;
+            client
+                .query(&statement, &[&provider_id, &i64::from(limit)])
+                .await?
+                .iter()
+                .map(event_delivery)
                 .collect()
         })
     }

@@ -174,18 +174,7 @@ impl AdminStore for SqliteAdmin {
         if !exists {
             return Ok(false);
         }
-        tx.execute(
-            "INSERT INTO webhook_endpoints (id, provider_id, url, event_types, secret, created_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
-                webhook.endpoint_id,
-                webhook.provider_id,
-                webhook.url,
-                webhook.events,
-                webhook.secret,
-                format_instant(webhook.created_at)
-            ],
-        )?;
+        insert_webhook(&tx, webhook)?;
         tx.commit()?;
         Ok(true)
     }
@@ -196,54 +185,116 @@ impl AdminStore for SqliteAdmin {
         secret: &str,
         previous_until: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let conn = self.connection()?;
-        let changed = conn.execute(
-            "UPDATE webhook_endpoints SET previous_secret = secret, previous_until = ?3, \
-             secret = ?2 WHERE id = ?1 AND removed_at IS NULL",
-            params![endpoint_id, secret, format_instant(previous_until)],
-        )?;
-        Ok(changed > 0)
+        rotate_webhook(
+            &self.connection()?,
+            None,
+            endpoint_id,
+            secret,
+            previous_until,
+        )
     }
 
     fn remove_webhook(&self, endpoint_id: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
         let mut conn = self.connection()?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let now = format_instant(now);
-        let changed = tx.execute(
-            "UPDATE webhook_endpoints SET removed_at = ?2 WHERE id = ?1 AND removed_at IS NULL",
-            params![endpoint_id, now],
-        )?;
-        tx.execute(
-            "UPDATE webhook_deliveries SET status = 'FAILED', last_result = 'endpoint removed', \
-             lease_owner = NULL, lease_until = NULL \
-             WHERE endpoint_id = ?1 AND status = 'QUEUED'",
-            [endpoint_id],
-        )?;
+        let changed = remove_webhook(&tx, None, endpoint_id, now)?;
         tx.commit()?;
-        Ok(changed > 0)
+        Ok(changed)
     }
 
     fn list_webhooks(&self, provider_id: Option<&str>) -> Result<Vec<WebhookEndpoint>, StoreError> {
-        let conn = self.connection()?;
-        let mut statement = conn.prepare(
-            "SELECT id, provider_id, url, event_types, created_at, previous_until \
-             FROM webhook_endpoints WHERE removed_at IS NULL \
-             AND (?1 IS NULL OR provider_id = ?1) ORDER BY created_at, id",
-        )?;
-        let rows = statement
-            .query_map([provider_id], |r| {
-                Ok(WebhookEndpoint {
-                    endpoint_id: r.get(0)?,
-                    provider_id: r.get(1)?,
-                    url: r.get(2)?,
-                    events: r
-                        .get::<_, Option<String>>(3)?
-                        .map(|list| list.split(',').map(str::to_owned).collect()),
-                    created_at: r.get(4)?,
-                    previous_secret_until: r.get(5)?,
-                })
-            })?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(rows)
+        list_webhooks(&self.connection()?, provider_id)
     }
+}
+
+/// Stores a new endpoint (its provider exists).
+pub(super) fn insert_webhook(conn: &Connection, webhook: &NewWebhook) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO webhook_endpoints (id, provider_id, url, event_types, secret, created_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![
+        webhook.endpoint_id,
+        webhook.provider_id,
+        webhook.url,
+        webhook.events,
+        webhook.secret,
+        format_instant(webhook.created_at)
+    ])?;
+    Ok(())
+}
+
+/// Gives an active endpoint (of `provider_id` when given) a new secret; `false` when none.
+pub(super) fn rotate_webhook(
+    conn: &Connection,
+    provider_id: Option<&str>,
+    endpoint_id: &str,
+    secret: &str,
+    previous_until: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE webhook_endpoints SET previous_secret = secret, previous_until = ?3, \
+             secret = ?2 WHERE id = ?1 AND removed_at IS NULL \
+             AND (?4 IS NULL OR provider_id = ?4)",
+        )?
+        .execute(params![
+            endpoint_id,
+            secret,
+            format_instant(previous_until),
+            provider_id
+        ])?;
+    Ok(changed > 0)
+}
+
+/// Removes an active endpoint (of `provider_id` when given) and fails its queued deliveries,
+/// inside the caller's transaction; `false` when none.
+pub(super) fn remove_webhook(
+    conn: &Connection,
+    provider_id: Option<&str>,
+    endpoint_id: &str,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE webhook_endpoints SET removed_at = ?2 WHERE id = ?1 AND removed_at IS NULL \
+             AND (?3 IS NULL OR provider_id = ?3)",
+        )?
+        .execute(params![endpoint_id, format_instant(now), provider_id])?;
+    if changed > 0 {
+        conn.prepare_cached(
+            "UPDATE webhook_deliveries SET status = 'FAILED', last_result = 'endpoint removed', \
+             lease_owner = NULL, lease_until = NULL \
+             WHERE endpoint_id = ?1 AND status = 'QUEUED'",
+        )?
+        .execute([endpoint_id])?;
+    }
+    Ok(changed > 0)
+}
+
+/// The active endpoints, of one provider or of all, oldest first (never their secrets).
+pub(super) fn list_webhooks(
+    conn: &Connection,
+    provider_id: Option<&str>,
+) -> Result<Vec<WebhookEndpoint>, StoreError> {
+    let mut statement = conn.prepare_cached(
+        "SELECT id, provider_id, url, event_types, created_at, previous_until \
+         FROM webhook_endpoints WHERE removed_at IS NULL \
+         AND (?1 IS NULL OR provider_id = ?1) ORDER BY created_at, id",
+    )?;
+    let rows = statement
+        .query_map([provider_id], |r| {
+            Ok(WebhookEndpoint {
+                endpoint_id: r.get(0)?,
+                provider_id: r.get(1)?,
+                url: r.get(2)?,
+                events: r
+                    .get::<_, Option<String>>(3)?
+                    .map(|list| list.split(',').map(str::to_owned).collect()),
+                created_at: r.get(4)?,
+                previous_secret_until: r.get(5)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(rows)
 }

@@ -9,8 +9,10 @@ use super::{SqliteStore, decimal, parse_instant as instant};
 use crate::store::admin::{CredentialListing, NewCredential};
 use crate::store::dashboard::{
     AuditRow, DashboardStore, DeliveryRow, EventDelivery, Invited, NewAudit, NewSession, NewUser,
-    OverviewRows, SessionRow, TransactionFilter, TransactionSummary, UserChange, UserRow,
+    OverviewRows, RecentDelivery, SessionRow, TransactionFilter, TransactionSummary, UserChange,
+    UserRow, WebhookChange,
 };
+use crate::store::outbox::WebhookEndpoint;
 use crate::store::{StoreError, format_instant};
 
 const USER_COLUMNS: &str =
@@ -38,6 +40,43 @@ fn user_of(row: &Row<'_>) -> Result<Result<UserRow, StoreError>, rusqlite::Error
                 .map(|at| instant("dashboard_users.invite_expires_at", &at))
                 .transpose()?,
             created_at: instant("dashboard_users.created_at", &created)?,
+        })
+    })())
+}
+
+/// An event with one of its deliveries, from the columns `e.seq, e.id, e.type, e.created_at,
+/// d.endpoint_id, w.url, d.status, d.attempts, d.last_result, d.last_attempt_at,
+/// e.transaction_id`.
+fn event_delivery(r: &Row<'_>) -> Result<Result<RecentDelivery, StoreError>, rusqlite::Error> {
+    let (seq, id, kind, at): (i64, String, String, String) =
+        (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
+    let (endpoint, url, status): (Option<String>, Option<String>, Option<String>) =
+        (r.get(4)?, r.get(5)?, r.get(6)?);
+    let (attempts, result, last): (Option<i64>, Option<String>, Option<String>) =
+        (r.get(7)?, r.get(8)?, r.get(9)?);
+    let transaction_id: String = r.get(10)?;
+    Ok((|| {
+        Ok(RecentDelivery {
+            transaction_id,
+            event: EventDelivery {
+                event_seq: seq,
+                event_id: id,
+                event_type: kind,
+                event_at: instant("events.created_at", &at)?,
+                delivery: match (endpoint, status) {
+                    (Some(endpoint_id), Some(status)) => Some(DeliveryRow {
+                        endpoint_id,
+                        url: url.unwrap_or_default(),
+                        status,
+                        attempts: attempts.unwrap_or(0),
+                        last_result: result,
+                        last_attempt_at: last
+                            .map(|at| instant("webhook_deliveries.last_attempt_at", &at))
+                            .transpose()?,
+                    }),
+                    _ => None,
+                },
+            },
         })
     })())
 }
@@ -508,47 +547,80 @@ impl DashboardStore for SqliteStore {
         let result = self.read(|conn| {
             let mut statement = conn.prepare_cached(
                 "SELECT e.seq, e.id, e.type, e.created_at, d.endpoint_id, w.url, d.status, \
-                 d.attempts, d.last_result, d.last_attempt_at \
+                 d.attempts, d.last_result, d.last_attempt_at, e.transaction_id \
                  FROM events e LEFT JOIN webhook_deliveries d ON d.event_seq = e.seq \
                  LEFT JOIN webhook_endpoints w ON w.id = d.endpoint_id \
                  WHERE e.provider_id = ?1 AND e.transaction_id = ?2 ORDER BY e.seq, d.endpoint_id",
             )?;
-            let rows = statement.query_map(params![provider_id, transaction_id], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, Option<String>>(4)?,
-                    r.get::<_, Option<String>>(5)?,
-                    r.get::<_, Option<String>>(6)?,
-                    r.get::<_, Option<i64>>(7)?,
-                    r.get::<_, Option<String>>(8)?,
-                    r.get::<_, Option<String>>(9)?,
-                ))
-            })?;
+            let rows = statement.query_map(params![provider_id, transaction_id], event_delivery)?;
             let mut list = Vec::new();
             for row in rows {
-                let (seq, id, kind, at, endpoint, url, status, attempts, result, last) = row?;
-                list.push(EventDelivery {
-                    event_seq: seq,
-                    event_id: id,
-                    event_type: kind,
-                    event_at: instant("events.created_at", &at)?,
-                    delivery: match (endpoint, status) {
-                        (Some(endpoint_id), Some(status)) => Some(DeliveryRow {
-                            endpoint_id,
-                            url: url.unwrap_or_default(),
-                            status,
-                            attempts: attempts.unwrap_or(0),
-                            last_result: result,
-                            last_attempt_at: last
-                                .map(|at| instant("webhook_deliveries.last_attempt_at", &at))
-                                .transpose()?,
-                        }),
-                        _ => None,
-                    },
-                });
+                list.push(row??.event);
+            }
+            Ok(list)
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn webhook_endpoints(
+        &self,
+        provider_id: String,
+    ) -> BoxFuture<'_, Result<Vec<WebhookEndpoint>, StoreError>> {
+        let result = self.read(|conn| super::admin::list_webhooks(conn, Some(&provider_id)));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn change_webhook(
+        &self,
+        provider_id: String,
+        change: WebhookChange,
+        entry: NewAudit,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            let changed = match &change {
+                WebhookChange::Add(webhook) => {
+                    super::admin::insert_webhook(conn, webhook)?;
+                    true
+                }
+                WebhookChange::Rotate {
+                    endpoint_id,
+                    secret,
+                    previous_until,
+                } => super::admin::rotate_webhook(
+                    conn,
+                    Some(&provider_id),
+                    endpoint_id,
+                    secret,
+                    *previous_until,
+                )?,
+                WebhookChange::Remove { endpoint_id } => {
+                    super::admin::remove_webhook(conn, Some(&provider_id), endpoint_id, entry.at)?
+                }
+            };
+            if changed {
+                audit(conn, &entry)?;
+            }
+            Ok(changed)
+        }))
+    }
+
+    fn recent_deliveries(
+        &self,
+        provider_id: String,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<RecentDelivery>, StoreError>> {
+        let result = self.read(|conn| {
+            let mut statement = conn.prepare_cached(
+                "SELECT e.seq, e.id, e.type, e.created_at, d.endpoint_id, w.url, d.status, \
+                 d.attempts, d.last_result, d.last_attempt_at, e.transaction_id \
+                 FROM webhook_deliveries d JOIN events e ON e.seq = d.event_seq \
+                 JOIN webhook_endpoints w ON w.id = d.endpoint_id \
+                 WHERE w.provider_id = ?1 ORDER BY d.event_seq DESC, d.endpoint_id LIMIT ?2",
+            )?;
+            let rows = statement.query_map(params![provider_id, limit], event_delivery)?;
+            let mut list = Vec::new();
+            for row in rows {
+                list.push(row??);
             }
             Ok(list)
         });
