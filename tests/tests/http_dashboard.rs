@@ -1325,3 +1325,202 @@ async fn admins_add_rotate_and_remove_webhook_endpoints_whose_deliveries_are_lis
         assert!(log.contains(&entry), "{entry} in {log}");
     }
 }
+
+/// The policy form's fields for one step (`n` from 0) and the rest of the form.
+fn policy_form<'a>(
+    token: &'a str,
+    action: &'a str,
+    kind: &'a str,
+    steps: &'a [(&'a str, &'a str, &'a str, &'a str, &'a str)],
+) -> Vec<(String, String)> {
+    let mut fields = vec![
+        ("csrf_token".to_owned(), token.to_owned()),
+        ("action".to_owned(), action.to_owned()),
+        ("reference".to_owned(), "PAYMENT_DATE".to_owned()),
+        ("kind".to_owned(), kind.to_owned()),
+        ("description".to_owned(), String::new()),
+    ];
+    for (n, (amount, unit, offset, offset_unit, until)) in steps.iter().enumerate() {
+        for (name, value) in [
+            ("amount", amount),
+            ("unit", unit),
+            ("offset", offset),
+            ("offset_unit", offset_unit),
+            ("until", until),
+        ] {
+            fields.push((format!("{name}_{n}"), (*value).to_owned()));
+        }
+    }
+    fields
+}
+
+async fn post_policy(browser: &mut Browser<'_>, scope: &str, fields: &[(String, String)]) -> Reply {
+    let fields: Vec<(&str, &str)> = fields
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    browser
+        .post(&format!("/dashboard/policies/{scope}"), &fields)
+        .await
+}
+
+#[tokio::test]
+async fn admins_edit_policies_in_a_form_checked_by_the_engine_for_new_transactions_only() {
+    let server = TestServer::start().await;
+    let acme = server.provider("Acme Travel");
+    let globex = server.provider("Globex");
+    let mut admin = member(&server, &acme, "ada@example.com", "admin").await;
+    let mut viewer = member(&server, &acme, "bob@example.com", "viewer").await;
+    let outsider = member(&server, &globex, "eve@example.com", "admin").await;
+    let token = admin.csrf().await;
+    let before = server.create(&acme, &checkout_body("Booked before")).await;
+
+    let page = html(&admin.get("/dashboard/policies").await);
+    assert!(page.contains("No default policy"), "{page}");
+    let form = admin.get("/dashboard/policies/default").await;
+    assert_eq!(form.status, StatusCode::OK);
+    assert!(html(&form).contains("name=\"amount_0\""));
+
+    // "Show the terms": the engine's words for an example item paid now; nothing is saved.
+    let half_after_a_day = [
+        ("50", "PERCENTAGE", "1", "DAYS", ""),
+        ("", "PERCENTAGE", "", "DAYS", ""),
+    ];
+    let preview = post_policy(
+        &mut admin,
+        "default",
+        &policy_form(&token, "preview", "OFFSET_PENALTY", &half_after_a_day),
+    )
+    .await;
+    assert_eq!(preview.status, StatusCode::OK, "{}", html(&preview));
+    let text = html(&preview);
+    assert!(text.contains("As the customer will read it"), "{text}");
+    assert!(text.contains("Free cancellation until"), "{text}");
+    assert!(text.contains("50 %") || text.contains("50%"), "{text}");
+    assert!(text.contains("<svg"), "the timeline");
+    assert!(html(&admin.get("/dashboard/policies").await).contains("No default policy"));
+
+    // The engine's field-level messages, naming the step as the form does.
+    let wrong = post_policy(
+        &mut admin,
+        "default",
+        &policy_form(
+            &token,
+            "save",
+            "OFFSET_PENALTY",
+            &[
+                ("150", "PERCENTAGE", "1", "DAYS", ""),
+                ("ten", "FIXED_AMOUNT", "2", "DAYS", ""),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(wrong.status, StatusCode::BAD_REQUEST);
+    let text = html(&wrong);
+    assert!(text.contains("Step 1: value.amount"), "{text}");
+    assert!(text.contains("Step 2: value.amount"), "{text}");
+    assert!(text.contains("aria-invalid=\"true\""));
+    assert!(text.contains("value=\"ten\""), "what was typed is kept");
+    let mixed = post_policy(
+        &mut admin,
+        "default",
+        &policy_form(&token, "save", "OFFSET_PENALTY", &[]),
+    )
+    .await;
+    assert_eq!(mixed.status, StatusCode::BAD_REQUEST, "no step at all");
+
+    // Saved: new transactions get it, the one created before keeps none.
+    let saved = post_policy(
+        &mut admin,
+        "default",
+        &policy_form(&token, "save", "OFFSET_PENALTY", &half_after_a_day),
+    )
+    .await;
+    assert_eq!(saved.status, StatusCode::SEE_OTHER, "{}", html(&saved));
+    let page = html(&admin.get("/dashboard/policies").await);
+    assert!(page.contains("Saved.") || location(&saved).contains("done=saved"));
+    assert!(page.contains("Free cancellation until"), "{page}");
+    let after = server.create(&acme, &checkout_body("Booked after")).await;
+    let policy_of = |record: &serde_json::Value, item: usize| {
+        record["items"][item]["cancellationPolicy"].clone()
+    };
+    let record = status(&server, &acme, &after).await;
+    assert_eq!(policy_of(&record, 0)["penalties"][0]["offset"]["amount"], 1);
+    assert_eq!(
+        policy_of(&record, 0)["penalties"][0]["value"]["unit"],
+        "PERCENTAGE"
+    );
+    assert!(policy_of(&status(&server, &acme, &before).await, 0).is_null());
+
+    // A category's own policy, by calendar date, wins over the default for its items.
+    let choose = admin
+        .get("/dashboard/policies/choose?category=FLIGHT")
+        .await;
+    assert!(location(&choose).contains("/dashboard/policies/FLIGHT"));
+    let flights = post_policy(
+        &mut admin,
+        "FLIGHT",
+        &policy_form(
+            &token,
+            "save",
+            "DATE_PENALTY",
+            &[("25", "FIXED_AMOUNT", "", "DAYS", "2099-12-01")],
+        ),
+    )
+    .await;
+    assert_eq!(flights.status, StatusCode::SEE_OTHER, "{}", html(&flights));
+    let record = status(
+        &server,
+        &acme,
+        &server.create(&acme, &checkout_body("Third")).await,
+    )
+    .await;
+    assert_eq!(policy_of(&record, 0)["penalties"][0]["until"], "2099-12-01");
+    assert_eq!(policy_of(&record, 1)["penalties"][0]["offset"]["amount"], 1);
+
+    // Every role reads the policies; only admins change them. Another provider sees its own.
+    let seen = html(&viewer.get("/dashboard/policies").await);
+    assert!(seen.contains("Free cancellation until") && !seen.contains("/policies/default?"));
+    assert_eq!(
+        viewer.get("/dashboard/policies/default").await.status,
+        StatusCode::FORBIDDEN
+    );
+    let viewer_token = viewer.csrf().await;
+    let refused = post_policy(
+        &mut viewer,
+        "default",
+        &policy_form(&viewer_token, "remove", "OFFSET_PENALTY", &[]),
+    )
+    .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    assert!(html(&outsider.get("/dashboard/policies").await).contains("No default policy"));
+    assert_eq!(
+        admin.get("/dashboard/policies/NOT_A_CATEGORY").await.status,
+        StatusCode::NOT_FOUND
+    );
+
+    // Removed: the next transaction's hotel has no policy; the flight keeps its category's.
+    let removed = post_policy(
+        &mut admin,
+        "default",
+        &policy_form(&token, "remove", "OFFSET_PENALTY", &[]),
+    )
+    .await;
+    assert_eq!(removed.status, StatusCode::SEE_OTHER);
+    let record = status(
+        &server,
+        &acme,
+        &server.create(&acme, &checkout_body("Fourth")).await,
+    )
+    .await;
+    assert!(policy_of(&record, 1).is_null());
+    assert_eq!(policy_of(&record, 0)["penalties"][0]["until"], "2099-12-01");
+    let log = html(&admin.get("/dashboard/audit").await);
+    for entry in [
+        "set the default cancellation policy",
+        "set the cancellation policy of FLIGHT",
+        "removed the default cancellation policy",
+    ] {
+        assert!(log.contains(entry), "{entry} in {log}");
+    }
+}

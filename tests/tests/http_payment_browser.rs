@@ -937,6 +937,38 @@ async fn the_dashboard_signs_in_finds_a_trip_and_cancels_an_item_accessibly() {
     );
     browser.assert_accessible("the webhooks").await;
     browser.screenshot("dashboard-webhooks-en.png", 1280).await;
+    // A default policy typed into the form: its terms shown first, then saved.
+    browser
+        .open(&server, "/dashboard/policies/default?lang=en")
+        .await;
+    browser.wait_for_h1("Default policy").await;
+    browser.fill(&[("amount_0", "50"), ("offset_0", "2")]).await;
+    browser
+        .client
+        .find(Locator::Css("button[value=preview]"))
+        .await
+        .expect("show the terms")
+        .click()
+        .await
+        .expect("click");
+    browser.wait_for_h1("Default policy").await;
+    let terms = browser.texts(".preview .terms li").await;
+    assert_eq!(terms.len(), 2, "{terms:?}");
+    assert!(terms[0].starts_with("Free cancellation until"), "{terms:?}");
+    browser.assert_accessible("a policy's form").await;
+    browser.screenshot("dashboard-policy-en.png", 1280).await;
+    browser
+        .client
+        .find(Locator::Css("button[value=save]"))
+        .await
+        .expect("save")
+        .click()
+        .await
+        .expect("click");
+    browser.wait_for_h1("Policies").await;
+    assert!(browser.text(".notice").await.starts_with("Saved."));
+    browser.assert_accessible("the policies").await;
+    browser.screenshot("dashboard-policies-en.png", 1280).await;
     browser.open(&server, "/dashboard/audit?lang=en").await;
     browser.wait_for_h1("Audit log").await;
     assert!(browser.text("tbody").await.contains("cancelled items 2"));

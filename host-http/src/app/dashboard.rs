@@ -45,9 +45,12 @@ pub use crate::store::dashboard::{TransactionFilter, TransactionSummary};
 /// A user as listed, and what changing one did.
 pub use crate::store::dashboard::{UserChange, UserRow};
 use crate::store::outbox::WebhookEndpoint;
-use checkout_engine::api::{CancellationReq, RefundPreview, StatusRecord};
+use checkout_engine::api::{
+    CancellationPolicy, CancellationReq, Category, RefundPreview, StatusRecord,
+};
 use checkout_engine::terms::ItemTerms;
 use rust_decimal::Decimal;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// How long an invitation's link works.
@@ -158,6 +161,129 @@ pub struct WebhooksView {
     pub endpoints: Vec<WebhookEndpoint>,
     /// The newest deliveries, newest event first.
     pub recent: Vec<RecentDelivery>,
+}
+
+/// Where a policy applies: the provider's default, or one item category's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PolicyScope {
+    /// The default policy, for items of a category without a policy of its own.
+    Default,
+    /// One category's policy.
+    Category(Category),
+}
+
+impl PolicyScope {
+    /// Reads `default` or a category (`FLIGHT`, …).
+    pub fn parse(text: &str) -> Option<PolicyScope> {
+        if text == "default" {
+            return Some(PolicyScope::Default);
+        }
+        serde_json::from_value(serde_json::Value::String(text.to_owned()))
+            .ok()
+            .map(PolicyScope::Category)
+    }
+
+    /// `default` or the category's API name.
+    pub fn as_str(self) -> String {
+        match self {
+            PolicyScope::Default => "default".to_owned(),
+            PolicyScope::Category(category) => serde_json::to_value(category)
+                .ok()
+                .and_then(|value| value.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// A provider's cancellation policies, as the policies page shows them.
+#[derive(Debug, Clone)]
+pub struct PoliciesView {
+    /// The provider's time zone.
+    pub zone: chrono_tz::Tz,
+    /// The default policy.
+    pub default_policy: Option<CancellationPolicy>,
+    /// Each category's policy.
+    pub categories: BTreeMap<Category, CancellationPolicy>,
+}
+
+impl PoliciesView {
+    /// The policy of `scope`, if it has one.
+    pub fn policy(&self, scope: PolicyScope) -> Option<&CancellationPolicy> {
+        match scope {
+            PolicyScope::Default => self.default_policy.as_ref(),
+            PolicyScope::Category(category) => self.categories.get(&category),
+        }
+    }
+}
+
+/// The example item a policy is shown for: what a customer paying now would read.
+#[derive(Debug, Clone)]
+pub struct PolicyPreview {
+    /// The example item's terms from the payment (now) on.
+    pub terms: ItemTerms,
+    /// The payment: now.
+    pub paid_at: DateTime<Utc>,
+    /// When the example trip starts (the START_PERIOD reference).
+    pub trip_start: DateTime<Utc>,
+    /// The example item's total.
+    pub total: Decimal,
+    /// The example's currency.
+    pub currency: &'static str,
+}
+
+/// The example's item total.
+pub const PREVIEW_TOTAL: Decimal = Decimal::from_parts(10_000, 0, 0, false, 2);
+/// The example's trip starts this long after the payment.
+pub const PREVIEW_TRIP_IN: chrono::Duration = chrono::Duration::days(30);
+
+/// A policy's terms for an example item of [`PREVIEW_TOTAL`] EUR paid at `now`, whose trip
+/// starts [`PREVIEW_TRIP_IN`] later, in the provider's zone: the engine's own computation, so
+/// the page shows what a customer will read.
+pub fn policy_preview(
+    policy: &CancellationPolicy,
+    zone: chrono_tz::Tz,
+    now: DateTime<Utc>,
+) -> Result<PolicyPreview, Error> {
+    let trip_start = now + PREVIEW_TRIP_IN;
+    let context = checkout_engine::preview::RefundContext {
+        currency: "EUR".to_owned(),
+        provider_time_zone: zone,
+        paid_at: Some(now),
+        items: vec![checkout_engine::preview::ItemState {
+            order: 1,
+            total: PREVIEW_TOTAL,
+            period: Some(checkout_engine::api::Period {
+                start: trip_start.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                end: None,
+                start_time_zone: Some(zone.name().to_owned()),
+                end_time_zone: None,
+            }),
+            policy: Some(policy.clone()),
+            cancelled: false,
+        }],
+    };
+    let terms = checkout_engine::terms::payment_terms(&context, now)
+        .map_err(|e| Error::Internal(e.to_string()))?
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::Internal("no terms for the example item".to_owned()))?;
+    Ok(PolicyPreview {
+        terms,
+        paid_at: now,
+        trip_start,
+        total: PREVIEW_TOTAL,
+        currency: "EUR",
+    })
+}
+
+/// Checks a policy as the API checks an item's (the engine's validation, R-5, R-8.10); the
+/// messages name fields under `policy`, and a penalty as `policy.penalties.N` (from 0).
+pub fn check_policy(policy: &serde_json::Value) -> Result<CancellationPolicy, Vec<String>> {
+    let bytes = serde_json::to_vec(policy).map_err(|e| vec![e.to_string()])?;
+    super::providers::validate_policy(&bytes, "policy").map_err(|error| match error {
+        super::providers::AdminError::InvalidPolicy { messages, .. } => messages,
+        other => vec![other.to_string()],
+    })
 }
 
 /// Deliveries the webhooks page lists.
@@ -1219,6 +1345,68 @@ impl Services {
             .dashboard
             .change_webhook(session.provider_id.clone(), change, audit)
             .await?)
+    }
+
+    /// The provider's cancellation policies and time zone (every role).
+    pub async fn dashboard_policies(&self, session: &Session) -> Result<PoliciesView, Error> {
+        let provider = self
+            .store
+            .provider(session.provider_id.clone())
+            .await?
+            .ok_or_else(|| Error::Internal(format!("no provider {}", session.provider_id)))?;
+        let settings = provider.settings();
+        Ok(PoliciesView {
+            zone: settings.time_zone.parse().unwrap_or(chrono_tz::UTC),
+            default_policy: settings.default_policy,
+            categories: settings.category_policies,
+        })
+    }
+
+    /// Sets (`Some`) or removes (`None`) the policy of `scope` (admins only). Transactions
+    /// created before keep the policies resolved at their creation; every instance
+    /// applies the change from its next request.
+    pub async fn set_policy(
+        &self,
+        session: &Session,
+        scope: PolicyScope,
+        policy: Option<CancellationPolicy>,
+        now: DateTime<Utc>,
+    ) -> Result<(), Error> {
+        session.may_change_or_refuse()?;
+        let detail = match (&policy, scope) {
+            (Some(_), PolicyScope::Default) => "set the default cancellation policy".to_owned(),
+            (None, PolicyScope::Default) => "removed the default cancellation policy".to_owned(),
+            (Some(_), PolicyScope::Category(_)) => {
+                format!("set the cancellation policy of {}", scope.as_str())
+            }
+            (None, PolicyScope::Category(_)) => {
+                format!("removed the cancellation policy of {}", scope.as_str())
+            }
+        };
+        let audit = session.audit("policy.changed", detail, now);
+        let change: crate::store::dashboard::ProviderUpdate =
+            Box::new(move |provider| match scope {
+                PolicyScope::Default => provider.default_policy = policy.clone(),
+                PolicyScope::Category(category) => match &policy {
+                    Some(policy) => {
+                        provider.category_policies.insert(category, policy.clone());
+                    }
+                    None => {
+                        provider.category_policies.remove(&category);
+                    }
+                },
+            });
+        if !self
+            .dashboard
+            .update_provider(session.provider_id.clone(), change, audit)
+            .await?
+        {
+            return Err(Error::Internal(format!(
+                "no provider {}",
+                session.provider_id
+            )));
+        }
+        Ok(())
     }
 
     /// The newest entries of the provider's audit log (admins only).

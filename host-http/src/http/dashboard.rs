@@ -20,8 +20,8 @@ use super::request::{ClientAddr, query_param, read_urlencoded};
 use super::response::{HttpResponse, static_asset};
 use crate::app::cancellations::Cancelled;
 use crate::app::dashboard::{
-    DashboardError, EventDelivery, PAGE_SIZE, PasswordProblem, Refusal, Role, Session, SignIn,
-    TransactionFilter, UserChange,
+    DashboardError, EventDelivery, PAGE_SIZE, PasswordProblem, PolicyScope, Refusal, Role, Session,
+    SignIn, TransactionFilter, UserChange,
 };
 use crate::app::{Error, Services};
 use crate::i18n::Lang;
@@ -215,6 +215,41 @@ pub struct DashTexts {
     recent_deliveries: &'static str,
     transaction: &'static str,
     copy: &'static str,
+    policies: &'static str,
+    default_policy: &'static str,
+    category_policy: &'static str,
+    no_default_policy: &'static str,
+    policies_apply_new: &'static str,
+    policy_example: &'static str,
+    policy_saved: &'static str,
+    edit: &'static str,
+    set_policy_for: &'static str,
+    choose: &'static str,
+    reference_label: &'static str,
+    reference_payment: &'static str,
+    reference_start: &'static str,
+    kind_label: &'static str,
+    kind_offset: &'static str,
+    kind_date: &'static str,
+    description: &'static str,
+    steps_label: &'static str,
+    steps_hint: &'static str,
+    step: &'static str,
+    penalty_amount: &'static str,
+    unit_percentage: &'static str,
+    unit_fixed: &'static str,
+    offset: &'static str,
+    unit_hours: &'static str,
+    unit_days: &'static str,
+    unit_months: &'static str,
+    until: &'static str,
+    preview_button: &'static str,
+    more_steps: &'static str,
+    save_policy: &'static str,
+    remove_policy: &'static str,
+    preview_heading: &'static str,
+    policy_problems: &'static str,
+    time_zone: &'static str,
 }
 
 const EN: DashTexts = DashTexts {
@@ -389,6 +424,41 @@ const EN: DashTexts = DashTexts {
     recent_deliveries: "Recent deliveries",
     transaction: "Transaction",
     copy: "Copy",
+    policies: "Policies",
+    default_policy: "Default policy",
+    category_policy: "Policy",
+    no_default_policy: "No default policy: an item whose category has no policy of its own and that brings none is free to cancel at any time.",
+    policies_apply_new: "Changes apply to transactions created from now on; every transaction keeps the policies it was created with.",
+    policy_example: "Shown for an item of {total} paid now, whose trip starts {start}.",
+    policy_saved: "Saved. Transactions created from now on use it.",
+    edit: "Edit",
+    set_policy_for: "Set a policy for a category",
+    choose: "Choose",
+    reference_label: "Counted from",
+    reference_payment: "the payment (an offset counts forward from it)",
+    reference_start: "the start of the trip (an offset counts back from it)",
+    kind_label: "Steps by",
+    kind_offset: "offset from that instant",
+    kind_date: "calendar date (from the day after it)",
+    description: "Description (optional)",
+    steps_label: "Penalty steps",
+    steps_hint: "Fill in the steps you need; empty ones are left out. Offset steps use the offset, date steps the date.",
+    step: "Step",
+    penalty_amount: "Penalty",
+    unit_percentage: "% of the item",
+    unit_fixed: "fixed amount",
+    offset: "Offset",
+    unit_hours: "hours",
+    unit_days: "days",
+    unit_months: "months",
+    until: "Date",
+    preview_button: "Show the terms",
+    more_steps: "Another step",
+    save_policy: "Save policy",
+    remove_policy: "Remove policy",
+    preview_heading: "As the customer will read it",
+    policy_problems: "The policy cannot be saved:",
+    time_zone: "Time zone",
 };
 
 const DE: DashTexts = DashTexts {
@@ -563,6 +633,41 @@ const DE: DashTexts = DashTexts {
     recent_deliveries: "Letzte Zustellungen",
     transaction: "Transaktion",
     copy: "Kopieren",
+    policies: "Richtlinien",
+    default_policy: "Standardrichtlinie",
+    category_policy: "Richtlinie",
+    no_default_policy: "Keine Standardrichtlinie: Eine Position, deren Kategorie keine eigene Richtlinie hat und die keine mitbringt, ist jederzeit kostenlos stornierbar.",
+    policies_apply_new: "Änderungen gelten für ab jetzt erstellte Transaktionen; jede Transaktion behält die Richtlinien, mit denen sie erstellt wurde.",
+    policy_example: "Gezeigt für eine jetzt bezahlte Position über {total}, deren Reise {start} beginnt.",
+    policy_saved: "Gespeichert. Ab jetzt erstellte Transaktionen verwenden sie.",
+    edit: "Bearbeiten",
+    set_policy_for: "Richtlinie für eine Kategorie festlegen",
+    choose: "Auswählen",
+    reference_label: "Gezählt ab",
+    reference_payment: "der Zahlung (ein Versatz zählt ab ihr vorwärts)",
+    reference_start: "dem Reisebeginn (ein Versatz zählt ab ihm rückwärts)",
+    kind_label: "Stufen nach",
+    kind_offset: "Versatz ab diesem Zeitpunkt",
+    kind_date: "Kalenderdatum (ab dem Tag danach)",
+    description: "Beschreibung (optional)",
+    steps_label: "Gebührenstufen",
+    steps_hint: "Füllen Sie die nötigen Stufen aus; leere werden ausgelassen. Versatzstufen nutzen den Versatz, Datumsstufen das Datum.",
+    step: "Stufe",
+    penalty_amount: "Gebühr",
+    unit_percentage: "% der Position",
+    unit_fixed: "fester Betrag",
+    offset: "Versatz",
+    unit_hours: "Stunden",
+    unit_days: "Tage",
+    unit_months: "Monate",
+    until: "Datum",
+    preview_button: "Bedingungen zeigen",
+    more_steps: "Weitere Stufe",
+    save_policy: "Richtlinie speichern",
+    remove_policy: "Richtlinie entfernen",
+    preview_heading: "So liest es der Kunde",
+    policy_problems: "Die Richtlinie kann nicht gespeichert werden:",
+    time_zone: "Zeitzone",
 };
 
 fn texts(lang: Lang) -> &'static DashTexts {
@@ -784,6 +889,233 @@ struct ApiPage {
     scopes: [&'static str; 3],
 }
 
+/// A policy as the policies page shows it: in words and drawn for the example item.
+struct PolicyCard {
+    /// "Default policy" or the category's name.
+    label: String,
+    /// `default` or the category (`FLIGHT`).
+    scope: String,
+    edit_href: String,
+    reference: &'static str,
+    description: Option<String>,
+    terms: Vec<String>,
+    timeline: String,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/policies.html")]
+struct PoliciesPage {
+    frame: Frame,
+    notice: Option<String>,
+    zone: String,
+    /// The example the terms are shown for, in words.
+    example: String,
+    default_card: Option<PolicyCard>,
+    cards: Vec<PolicyCard>,
+    /// Categories without a policy of their own: (API name, name).
+    other_categories: Vec<(String, &'static str)>,
+    new_default_href: String,
+}
+
+/// One penalty step of the policy form, as typed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct StepFields {
+    amount: String,
+    unit: String,
+    offset: String,
+    offset_unit: String,
+    until: String,
+    /// A message names this step.
+    invalid: bool,
+}
+
+/// The policy form, as typed (every field a string, checked by the engine on preview or save).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PolicyFields {
+    reference: String,
+    kind: String,
+    description: String,
+    steps: Vec<StepFields>,
+}
+
+/// Steps the form offers beyond those filled in.
+const BLANK_STEPS: usize = 2;
+/// The most steps a policy has.
+const MAX_STEPS: usize = 50;
+
+impl PolicyFields {
+    fn of(policy: Option<&checkout_engine::api::CancellationPolicy>) -> PolicyFields {
+        use checkout_engine::api::{PenaltyType, PolicyReference};
+        let Some(policy) = policy else {
+            return PolicyFields {
+                reference: "PAYMENT_DATE".to_owned(),
+                kind: "OFFSET_PENALTY".to_owned(),
+                description: String::new(),
+                steps: vec![StepFields::default(); BLANK_STEPS + 1],
+            };
+        };
+        let name = |value: serde_json::Result<serde_json::Value>| {
+            value
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default()
+        };
+        let mut steps: Vec<StepFields> = policy
+            .penalties
+            .iter()
+            .map(|penalty| StepFields {
+                amount: penalty.value.amount.normalize().to_string(),
+                unit: name(serde_json::to_value(penalty.value.unit)),
+                offset: penalty
+                    .offset
+                    .as_ref()
+                    .map(|o| o.amount.to_string())
+                    .unwrap_or_default(),
+                offset_unit: penalty
+                    .offset
+                    .as_ref()
+                    .map(|o| name(serde_json::to_value(o.unit)))
+                    .unwrap_or_default(),
+                until: penalty.until.clone().unwrap_or_default(),
+                invalid: false,
+            })
+            .collect();
+        steps.extend(std::iter::repeat_n(StepFields::default(), BLANK_STEPS));
+        PolicyFields {
+            reference: match policy.reference {
+                PolicyReference::PaymentDate => "PAYMENT_DATE",
+                PolicyReference::StartPeriod => "START_PERIOD",
+            }
+            .to_owned(),
+            kind: match policy.penalties.first().map(|p| p.penalty_type) {
+                Some(PenaltyType::DatePenalty) => "DATE_PENALTY",
+                _ => "OFFSET_PENALTY",
+            }
+            .to_owned(),
+            description: policy.description.clone().unwrap_or_default(),
+            steps,
+        }
+    }
+
+    /// Reads the posted form: `reference`, `kind`, `description`, and per step `amount_N`,
+    /// `unit_N`, `offset_N`, `offset_unit_N`, `until_N` (N from 0).
+    fn read(fields: &[(String, String)]) -> PolicyFields {
+        let mut steps = Vec::new();
+        for n in 0..MAX_STEPS {
+            let get = |name: &str| field(fields, &format!("{name}_{n}"));
+            if !fields
+                .iter()
+                .any(|(name, _)| name == &format!("amount_{n}"))
+            {
+                break;
+            }
+            steps.push(StepFields {
+                amount: get("amount").trim().to_owned(),
+                unit: get("unit"),
+                offset: get("offset").trim().to_owned(),
+                offset_unit: get("offset_unit"),
+                until: get("until").trim().to_owned(),
+                invalid: false,
+            });
+        }
+        PolicyFields {
+            reference: field(fields, "reference"),
+            kind: field(fields, "kind"),
+            description: field(fields, "description").trim().to_owned(),
+            steps,
+        }
+    }
+
+    /// The steps filled in (an amount typed).
+    fn filled(&self) -> impl Iterator<Item = (usize, &StepFields)> {
+        self.steps
+            .iter()
+            .enumerate()
+            .filter(|(_, step)| !step.amount.is_empty())
+    }
+
+    /// The policy as the API's JSON; a number typed is a JSON number, anything else stays a
+    /// string so that the engine names the field.
+    fn json(&self) -> serde_json::Value {
+        let number = |text: &str| match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(value @ serde_json::Value::Number(_)) => value,
+            _ => serde_json::Value::String(text.to_owned()),
+        };
+        let date = self.kind == "DATE_PENALTY";
+        let penalties: Vec<serde_json::Value> = self
+            .filled()
+            .map(|(_, step)| {
+                let mut penalty = serde_json::json!({
+                    "type": self.kind,
+                    "value": {"amount": number(&step.amount), "unit": step.unit},
+                });
+                if date {
+                    penalty["until"] = serde_json::Value::String(step.until.clone());
+                } else {
+                    penalty["offset"] =
+                        serde_json::json!({"amount": number(&step.offset), "unit": step.offset_unit});
+                }
+                penalty
+            })
+            .collect();
+        let mut policy = serde_json::json!({"reference": self.reference, "penalties": penalties});
+        if !self.description.is_empty() {
+            policy["description"] = serde_json::Value::String(self.description.clone());
+        }
+        policy
+    }
+
+    /// The engine's messages with each step named as the form shows it ("Step 2: …"); marks
+    /// the steps they name.
+    fn explain(&mut self, messages: Vec<String>, step_word: &str) -> Vec<String> {
+        let numbers: Vec<usize> = self.filled().map(|(n, _)| n).collect();
+        messages
+            .into_iter()
+            .map(|message| {
+                let mut message = message;
+                // Penalty i of the JSON is the i-th filled step; the highest index first, so
+                // that `penalties.1` does not match inside `penalties.10`.
+                for (i, n) in numbers.iter().enumerate().rev() {
+                    let path = format!("policy.penalties.{i}");
+                    if message.contains(&path) {
+                        self.steps[*n].invalid = true;
+                        message = message
+                            .replace(&format!("{path}."), &format!("{step_word} {}: ", n + 1))
+                            .replace(&path, &format!("{step_word} {}", n + 1));
+                    }
+                }
+                message.replace("policy.", "")
+            })
+            .collect()
+    }
+}
+
+/// What the policy form shows besides its frame.
+struct PolicyDraft {
+    status: StatusCode,
+    form: PolicyFields,
+    errors: Vec<String>,
+    preview: Option<(Vec<String>, String)>,
+    exists: bool,
+    example: String,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/policy.html")]
+struct PolicyPage {
+    frame: Frame,
+    heading: String,
+    action: String,
+    back: String,
+    form: PolicyFields,
+    errors: Vec<String>,
+    /// The terms of the policy typed, for the example item, and its timeline.
+    preview: Option<(Vec<String>, String)>,
+    example: String,
+    /// Whether the scope has a policy now (which may be removed).
+    exists: bool,
+}
+
 /// A question before a change that cannot be undone: revoking a credential, removing an
 /// endpoint.
 #[derive(Template)]
@@ -920,6 +1252,18 @@ pub async fn handle(
         (["api", "credentials", widget, "revoke"], _, true) => {
             page.revoke(request, widget, now).await
         }
+        (["policies"], true, _) => page.policies(&request, now).await,
+        (["policies", "choose"], true, _) => {
+            let category = query_param(request.uri().query(), "category").unwrap_or_default();
+            match PolicyScope::parse(&category) {
+                Some(scope @ PolicyScope::Category(_)) => {
+                    Ok(page.redirect(&format!("/policies/{}", scope.as_str())))
+                }
+                _ => Ok(page.redirect("/policies")),
+            }
+        }
+        (["policies", scope], true, _) => page.policy_form(&request, scope, now).await,
+        (["policies", scope], _, true) => page.policy_post(request, scope, now).await,
         (["webhooks"], true, _) => page.webhooks(&request, now).await,
         (["webhooks"], _, true) => page.add_webhook(request, now).await,
         (["webhooks", id, "rotate"], _, true) => page.rotate_webhook(request, id, now).await,
@@ -2331,6 +2675,217 @@ impl<'a> Page<'a> {
         } else {
             Ok(self.not_found(&session))
         }
+    }
+
+    /// The example item, in words.
+    fn example(&self, zone: chrono_tz::Tz, now: DateTime<Utc>) -> String {
+        use crate::app::dashboard::{PREVIEW_TOTAL, PREVIEW_TRIP_IN};
+        self.t()
+            .policy_example
+            .replace("{total}", &self.lang.money(PREVIEW_TOTAL, "EUR"))
+            .replace("{start}", &self.lang.instant(now + PREVIEW_TRIP_IN, zone))
+    }
+
+    /// A policy's terms for the example item, in words and drawn.
+    fn preview(
+        &self,
+        policy: &checkout_engine::api::CancellationPolicy,
+        zone: chrono_tz::Tz,
+        now: DateTime<Utc>,
+    ) -> Result<(Vec<String>, String), Error> {
+        let preview = crate::app::dashboard::policy_preview(policy, zone, now)?;
+        Ok((
+            self.lang
+                .terms(&preview.terms.terms, preview.terms.zone, preview.currency),
+            timeline(&preview.terms, preview.paid_at, now, self.t()),
+        ))
+    }
+
+    fn scope_label(&self, scope: PolicyScope) -> String {
+        match scope {
+            PolicyScope::Default => self.t().default_policy.to_owned(),
+            PolicyScope::Category(category) => format!(
+                "{}: {}",
+                self.t().category_policy,
+                self.lang.category(category)
+            ),
+        }
+    }
+
+    /// `GET …/policies`: the default and per-category policies in words, drawn for the example
+    /// item (every role).
+    async fn policies<B>(
+        &self,
+        request: &Request<B>,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let session = or_answer!(self, self.session(request, now));
+        let view = self.services.dashboard_policies(&session).await?;
+        let t = self.t();
+        let card = |scope: PolicyScope,
+                    policy: &checkout_engine::api::CancellationPolicy|
+         -> Result<PolicyCard, Error> {
+            let (terms, timeline) = self.preview(policy, view.zone, now)?;
+            Ok(PolicyCard {
+                label: self.scope_label(scope),
+                scope: scope.as_str(),
+                edit_href: self.href(&format!(
+                    "/policies/{}?lang={}",
+                    scope.as_str(),
+                    self.lang.tag()
+                )),
+                reference: match policy.reference {
+                    checkout_engine::api::PolicyReference::PaymentDate => t.reference_payment,
+                    checkout_engine::api::PolicyReference::StartPeriod => t.reference_start,
+                },
+                description: policy.description.clone(),
+                terms,
+                timeline,
+            })
+        };
+        let default_card = view
+            .default_policy
+            .as_ref()
+            .map(|policy| card(PolicyScope::Default, policy))
+            .transpose()?;
+        let cards = view
+            .categories
+            .iter()
+            .map(|(category, policy)| card(PolicyScope::Category(*category), policy))
+            .collect::<Result<Vec<_>, _>>()?;
+        let other_categories = checkout_engine::api::Category::ALL
+            .iter()
+            .filter(|category| !view.categories.contains_key(category))
+            .map(|category| {
+                (
+                    PolicyScope::Category(*category).as_str(),
+                    self.lang.category(*category),
+                )
+            })
+            .collect();
+        let notice = (query_param(self.query.as_deref(), "done").as_deref() == Some("saved"))
+            .then(|| t.policy_saved.to_owned());
+        Ok(self.render(
+            StatusCode::OK,
+            &PoliciesPage {
+                frame: self.frame(Some(&session)),
+                notice,
+                zone: view.zone.to_string(),
+                example: self.example(view.zone, now),
+                default_card,
+                cards,
+                other_categories,
+                new_default_href: self.href(&format!("/policies/default?lang={}", self.lang.tag())),
+            },
+        ))
+    }
+
+    fn policy_page(
+        &self,
+        session: &Session,
+        scope: PolicyScope,
+        draft: PolicyDraft,
+    ) -> HttpResponse {
+        self.render(
+            draft.status,
+            &PolicyPage {
+                frame: self.frame(Some(session)),
+                heading: self.scope_label(scope),
+                action: self.href(&format!(
+                    "/policies/{}?lang={}",
+                    scope.as_str(),
+                    self.lang.tag()
+                )),
+                back: self.href(&format!("/policies?lang={}", self.lang.tag())),
+                form: draft.form,
+                errors: draft.errors,
+                preview: draft.preview,
+                example: draft.example,
+                exists: draft.exists,
+            },
+        )
+    }
+
+    /// `GET …/policies/{scope}`: the form of the default policy or a category's (admins).
+    async fn policy_form<B>(
+        &self,
+        request: &Request<B>,
+        scope: &str,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let session = or_answer!(self, self.session(request, now));
+        let Some(scope) = PolicyScope::parse(scope) else {
+            return Ok(self.not_found(&session));
+        };
+        if !session.may_change() {
+            return Ok(self.refused(Refused::Forbidden(session)));
+        }
+        let view = self.services.dashboard_policies(&session).await?;
+        let policy = view.policy(scope);
+        let preview = policy
+            .map(|policy| self.preview(policy, view.zone, now))
+            .transpose()?;
+        let draft = PolicyDraft {
+            status: StatusCode::OK,
+            form: PolicyFields::of(policy),
+            errors: Vec::new(),
+            preview,
+            exists: policy.is_some(),
+            example: self.example(view.zone, now),
+        };
+        Ok(self.policy_page(&session, scope, draft))
+    }
+
+    /// `POST …/policies/{scope}` (admins): `action` `preview` shows the terms of the policy
+    /// typed, `more` adds a step, `save` checks and stores it, `remove` removes it.
+    async fn policy_post(
+        &self,
+        request: Request<Incoming>,
+        scope: &str,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let (session, fields) = or_answer!(self, self.changing_form(request, now, true));
+        let Some(scope) = PolicyScope::parse(scope) else {
+            return Ok(self.not_found(&session));
+        };
+        let view = self.services.dashboard_policies(&session).await?;
+        let exists = view.policy(scope).is_some();
+        let example = self.example(view.zone, now);
+        let mut draft = PolicyDraft {
+            status: StatusCode::OK,
+            form: PolicyFields::read(&fields),
+            errors: Vec::new(),
+            preview: None,
+            exists,
+            example,
+        };
+        let action = field(&fields, "action");
+        if action == "remove" {
+            self.services.set_policy(&session, scope, None, now).await?;
+            return Ok(self.redirect("/policies?done=saved"));
+        }
+        if action == "more" {
+            if draft.form.steps.len() < MAX_STEPS {
+                draft.form.steps.push(StepFields::default());
+            }
+            return Ok(self.policy_page(&session, scope, draft));
+        }
+        let policy = match crate::app::dashboard::check_policy(&draft.form.json()) {
+            Ok(policy) => policy,
+            Err(messages) => {
+                draft.errors = draft.form.explain(messages, self.t().step);
+                draft.status = StatusCode::BAD_REQUEST;
+                return Ok(self.policy_page(&session, scope, draft));
+            }
+        };
+        if action == "save" {
+            self.services
+                .set_policy(&session, scope, Some(policy), now)
+                .await?;
+            return Ok(self.redirect("/policies?done=saved"));
+        }
+        draft.preview = Some(self.preview(&policy, view.zone, now)?);
+        Ok(self.policy_page(&session, scope, draft))
     }
 
     fn not_found(&self, session: &Session) -> HttpResponse {

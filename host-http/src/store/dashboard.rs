@@ -220,6 +220,9 @@ pub struct DeliveryRow {
     pub last_attempt_at: Option<DateTime<Utc>>,
 }
 
+/// A change of a provider's settings, applied inside the store's transaction.
+pub type ProviderUpdate = Box<dyn Fn(&mut super::ProviderRow) + Send + Sync>;
+
 /// A change of one of a provider's webhook endpoints.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WebhookChange {
@@ -425,6 +428,16 @@ pub trait DashboardStore: Send + Sync + std::fmt::Debug + 'static {
         provider_id: String,
         limit: u32,
     ) -> BoxFuture<'_, Result<Vec<RecentDelivery>, StoreError>>;
+
+    /// Reads the provider, applies `change` and writes it back, with an audit entry, in one
+    /// transaction that keeps concurrent changes apart. Every instance reads the change from
+    /// its next request (the access epoch moves with it).
+    fn update_provider(
+        &self,
+        provider_id: String,
+        change: ProviderUpdate,
+        audit: NewAudit,
+    ) -> BoxFuture<'_, Result<bool, StoreError>>;
 
     /// Adds an entry to the audit log.
     fn record_audit(&self, entry: NewAudit) -> BoxFuture<'_, Result<(), StoreError>>;

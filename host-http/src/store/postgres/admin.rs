@@ -149,32 +149,9 @@ impl AdminStore for PgAdmin {
     ) -> Result<bool, StoreError> {
         self.run(async move |client: &mut Object| {
             let tx = client.transaction().await?;
-            tx.execute(
-                "SELECT 1 FROM providers WHERE id = $1 FOR UPDATE",
-                &[&provider_id],
-            )
-            .await?;
-            let Some(mut provider) = read_provider(&tx, provider_id).await? else {
-                return Ok(false);
-            };
-            change(&mut provider);
-            let default_policy = provider.default_policy.as_ref().map(to_json).transpose()?;
-            let categories = to_json(&provider.category_policies)?;
-            tx.execute(
-                "UPDATE providers SET name = $2, time_zone = $3, \
-                 default_policy = $4::text::jsonb, category_policies = $5::text::jsonb \
-                 WHERE id = $1",
-                &[
-                    &provider_id,
-                    &provider.name,
-                    &provider.time_zone,
-                    &default_policy,
-                    &categories,
-                ],
-            )
-            .await?;
+            let changed = update_provider(&tx, provider_id, change).await?;
             tx.commit().await?;
-            Ok(true)
+            Ok(changed)
         })
     }
 
@@ -262,6 +239,40 @@ impl AdminStore for PgAdmin {
     fn list_webhooks(&self, provider_id: Option<&str>) -> Result<Vec<WebhookEndpoint>, StoreError> {
         self.run(async move |client: &mut Object| list_webhooks(&*client, provider_id).await)
     }
+}
+
+/// Reads a provider under a row lock, applies `change` and writes it back, inside the caller's
+/// transaction; `false` when the provider does not exist.
+pub(super) async fn update_provider(
+    tx: &impl GenericClient,
+    provider_id: &str,
+    change: ProviderChange<'_>,
+) -> Result<bool, StoreError> {
+    tx.execute(
+        "SELECT 1 FROM providers WHERE id = $1 FOR UPDATE",
+        &[&provider_id],
+    )
+    .await?;
+    let Some(mut provider) = read_provider(tx, provider_id).await? else {
+        return Ok(false);
+    };
+    change(&mut provider);
+    let default_policy = provider.default_policy.as_ref().map(to_json).transpose()?;
+    let categories = to_json(&provider.category_policies)?;
+    tx.execute(
+        "UPDATE providers SET name = $2, time_zone = $3, \
+         default_policy = $4::text::jsonb, category_policies = $5::text::jsonb \
+         WHERE id = $1",
+        &[
+            &provider_id,
+            &provider.name,
+            &provider.time_zone,
+            &default_policy,
+            &categories,
+        ],
+    )
+    .await?;
+    Ok(true)
 }
 
 /// Stores a new endpoint; `false` when its provider does not exist.

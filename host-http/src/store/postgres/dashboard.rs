@@ -12,8 +12,8 @@ use crate::store::StoreError;
 use crate::store::admin::{CredentialListing, NewCredential};
 use crate::store::dashboard::{
     AuditRow, DashboardStore, DeliveryRow, EventDelivery, Invited, NewAudit, NewSession, NewUser,
-    OverviewRows, RecentDelivery, SessionRow, TransactionFilter, TransactionSummary, UserChange,
-    UserRow, WebhookChange,
+    OverviewRows, ProviderUpdate, RecentDelivery, SessionRow, TransactionFilter,
+    TransactionSummary, UserChange, UserRow, WebhookChange,
 };
 use crate::store::outbox::WebhookEndpoint;
 use crate::store::sqlite::dashboard::like_escaped;
@@ -724,6 +724,24 @@ impl DashboardStore for PgStore {
                         .await?
                 }
             };
+            if changed {
+                audit(&tx, &entry).await?;
+            }
+            tx.commit().await?;
+            Ok(changed)
+        })
+    }
+
+    fn update_provider(
+        &self,
+        provider_id: String,
+        change: ProviderUpdate,
+        entry: NewAudit,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let changed = super::admin::update_provider(&tx, &provider_id, &*change).await?;
             if changed {
                 audit(&tx, &entry).await?;
             }

@@ -100,23 +100,9 @@ impl AdminStore for SqliteAdmin {
     ) -> Result<bool, StoreError> {
         let mut conn = self.connection()?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let Some(mut provider) = read_provider(&tx, provider_id)? else {
-            return Ok(false);
-        };
-        change(&mut provider);
-        tx.execute(
-            "UPDATE providers SET name = ?2, time_zone = ?3, default_policy = ?4, \
-             category_policies = ?5 WHERE id = ?1",
-            params![
-                provider_id,
-                provider.name,
-                provider.time_zone,
-                provider.default_policy.as_ref().map(to_json).transpose()?,
-                to_json(&provider.category_policies)?
-            ],
-        )?;
+        let changed = update_provider(&tx, provider_id, change)?;
         tx.commit()?;
-        Ok(true)
+        Ok(changed)
     }
 
     fn list_providers(&self) -> Result<Vec<(ProviderRow, Vec<CredentialListing>)>, StoreError> {
@@ -205,6 +191,31 @@ impl AdminStore for SqliteAdmin {
     fn list_webhooks(&self, provider_id: Option<&str>) -> Result<Vec<WebhookEndpoint>, StoreError> {
         list_webhooks(&self.connection()?, provider_id)
     }
+}
+
+/// Reads a provider, applies `change` and writes it back, inside the caller's (IMMEDIATE)
+/// transaction; `false` when the provider does not exist.
+pub(super) fn update_provider(
+    conn: &Connection,
+    provider_id: &str,
+    change: ProviderChange<'_>,
+) -> Result<bool, StoreError> {
+    let Some(mut provider) = read_provider(conn, provider_id)? else {
+        return Ok(false);
+    };
+    change(&mut provider);
+    conn.prepare_cached(
+        "UPDATE providers SET name = ?2, time_zone = ?3, default_policy = ?4, \
+         category_policies = ?5 WHERE id = ?1",
+    )?
+    .execute(params![
+        provider_id,
+        provider.name,
+        provider.time_zone,
+        provider.default_policy.as_ref().map(to_json).transpose()?,
+        to_json(&provider.category_policies)?
+    ])?;
+    Ok(true)
 }
 
 /// Stores a new endpoint (its provider exists).

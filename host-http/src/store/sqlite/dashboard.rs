@@ -9,8 +9,8 @@ use super::{SqliteStore, decimal, parse_instant as instant};
 use crate::store::admin::{CredentialListing, NewCredential};
 use crate::store::dashboard::{
     AuditRow, DashboardStore, DeliveryRow, EventDelivery, Invited, NewAudit, NewSession, NewUser,
-    OverviewRows, RecentDelivery, SessionRow, TransactionFilter, TransactionSummary, UserChange,
-    UserRow, WebhookChange,
+    OverviewRows, ProviderUpdate, RecentDelivery, SessionRow, TransactionFilter,
+    TransactionSummary, UserChange, UserRow, WebhookChange,
 };
 use crate::store::outbox::WebhookEndpoint;
 use crate::store::{StoreError, format_instant};
@@ -597,6 +597,21 @@ impl DashboardStore for SqliteStore {
                     super::admin::remove_webhook(conn, Some(&provider_id), endpoint_id, entry.at)?
                 }
             };
+            if changed {
+                audit(conn, &entry)?;
+            }
+            Ok(changed)
+        }))
+    }
+
+    fn update_provider(
+        &self,
+        provider_id: String,
+        change: ProviderUpdate,
+        entry: NewAudit,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            let changed = super::admin::update_provider(conn, &provider_id, &*change)?;
             if changed {
                 audit(conn, &entry)?;
             }
