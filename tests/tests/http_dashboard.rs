@@ -1524,3 +1524,198 @@ async fn admins_edit_policies_in_a_form_checked_by_the_engine_for_new_transactio
         assert!(log.contains(entry), "{entry} in {log}");
     }
 }
+
+/// A server whose operator gave it a secrets key, so that users may turn a second factor on.
+async fn server_with_secrets_key() -> (TestServer, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let key = dir.path().join("secrets.key");
+    std::fs::write(&key, host_http::secrets::SecretsKey::generate()).expect("key file");
+    let path = key.clone();
+    let server =
+        TestServer::start_configured(move |config| config.secrets_key_file = Some(path.clone()))
+            .await;
+    (server, dir)
+}
+
+async fn code_step(browser: &mut Browser<'_>, code: &str) -> Reply {
+    let page = browser.get("/dashboard/sign-in/code").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", html(&page));
+    let token = csrf_of(&html(&page));
+    browser
+        .post(
+            "/dashboard/sign-in/code",
+            &[("csrf_token", &token), ("code", code)],
+        )
+        .await
+}
+
+#[tokio::test]
+async fn two_step_sign_in_takes_a_one_time_code_once_or_a_recovery_code_once() {
+    let (server, _key) = server_with_secrets_key().await;
+    let acme = server.provider("Acme Travel");
+    let email = "ada@example.com";
+    let mut admin = member(&server, &acme, email, "admin").await;
+    let token = admin.csrf().await;
+    let page = html(&admin.get("/dashboard/security").await);
+    assert!(page.contains("Set up two-step sign-in"), "{page}");
+
+    // Set up: the key as a QR code and as text; stored only sealed.
+    let started = admin
+        .post("/dashboard/security/totp/start", &[("csrf_token", &token)])
+        .await;
+    assert_eq!(started.status, StatusCode::OK, "{}", html(&started));
+    let page = html(&started);
+    assert!(
+        page.contains("<svg") && page.contains("class=\"qr\""),
+        "{page}"
+    );
+    let secret = shown_value(&page, "totp-key");
+    assert_eq!(secret.len(), 32, "160 bits in base32: {secret}");
+    let stored = server
+        .scalar("SELECT totp_pending FROM dashboard_users WHERE email = 'ada@example.com'")
+        .expect("a secret being set up");
+    assert!(
+        stored.starts_with("v1:") && !stored.contains(&secret),
+        "{stored}"
+    );
+    let now = chrono::Utc::now();
+    let code = |at: chrono::DateTime<chrono::Utc>| {
+        host_http::app::second_factor::code_at(&secret, email, at).expect("code")
+    };
+    let first = code(now);
+    let wrong: String = first
+        .chars()
+        .map(|c| char::from(b'0' + (c as u8 - b'0' + 1) % 10))
+        .collect();
+    let refused = admin
+        .post(
+            "/dashboard/security/totp/confirm",
+            &[("csrf_token", &token), ("code", &wrong)],
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    let confirmed = admin
+        .post(
+            "/dashboard/security/totp/confirm",
+            &[("csrf_token", &token), ("code", &first)],
+        )
+        .await;
+    assert_eq!(confirmed.status, StatusCode::OK, "{}", html(&confirmed));
+    let page = html(&confirmed);
+    let codes: Vec<String> = page
+        .split("<li><code>")
+        .skip(1)
+        .map(|part| part[..part.find('<').expect("end")].to_owned())
+        .collect();
+    assert_eq!(codes.len(), 10, "{page}");
+    assert!(page.contains("Two-step sign-in is on."));
+    assert_eq!(
+        server
+            .scalar("SELECT count(*) FROM dashboard_recovery_codes")
+            .as_deref(),
+        Some("10")
+    );
+    assert!(!html(&admin.get("/dashboard/security").await).contains(&codes[0]));
+
+    // The password alone no longer signs in: the session waits for a code, which counts once.
+    let mut again = Browser::new(&server);
+    let pending = again.sign_in(email, PASSWORD).await;
+    assert_eq!(pending.status, StatusCode::SEE_OTHER);
+    assert!(location(&pending).contains("/dashboard/sign-in/code"));
+    let page = again.get("/dashboard/transactions").await;
+    assert!(
+        location(&page).contains("/dashboard/sign-in"),
+        "not signed in yet"
+    );
+    let reused = code_step(&mut again, &first).await;
+    assert_eq!(
+        reused.status,
+        StatusCode::UNAUTHORIZED,
+        "the confirming code was used"
+    );
+    let next = code(now + chrono::Duration::seconds(30));
+    let signed_in = code_step(&mut again, &next).await;
+    assert_eq!(
+        signed_in.status,
+        StatusCode::SEE_OTHER,
+        "{}",
+        html(&signed_in)
+    );
+    assert_eq!(
+        again.get("/dashboard/transactions").await.status,
+        StatusCode::OK
+    );
+
+    // A recovery code signs in once.
+    let mut third = Browser::new(&server);
+    third.sign_in(email, PASSWORD).await;
+    let recovered = code_step(&mut third, &codes[0].to_lowercase()).await;
+    assert_eq!(
+        recovered.status,
+        StatusCode::SEE_OTHER,
+        "{}",
+        html(&recovered)
+    );
+    let mut fourth = Browser::new(&server);
+    fourth.sign_in(email, PASSWORD).await;
+    assert_eq!(
+        code_step(&mut fourth, &codes[0]).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    // Wrong codes count towards the account's throttling: four more, then refused unchecked.
+    for _ in 0..4 {
+        assert_eq!(
+            code_step(&mut fourth, &wrong).await.status,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    let throttled = code_step(&mut fourth, &codes[1]).await;
+    assert_eq!(throttled.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(html(&throttled).contains("Try again in"));
+
+    // Turning it off takes a code; the audit log has both changes.
+    let third_token = third.csrf().await;
+    let off = third
+        .post(
+            "/dashboard/security/totp/off",
+            &[("csrf_token", &third_token), ("code", "123")],
+        )
+        .await;
+    assert_eq!(off.status, StatusCode::BAD_REQUEST);
+    let off = third
+        .post(
+            "/dashboard/security/totp/off",
+            &[("csrf_token", &third_token), ("code", &codes[2])],
+        )
+        .await;
+    assert_eq!(off.status, StatusCode::SEE_OTHER, "{}", html(&off));
+    assert!(html(&third.get("/dashboard/security").await).contains("Set up two-step sign-in"));
+    let log = html(&third.get("/dashboard/audit").await);
+    assert!(
+        log.contains("turned on two-step sign-in") && log.contains("turned off two-step sign-in")
+    );
+    assert!(
+        log.contains("signed in with a one-time code")
+            && log.contains("signed in with a recovery code")
+    );
+}
+
+#[tokio::test]
+async fn without_a_secrets_key_the_second_factor_is_not_offered() {
+    let server = TestServer::start().await;
+    let acme = server.provider("Acme Travel");
+    let mut viewer = member(&server, &acme, "bob@example.com", "viewer").await;
+    let page = html(&viewer.get("/dashboard/security").await);
+    assert!(page.contains("cannot keep a second factor"), "{page}");
+    let token = viewer.csrf().await;
+    let refused = viewer
+        .post("/dashboard/security/totp/start", &[("csrf_token", &token)])
+        .await;
+    assert_eq!(refused.status, StatusCode::CONFLICT);
+    assert_eq!(
+        server
+            .scalar("SELECT count(*) FROM dashboard_users WHERE totp_pending IS NOT NULL")
+            .as_deref(),
+        Some("0")
+    );
+}

@@ -783,9 +783,13 @@ async fn stripe_three_d_secure_failed_stays_pending_and_completed_pays() {
 async fn the_dashboard_signs_in_finds_a_trip_and_cancels_an_item_accessibly() {
     let _one = ONE_BROWSER.lock().await;
     let browser = Browser::start("the_dashboard", "en-GB,en").await;
-    let server = TestServer::start_configured(|config| {
+    let key_dir = tempfile::tempdir().expect("temp dir");
+    let key_file = key_dir.path().join("secrets.key");
+    std::fs::write(&key_file, host_http::secrets::SecretsKey::generate()).expect("key file");
+    let server = TestServer::start_configured(move |config| {
         config.public_url = None;
         config.webhooks.allow_private = true;
+        config.secrets_key_file = Some(key_file.clone());
     })
     .await;
     let acme = server.provider("Acme Travel");
@@ -969,6 +973,39 @@ async fn the_dashboard_signs_in_finds_a_trip_and_cancels_an_item_accessibly() {
     assert!(browser.text(".notice").await.starts_with("Saved."));
     browser.assert_accessible("the policies").await;
     browser.screenshot("dashboard-policies-en.png", 1280).await;
+    // Two-step sign-in: the key as a QR code, confirmed with a code from it.
+    browser.open(&server, "/dashboard/security?lang=en").await;
+    browser.wait_for_h1("Two-step sign-in").await;
+    browser.assert_accessible("the security page").await;
+    browser
+        .client
+        .find(Locator::Css("main form button[type=submit]"))
+        .await
+        .expect("set up")
+        .click()
+        .await
+        .expect("click");
+    browser.wait_for_h1("Two-step sign-in").await;
+    assert_eq!(browser.texts("svg.qr").await.len(), 1);
+    let key = browser.attribute("#totp-key", "value").await.expect("key");
+    browser
+        .assert_accessible("setting up two-step sign-in")
+        .await;
+    browser.screenshot("dashboard-security-en.png", 1280).await;
+    let code = host_http::app::second_factor::code_at(&key, "ada@example.com", chrono::Utc::now())
+        .expect("code");
+    browser.fill(&[("code", &code)]).await;
+    browser
+        .client
+        .find(Locator::Css("main form button[type=submit]"))
+        .await
+        .expect("turn on")
+        .click()
+        .await
+        .expect("click");
+    browser.wait_for_h1("Two-step sign-in").await;
+    assert_eq!(browser.texts(".recovery-codes li").await.len(), 10);
+    browser.assert_accessible("the recovery codes").await;
     browser.open(&server, "/dashboard/audit?lang=en").await;
     browser.wait_for_h1("Audit log").await;
     assert!(browser.text("tbody").await.contains("cancelled items 2"));

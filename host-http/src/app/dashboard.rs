@@ -106,7 +106,7 @@ impl Role {
 #[derive(Debug, Clone)]
 pub struct Session {
     /// SHA-256 of the token.
-    token_hash: [u8; 32],
+    pub(super) token_hash: [u8; 32],
     /// The user.
     pub user_id: String,
     /// The user's e-mail address.
@@ -134,7 +134,7 @@ impl Session {
     }
 
     /// An entry of the audit log: this user did `action` (`detail` in words) at `at`.
-    fn audit(&self, action: &str, detail: String, at: DateTime<Utc>) -> NewAudit {
+    pub(super) fn audit(&self, action: &str, detail: String, at: DateTime<Utc>) -> NewAudit {
         NewAudit {
             provider_id: self.provider_id.clone(),
             actor: self.email.clone(),
@@ -145,7 +145,7 @@ impl Session {
     }
 
     /// Refuses a change to a viewer.
-    fn may_change_or_refuse(&self) -> Result<(), Error> {
+    pub(super) fn may_change_or_refuse(&self) -> Result<(), Error> {
         if self.may_change() {
             Ok(())
         } else {
@@ -308,6 +308,9 @@ pub enum SignIn {
         /// Whole minutes, rounded up.
         minutes: i64,
     },
+    /// The password is right and the user has a second factor: this session only lets the
+    /// user give a one-time code ([`super::second_factor`]) for a few minutes.
+    SecondFactorDue(SignedIn),
 }
 
 /// A transaction as the dashboard shows it.
@@ -538,7 +541,7 @@ fn not_found_for_others(error: Error) -> Error {
 }
 
 /// 256 random bits, base64url without padding.
-fn random_token() -> String {
+pub(super) fn random_token() -> String {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
@@ -670,7 +673,7 @@ impl Services {
             .accept_invitation(invite_hash, hash, now)
             .await?
             .ok_or(Refusal::InvitationGone)?;
-        Ok(self.open_session(&user, "joined", now).await?)
+        Ok(self.open_session(&user, Some("joined"), now).await?)
     }
 
     /// Signs in with an e-mail address and a password from `client` (its address), unless
@@ -686,18 +689,8 @@ impl Services {
         let account_key = format!("account:{email}");
         let address_key = format!("address:{client}");
         let since = now - THROTTLE_WINDOW;
-        for (key, limit) in [
-            (&account_key, ACCOUNT_FAILURES),
-            (&address_key, ADDRESS_FAILURES),
-        ] {
-            let failures = self.dashboard.sign_in_failures(key.clone(), since).await?;
-            if failures.len() >= limit {
-                let oldest = failures[failures.len() - limit];
-                let wait = (oldest + THROTTLE_WINDOW - now).num_seconds().max(1);
-                return Ok(SignIn::Throttled {
-                    minutes: (wait + 59) / 60,
-                });
-            }
+        if let Some(minutes) = self.throttled(&account_key, &address_key, now).await? {
+            return Ok(SignIn::Throttled { minutes });
         }
         let user = if email.len() <= 254 && password.len() <= MAX_PASSWORD_BYTES {
             self.dashboard.user_by_email(email.clone()).await?
@@ -712,11 +705,17 @@ impl Services {
         let matches = blocking(move || verify_password(stored.as_deref(), &presented)).await?;
         match user {
             Some(user) if matches => {
+                if user.totp_secret.is_some() {
+                    // Failures stay counted until the second factor is given too.
+                    return Ok(SignIn::SecondFactorDue(
+                        self.open_session(&user, None, now).await?,
+                    ));
+                }
                 self.dashboard
                     .clear_sign_in_failures(account_key, since)
                     .await?;
                 Ok(SignIn::SignedIn(
-                    self.open_session(&user, "signed in", now).await?,
+                    self.open_session(&user, Some("signed in"), now).await?,
                 ))
             }
             _ => {
@@ -731,13 +730,48 @@ impl Services {
         }
     }
 
-    async fn open_session(
+    /// How long sign-in is refused for `account_key` or `address_key`, in whole minutes
+    /// rounded up; `None` when neither has too many failures within [`THROTTLE_WINDOW`].
+    pub(super) async fn throttled(
+        &self,
+        account_key: &str,
+        address_key: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<i64>, Error> {
+        let since = now - THROTTLE_WINDOW;
+        for (key, limit) in [
+            (account_key, ACCOUNT_FAILURES),
+            (address_key, ADDRESS_FAILURES),
+        ] {
+            let failures = self
+                .dashboard
+                .sign_in_failures(key.to_owned(), since)
+                .await?;
+            if failures.len() >= limit {
+                let oldest = failures[failures.len() - limit];
+                let wait = (oldest + THROTTLE_WINDOW - now).num_seconds().max(1);
+                return Ok(Some((wait + 59) / 60));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Opens a session for `user`: signed in (`what` goes into the audit log), or, with
+    /// `what` `None`, one whose second factor is still due.
+    pub(super) async fn open_session(
         &self,
         user: &UserRow,
-        what: &str,
+        what: Option<&str>,
         now: DateTime<Utc>,
     ) -> Result<SignedIn, Error> {
         let token = random_token();
+        let audit = what.map(|what| NewAudit {
+            provider_id: user.provider_id.clone(),
+            actor: user.email.clone(),
+            action: "user.signed_in".to_owned(),
+            detail: what.to_owned(),
+            at: now,
+        });
         self.dashboard
             .create_session(
                 NewSession {
@@ -745,27 +779,42 @@ impl Services {
                     user_id: user.id.clone(),
                     csrf_token: random_token(),
                     created_at: now,
+                    second_factor_due: what.is_none(),
                 },
-                NewAudit {
-                    provider_id: user.provider_id.clone(),
-                    actor: user.email.clone(),
-                    action: "user.signed_in".to_owned(),
-                    detail: what.to_owned(),
-                    at: now,
-                },
+                audit,
             )
             .await?;
         Ok(SignedIn { token })
     }
 
     /// The live session of a cookie's token: `None` when unknown, idle for
-    /// [`IDLE_TIMEOUT`] or older than [`ABSOLUTE_TIMEOUT`] (an expired one is deleted).
+    /// [`IDLE_TIMEOUT`] or older than [`ABSOLUTE_TIMEOUT`] (an expired one is deleted), or
+    /// when its second factor is still due.
     pub async fn session(&self, token: &str, now: DateTime<Utc>) -> Result<Option<Session>, Error> {
+        self.live_session(token, now, false).await
+    }
+
+    /// The session of a token whose second factor is due (`pending`) or given (not `pending`),
+    /// if it is live; one whose second factor is due lives [`super::second_factor::CODE_TTL`].
+    pub(super) async fn live_session(
+        &self,
+        token: &str,
+        now: DateTime<Utc>,
+        pending: bool,
+    ) -> Result<Option<Session>, Error> {
         let token_hash = hash_secret(token);
         let Some(row) = self.dashboard.session(token_hash).await? else {
             return Ok(None);
         };
-        if now >= row.last_seen_at + IDLE_TIMEOUT || now >= row.created_at + ABSOLUTE_TIMEOUT {
+        if row.second_factor_due != pending {
+            return Ok(None);
+        }
+        let lifetime = if pending {
+            super::second_factor::CODE_TTL
+        } else {
+            ABSOLUTE_TIMEOUT
+        };
+        if now >= row.last_seen_at + IDLE_TIMEOUT || now >= row.created_at + lifetime {
             self.dashboard.delete_session(token_hash).await?;
             return Ok(None);
         }

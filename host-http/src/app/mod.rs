@@ -22,6 +22,7 @@ pub mod payments;
 pub mod processors;
 pub mod providers;
 pub mod refunds;
+pub mod second_factor;
 pub mod stripe_payments;
 pub mod transactions;
 pub mod webhook_endpoints;

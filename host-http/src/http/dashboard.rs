@@ -250,6 +250,30 @@ pub struct DashTexts {
     preview_heading: &'static str,
     policy_problems: &'static str,
     time_zone: &'static str,
+    security: &'static str,
+    two_step_heading: &'static str,
+    two_step_lead: &'static str,
+    two_step_unavailable: &'static str,
+    set_up: &'static str,
+    scan_lead: &'static str,
+    qr_label: &'static str,
+    secret_label: &'static str,
+    code: &'static str,
+    code_hint_setup: &'static str,
+    confirm_code: &'static str,
+    wrong_code: &'static str,
+    two_step_on: &'static str,
+    two_step_turned_on: &'static str,
+    codes_left: &'static str,
+    turn_off: &'static str,
+    turn_off_hint: &'static str,
+    turned_off: &'static str,
+    recovery_codes_heading: &'static str,
+    recovery_codes_lead: &'static str,
+    code_heading: &'static str,
+    code_lead: &'static str,
+    code_hint_sign_in: &'static str,
+    verify: &'static str,
 }
 
 const EN: DashTexts = DashTexts {
@@ -459,6 +483,30 @@ const EN: DashTexts = DashTexts {
     preview_heading: "As the customer will read it",
     policy_problems: "The policy cannot be saved:",
     time_zone: "Time zone",
+    security: "Two-step sign-in",
+    two_step_heading: "Two-step sign-in",
+    two_step_lead: "With two-step sign-in, signing in takes your password and a six-digit code from an authenticator app on your phone.",
+    two_step_unavailable: "This server cannot keep a second factor: its operator has not given it a secrets key (--secrets-key-file).",
+    set_up: "Set up two-step sign-in",
+    scan_lead: "Scan this code with your authenticator app, or type the key into it; then enter the six-digit code it shows.",
+    qr_label: "QR code of the key for your authenticator app",
+    secret_label: "Key",
+    code: "Code",
+    code_hint_setup: "Six digits, from your authenticator app.",
+    confirm_code: "Turn on",
+    wrong_code: "That code is not right, or was used already. Try the app's current code.",
+    two_step_on: "Two-step sign-in is on.",
+    two_step_turned_on: "Two-step sign-in is on. Keep the recovery codes below.",
+    codes_left: "Unused recovery codes:",
+    turn_off: "Turn off",
+    turn_off_hint: "A current code from your app, or a recovery code.",
+    turned_off: "Two-step sign-in is off.",
+    recovery_codes_heading: "Recovery codes",
+    recovery_codes_lead: "Each code signs you in once without your phone. Store them somewhere safe now: they are shown only once.",
+    code_heading: "Enter your code",
+    code_lead: "Your account has two-step sign-in. Enter the six-digit code your authenticator app shows.",
+    code_hint_sign_in: "No phone at hand? Enter one of your recovery codes instead.",
+    verify: "Sign in",
 };
 
 const DE: DashTexts = DashTexts {
@@ -668,6 +716,30 @@ const DE: DashTexts = DashTexts {
     preview_heading: "So liest es der Kunde",
     policy_problems: "Die Richtlinie kann nicht gespeichert werden:",
     time_zone: "Zeitzone",
+    security: "Anmeldung in zwei Schritten",
+    two_step_heading: "Anmeldung in zwei Schritten",
+    two_step_lead: "Mit der Anmeldung in zwei Schritten braucht die Anmeldung Ihr Passwort und einen sechsstelligen Code aus einer Authenticator-App auf Ihrem Telefon.",
+    two_step_unavailable: "Dieser Server kann keinen zweiten Faktor aufbewahren: Sein Betreiber hat ihm keinen Geheimnisschlüssel gegeben (--secrets-key-file).",
+    set_up: "Anmeldung in zwei Schritten einrichten",
+    scan_lead: "Scannen Sie diesen Code mit Ihrer Authenticator-App oder tippen Sie den Schlüssel ein; geben Sie dann den sechsstelligen Code ein, den sie zeigt.",
+    qr_label: "QR-Code des Schlüssels für Ihre Authenticator-App",
+    secret_label: "Schlüssel",
+    code: "Code",
+    code_hint_setup: "Sechs Ziffern, aus Ihrer Authenticator-App.",
+    confirm_code: "Einschalten",
+    wrong_code: "Dieser Code stimmt nicht oder wurde schon verwendet. Nehmen Sie den aktuellen Code der App.",
+    two_step_on: "Die Anmeldung in zwei Schritten ist eingeschaltet.",
+    two_step_turned_on: "Die Anmeldung in zwei Schritten ist eingeschaltet. Bewahren Sie die Wiederherstellungscodes unten auf.",
+    codes_left: "Unbenutzte Wiederherstellungscodes:",
+    turn_off: "Ausschalten",
+    turn_off_hint: "Ein aktueller Code aus Ihrer App oder ein Wiederherstellungscode.",
+    turned_off: "Die Anmeldung in zwei Schritten ist ausgeschaltet.",
+    recovery_codes_heading: "Wiederherstellungscodes",
+    recovery_codes_lead: "Jeder Code meldet Sie einmal ohne Ihr Telefon an. Bewahren Sie sie jetzt sicher auf: Sie werden nur einmal gezeigt.",
+    code_heading: "Code eingeben",
+    code_lead: "Ihr Konto nutzt die Anmeldung in zwei Schritten. Geben Sie den sechsstelligen Code aus Ihrer Authenticator-App ein.",
+    code_hint_sign_in: "Kein Telefon zur Hand? Geben Sie stattdessen einen Ihrer Wiederherstellungscodes ein.",
+    verify: "Anmelden",
 };
 
 fn texts(lang: Lang) -> &'static DashTexts {
@@ -1090,6 +1162,27 @@ impl PolicyFields {
     }
 }
 
+#[derive(Template)]
+#[template(path = "dashboard/code.html")]
+struct CodePage {
+    frame: Frame,
+    csrf_token: String,
+    error: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard/security.html")]
+struct SecurityPage {
+    frame: Frame,
+    notice: Option<String>,
+    error: Option<String>,
+    view: crate::app::second_factor::SecurityView,
+    /// The QR code of the setup under way (an SVG of ours).
+    qr: String,
+    /// Recovery codes just made, shown once.
+    codes: Vec<String>,
+}
+
 /// What the policy form shows besides its frame.
 struct PolicyDraft {
     status: StatusCode,
@@ -1251,6 +1344,12 @@ pub async fn handle(
         }
         (["api", "credentials", widget, "revoke"], _, true) => {
             page.revoke(request, widget, now).await
+        }
+        (["sign-in", "code"], true, _) => page.code_form(&request, now).await,
+        (["sign-in", "code"], _, true) => page.code(request, now).await,
+        (["security"], true, _) => page.security(&request, now).await,
+        (["security", "totp", step @ ("start" | "confirm" | "off")], _, true) => {
+            page.change_totp(request, step, now).await
         }
         (["policies"], true, _) => page.policies(&request, now).await,
         (["policies", "choose"], true, _) => {
@@ -1539,6 +1638,11 @@ impl<'a> Page<'a> {
             SignIn::SignedIn(signed_in) => {
                 let mut response = self.redirect("/transactions");
                 self.set_cookie(&mut response, &signed_in.token);
+                return Ok(response);
+            }
+            SignIn::SecondFactorDue(pending) => {
+                let mut response = self.redirect("/sign-in/code");
+                self.set_cookie(&mut response, &pending.token);
                 return Ok(response);
             }
             SignIn::Refused => (
@@ -2888,6 +2992,174 @@ impl<'a> Page<'a> {
         Ok(self.policy_page(&session, scope, draft))
     }
 
+    /// `GET …/sign-in/code`: the one-time code's form of a session whose second factor is due.
+    async fn code_form<B>(
+        &self,
+        request: &Request<B>,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let Some(pending) = self.pending(request, now).await? else {
+            return Ok(self.redirect("/sign-in?ended=1"));
+        };
+        Ok(self.render(
+            StatusCode::OK,
+            &CodePage {
+                frame: self.frame(None),
+                csrf_token: pending.csrf_token,
+                error: None,
+            },
+        ))
+    }
+
+    async fn pending<B>(
+        &self,
+        request: &Request<B>,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Session>, Error> {
+        match session_cookie(request.headers()) {
+            Some(token) => self.services.pending_session(&token, now).await,
+            None => Ok(None),
+        }
+    }
+
+    /// `POST …/sign-in/code`: a one-time or recovery code completes the sign-in.
+    async fn code(
+        &self,
+        request: Request<Incoming>,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        use crate::app::second_factor::SecondFactor;
+        if !from_own_pages(self.services, request.headers()) {
+            return Ok(self.refused(Refused::Forged));
+        }
+        let Some(pending) = self.pending(&request, now).await? else {
+            return Ok(self.redirect("/sign-in?ended=1"));
+        };
+        let client = request
+            .extensions()
+            .get::<ClientAddr>()
+            .map_or_else(|| "unknown".to_owned(), |addr| addr.0.to_string());
+        let Ok(fields) = read_form(request).await else {
+            return Ok(self.refused(Refused::Forged));
+        };
+        if !pending.csrf_matches(&field(&fields, "csrf_token")) {
+            return Ok(self.refused(Refused::Forged));
+        }
+        let code = field(&fields, "code");
+        let (status, error) = match self
+            .services
+            .second_factor(&pending, &code, &client, now)
+            .await?
+        {
+            SecondFactor::SignedIn(signed_in) => {
+                let mut response = self.redirect("/transactions");
+                self.set_cookie(&mut response, &signed_in.token);
+                return Ok(response);
+            }
+            SecondFactor::Refused => (StatusCode::UNAUTHORIZED, self.t().wrong_code.to_owned()),
+            SecondFactor::Throttled { minutes } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                self.t().throttled.replace("{}", &minutes.to_string()),
+            ),
+        };
+        Ok(self.render(
+            status,
+            &CodePage {
+                frame: self.frame(None),
+                csrf_token: pending.csrf_token,
+                error: Some(error),
+            },
+        ))
+    }
+
+    async fn security_page(
+        &self,
+        session: &Session,
+        status: StatusCode,
+        notice: Option<String>,
+        error: Option<String>,
+        codes: Vec<String>,
+    ) -> Result<HttpResponse, Error> {
+        let view = self.services.security(session).await?;
+        let qr = view
+            .pending
+            .as_ref()
+            .and_then(|setup| qr_svg(&setup.url, self.t().qr_label))
+            .unwrap_or_default();
+        Ok(self.render(
+            status,
+            &SecurityPage {
+                frame: self.frame(Some(session)),
+                notice,
+                error,
+                view,
+                qr,
+                codes,
+            },
+        ))
+    }
+
+    /// `GET …/security`: the user's two-step sign-in (every role, each for itself).
+    async fn security<B>(
+        &self,
+        request: &Request<B>,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let session = or_answer!(self, self.session(request, now));
+        let notice = (query_param(self.query.as_deref(), "done").as_deref() == Some("off"))
+            .then(|| self.t().turned_off.to_owned());
+        self.security_page(&session, StatusCode::OK, notice, None, Vec::new())
+            .await
+    }
+
+    /// `POST …/security/totp/{start|confirm|off}`: sets the second factor up, confirms it
+    /// with a code (the recovery codes are shown once), or turns it off with a code.
+    async fn change_totp(
+        &self,
+        request: Request<Incoming>,
+        step: &str,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        let (session, fields) = or_answer!(self, self.changing_form(request, now, false));
+        let code = field(&fields, "code");
+        let t = self.t();
+        match step {
+            "start" => match self.services.start_totp(&session).await {
+                Ok(_) => {
+                    self.security_page(&session, StatusCode::OK, None, None, Vec::new())
+                        .await
+                }
+                Err(Error::Invalid(_)) => {
+                    let error = Some(t.two_step_unavailable.to_owned());
+                    self.security_page(&session, StatusCode::CONFLICT, None, error, Vec::new())
+                        .await
+                }
+                Err(error) => Err(error),
+            },
+            "confirm" => match self.services.confirm_totp(&session, &code, now).await? {
+                Some(codes) => {
+                    let notice = Some(t.two_step_turned_on.to_owned());
+                    self.security_page(&session, StatusCode::OK, notice, None, codes)
+                        .await
+                }
+                None => {
+                    let error = Some(t.wrong_code.to_owned());
+                    self.security_page(&session, StatusCode::BAD_REQUEST, None, error, Vec::new())
+                        .await
+                }
+            },
+            _ => {
+                if self.services.disable_totp(&session, &code, now).await? {
+                    Ok(self.redirect("/security?done=off"))
+                } else {
+                    let error = Some(t.wrong_code.to_owned());
+                    self.security_page(&session, StatusCode::BAD_REQUEST, None, error, Vec::new())
+                        .await
+                }
+            }
+        }
+    }
+
     fn not_found(&self, session: &Session) -> HttpResponse {
         self.message(
             StatusCode::NOT_FOUND,
@@ -2926,6 +3198,29 @@ impl<'a> Page<'a> {
             },
         ))
     }
+}
+
+/// `text` (an `otpauth://` URL) as a QR code in SVG, `label` its accessible name: only the
+/// code's geometry and our own words go into it.
+fn qr_svg(text: &str, label: &str) -> Option<String> {
+    use std::fmt::Write as _;
+    let qr = qrcodegen::QrCode::encode_text(text, qrcodegen::QrCodeEcc::Medium).ok()?;
+    let border = 4;
+    let dim = qr.size() + 2 * border;
+    let mut path = String::new();
+    for y in 0..qr.size() {
+        for x in 0..qr.size() {
+            if qr.get_module(x, y) {
+                let _ = write!(path, "M{},{}h1v1h-1z", x + border, y + border);
+            }
+        }
+    }
+    Some(format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"qr\" viewBox=\"0 0 {dim} {dim}\" \
+         width=\"200\" height=\"200\" role=\"img\" aria-label=\"{label}\" \
+         shape-rendering=\"crispEdges\"><rect width=\"{dim}\" height=\"{dim}\" fill=\"#fff\"/>\
+         <path d=\"{path}\" fill=\"#000\"/></svg>"
+    ))
 }
 
 /// An item's terms drawn from `start` (the payment) on: a bar per period (free, then each

@@ -31,6 +31,10 @@ pub struct UserRow {
     pub invite_expires_at: Option<DateTime<Utc>>,
     /// When the user was invited.
     pub created_at: DateTime<Utc>,
+    /// The one-time code secret, sealed; `None` without a second factor.
+    pub totp_secret: Option<String>,
+    /// A one-time code secret being set up, sealed.
+    pub totp_pending: Option<String>,
 }
 
 /// A user to store, with its invitation.
@@ -85,6 +89,8 @@ pub struct NewSession {
     pub csrf_token: String,
     /// Now.
     pub created_at: DateTime<Utc>,
+    /// The password was right but a one-time code is still due: not signed in yet.
+    pub second_factor_due: bool,
 }
 
 /// A session as stored, with its user.
@@ -98,6 +104,8 @@ pub struct SessionRow {
     pub created_at: DateTime<Utc>,
     /// When it was last used (the idle timeout counts from here).
     pub last_seen_at: DateTime<Utc>,
+    /// The password was right but a one-time code is still due: not signed in yet.
+    pub second_factor_due: bool,
 }
 
 /// An entry of the audit log to store.
@@ -303,11 +311,11 @@ pub trait DashboardStore: Send + Sync + std::fmt::Debug + 'static {
         before: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<(), StoreError>>;
 
-    /// Opens a session, with an audit entry.
+    /// Opens a session, with an audit entry when given.
     fn create_session(
         &self,
         session: NewSession,
-        audit: NewAudit,
+        audit: Option<NewAudit>,
     ) -> BoxFuture<'_, Result<(), StoreError>>;
 
     /// The session of a token (its hash), with its user.
@@ -438,6 +446,48 @@ pub trait DashboardStore: Send + Sync + std::fmt::Debug + 'static {
         change: ProviderUpdate,
         audit: NewAudit,
     ) -> BoxFuture<'_, Result<bool, StoreError>>;
+
+    /// Keeps a one-time code secret (sealed) being set up for the user, replacing any other.
+    fn set_totp_pending(
+        &self,
+        user_id: String,
+        sealed: String,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Turns the user's second factor on with the secret being set up (still `sealed`, so
+    /// that a second setup started meanwhile is not turned on by the first one's code) and
+    /// these recovery codes (SHA-256), replacing earlier ones; with an audit entry. `false`
+    /// when that secret is no longer being set up.
+    fn enable_totp(
+        &self,
+        user_id: String,
+        sealed: String,
+        recovery_hashes: Vec<[u8; 32]>,
+        audit: NewAudit,
+    ) -> BoxFuture<'_, Result<bool, StoreError>>;
+
+    /// Turns the user's second factor off and forgets its recovery codes, with an audit entry.
+    fn disable_totp(
+        &self,
+        user_id: String,
+        audit: NewAudit,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Records that the user's one-time code of time step `step` was used: `false` when a code
+    /// of this step or a later one was used already (a code works once).
+    fn use_totp_step(&self, user_id: String, step: i64) -> BoxFuture<'_, Result<bool, StoreError>>;
+
+    /// Uses up one of the user's recovery codes (its hash): `false` when it is not one or was
+    /// used already.
+    fn use_recovery_code(
+        &self,
+        user_id: String,
+        code_hash: [u8; 32],
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<bool, StoreError>>;
+
+    /// How many of the user's recovery codes are unused.
+    fn recovery_codes_left(&self, user_id: String) -> BoxFuture<'_, Result<u64, StoreError>>;
 
     /// Adds an entry to the audit log.
     fn record_audit(&self, entry: NewAudit) -> BoxFuture<'_, Result<(), StoreError>>;

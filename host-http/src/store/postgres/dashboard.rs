@@ -18,8 +18,10 @@ use crate::store::dashboard::{
 use crate::store::outbox::WebhookEndpoint;
 use crate::store::sqlite::dashboard::like_escaped;
 
-const USER_COLUMNS: &str =
-    "u.id, u.provider_id, u.email, u.role, u.password_hash, u.invite_expires_at, u.created_at";
+const USER_COLUMNS: &str = "u.id, u.provider_id, u.email, u.role, u.password_hash, \
+     u.invite_expires_at, u.created_at, u.totp_secret, u.totp_pending";
+/// Columns of [`USER_COLUMNS`].
+const USER_COLUMN_COUNT: usize = 9;
 
 fn user_of(row: &Row) -> Result<UserRow, StoreError> {
     Ok(UserRow {
@@ -30,6 +32,8 @@ fn user_of(row: &Row) -> Result<UserRow, StoreError> {
         password_hash: row.try_get(4)?,
         invite_expires_at: row.try_get(5)?,
         created_at: row.try_get(6)?,
+        totp_secret: row.try_get(7)?,
+        totp_pending: row.try_get(8)?,
     })
 }
 
@@ -267,23 +271,26 @@ impl DashboardStore for PgStore {
     fn create_session(
         &self,
         session: NewSession,
-        entry: NewAudit,
+        entry: Option<NewAudit>,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
             let mut client = self.client().await?;
             let tx = client.transaction().await?;
             tx.execute(
                 "INSERT INTO dashboard_sessions (token_hash, user_id, csrf_token, created_at, \
-                 last_seen_at) VALUES ($1, $2, $3, $4, $4)",
+                 last_seen_at, second_factor_due) VALUES ($1, $2, $3, $4, $4, $5)",
                 &[
                     &session.token_hash.as_slice(),
                     &session.user_id,
                     &session.csrf_token,
                     &session.created_at,
+                    &session.second_factor_due,
                 ],
             )
             .await?;
-            audit(&tx, &entry).await?;
+            if let Some(entry) = entry {
+                audit(&tx, &entry).await?;
+            }
             tx.commit().await?;
             Ok(())
         })
@@ -297,7 +304,8 @@ impl DashboardStore for PgStore {
             let client = self.client().await?;
             let statement = client
                 .prepare_cached(&format!(
-                    "SELECT {USER_COLUMNS}, s.csrf_token, s.created_at, s.last_seen_at \
+                    "SELECT {USER_COLUMNS}, s.csrf_token, s.created_at, s.last_seen_at, \
+                     s.second_factor_due \
                      FROM dashboard_sessions s JOIN dashboard_users u ON u.id = s.user_id \
                      WHERE s.token_hash = $1"
                 ))
@@ -308,11 +316,13 @@ impl DashboardStore for PgStore {
             else {
                 return Ok(None);
             };
+            let n = USER_COLUMN_COUNT;
             Ok(Some(SessionRow {
                 user: user_of(&row)?,
-                csrf_token: row.try_get(7)?,
-                created_at: row.try_get(8)?,
-                last_seen_at: row.try_get(9)?,
+                csrf_token: row.try_get(n)?,
+                created_at: row.try_get(n + 1)?,
+                last_seen_at: row.try_get(n + 2)?,
+                second_factor_due: row.try_get(n + 3)?,
             }))
         })
     }
@@ -810,6 +820,135 @@ impl DashboardStore for PgStore {
             }
             tx.commit().await?;
             Ok(changed > 0)
+        })
+    }
+
+    fn set_totp_pending(
+        &self,
+        user_id: String,
+        sealed: String,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            client
+                .execute(
+                    "UPDATE dashboard_users SET totp_pending = $2 WHERE id = $1",
+                    &[&user_id, &sealed],
+                )
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn enable_totp(
+        &self,
+        user_id: String,
+        sealed: String,
+        recovery_hashes: Vec<[u8; 32]>,
+        entry: NewAudit,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let changed = tx
+                .execute(
+                    "UPDATE dashboard_users SET totp_secret = totp_pending, totp_pending = NULL, \
+                     totp_last_step = NULL WHERE id = $1 AND totp_pending = $2",
+                    &[&user_id, &sealed],
+                )
+                .await?;
+            if changed == 0 {
+                return Ok(false);
+            }
+            tx.execute(
+                "DELETE FROM dashboard_recovery_codes WHERE user_id = $1",
+                &[&user_id],
+            )
+            .await?;
+            for hash in &recovery_hashes {
+                tx.execute(
+                    "INSERT INTO dashboard_recovery_codes (user_id, code_hash) VALUES ($1, $2)",
+                    &[&user_id, &hash.as_slice()],
+                )
+                .await?;
+            }
+            audit(&tx, &entry).await?;
+            tx.commit().await?;
+            Ok(true)
+        })
+    }
+
+    fn disable_totp(
+        &self,
+        user_id: String,
+        entry: NewAudit,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            tx.execute(
+                "UPDATE dashboard_users SET totp_secret = NULL, totp_pending = NULL, \
+                 totp_last_step = NULL WHERE id = $1",
+                &[&user_id],
+            )
+            .await?;
+            tx.execute(
+                "DELETE FROM dashboard_recovery_codes WHERE user_id = $1",
+                &[&user_id],
+            )
+            .await?;
+            audit(&tx, &entry).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    fn use_totp_step(&self, user_id: String, step: i64) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let changed = client
+                .execute(
+                    "UPDATE dashboard_users SET totp_last_step = $2 WHERE id = $1 \
+                     AND totp_secret IS NOT NULL \
+                     AND (totp_last_step IS NULL OR totp_last_step < $2)",
+                    &[&user_id, &step],
+                )
+                .await?;
+            Ok(changed > 0)
+        })
+    }
+
+    fn use_recovery_code(
+        &self,
+        user_id: String,
+        code_hash: [u8; 32],
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let changed = client
+                .execute(
+                    "UPDATE dashboard_recovery_codes SET used_at = $3 \
+                     WHERE user_id = $1 AND code_hash = $2 AND used_at IS NULL",
+                    &[&user_id, &code_hash.as_slice(), &at],
+                )
+                .await?;
+            Ok(changed > 0)
+        })
+    }
+
+    fn recovery_codes_left(&self, user_id: String) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let n: i64 = client
+                .query_one(
+                    "SELECT count(*) FROM dashboard_recovery_codes \
+                     WHERE user_id = $1 AND used_at IS NULL",
+                    &[&user_id],
+                )
+                .await?
+                .try_get(0)?;
+            Ok(u64::try_from(n).unwrap_or(0))
         })
     }
 

@@ -495,6 +495,24 @@ CREATE TABLE audit_log (
 CREATE INDEX audit_log_provider ON audit_log(provider_id, seq);
 "#,
     },
+    Migration {
+        version: 15,
+        description: "the dashboard's second factor: one-time code secrets and recovery codes",
+        // As SQLite's migration 18.
+        sql: r#"
+ALTER TABLE dashboard_users ADD COLUMN totp_secret text;
+ALTER TABLE dashboard_users ADD COLUMN totp_pending text;
+ALTER TABLE dashboard_users ADD COLUMN totp_last_step bigint;
+ALTER TABLE dashboard_sessions ADD COLUMN second_factor_due boolean NOT NULL DEFAULT false;
+
+CREATE TABLE dashboard_recovery_codes (
+    user_id    text NOT NULL REFERENCES dashboard_users(id) ON DELETE CASCADE,
+    code_hash  bytea NOT NULL CHECK (length(code_hash) = 32),
+    used_at    timestamptz,
+    PRIMARY KEY (user_id, code_hash)
+);
+"#,
+    },
 ];
 
 /// Latest schema version this build knows.

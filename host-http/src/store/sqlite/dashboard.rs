@@ -15,10 +15,12 @@ use crate::store::dashboard::{
 use crate::store::outbox::WebhookEndpoint;
 use crate::store::{StoreError, format_instant};
 
-const USER_COLUMNS: &str =
-    "u.id, u.provider_id, u.email, u.role, u.password_hash, u.invite_expires_at, u.created_at";
+const USER_COLUMNS: &str = "u.id, u.provider_id, u.email, u.role, u.password_hash, \
+     u.invite_expires_at, u.created_at, u.totp_secret, u.totp_pending";
+/// Columns of [`USER_COLUMNS`].
+const USER_COLUMN_COUNT: usize = 9;
 
-/// A user from the first seven columns of `row` ([`USER_COLUMNS`]).
+/// A user from the first [`USER_COLUMN_COUNT`] columns of `row` ([`USER_COLUMNS`]).
 fn user_of(row: &Row<'_>) -> Result<Result<UserRow, StoreError>, rusqlite::Error> {
     let expires: Option<String> = row.get(5)?;
     let created: String = row.get(6)?;
@@ -29,6 +31,7 @@ fn user_of(row: &Row<'_>) -> Result<Result<UserRow, StoreError>, rusqlite::Error
         row.get(3)?,
         row.get(4)?,
     );
+    let (totp_secret, totp_pending) = (row.get(7)?, row.get(8)?);
     Ok((|| {
         Ok(UserRow {
             id,
@@ -40,6 +43,8 @@ fn user_of(row: &Row<'_>) -> Result<Result<UserRow, StoreError>, rusqlite::Error
                 .map(|at| instant("dashboard_users.invite_expires_at", &at))
                 .transpose()?,
             created_at: instant("dashboard_users.created_at", &created)?,
+            totp_secret,
+            totp_pending,
         })
     })())
 }
@@ -260,21 +265,22 @@ impl DashboardStore for SqliteStore {
     fn create_session(
         &self,
         session: NewSession,
-        entry: NewAudit,
+        entry: Option<NewAudit>,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(self.writer.execute(move |conn| {
             let at = format_instant(session.created_at);
             conn.prepare_cached(
                 "INSERT INTO dashboard_sessions (token_hash, user_id, csrf_token, created_at, \
-                 last_seen_at) VALUES (?1, ?2, ?3, ?4, ?4)",
+                 last_seen_at, second_factor_due) VALUES (?1, ?2, ?3, ?4, ?4, ?5)",
             )?
             .execute(params![
                 session.token_hash.as_slice(),
                 session.user_id,
                 session.csrf_token,
-                at
+                at,
+                session.second_factor_due
             ])?;
-            audit(conn, &entry)
+            entry.map_or(Ok(()), |entry| audit(conn, &entry))
         }))
     }
 
@@ -284,20 +290,24 @@ impl DashboardStore for SqliteStore {
     ) -> BoxFuture<'_, Result<Option<SessionRow>, StoreError>> {
         let result = self.read(|conn| {
             conn.prepare_cached(&format!(
-                "SELECT {USER_COLUMNS}, s.csrf_token, s.created_at, s.last_seen_at \
+                "SELECT {USER_COLUMNS}, s.csrf_token, s.created_at, s.last_seen_at, \
+                 s.second_factor_due \
                  FROM dashboard_sessions s JOIN dashboard_users u ON u.id = s.user_id \
                  WHERE s.token_hash = ?1"
             ))?
             .query_row([token_hash.as_slice()], |r| {
                 let user = user_of(r)?;
+                let n = USER_COLUMN_COUNT;
                 let (csrf, created, seen): (String, String, String) =
-                    (r.get(7)?, r.get(8)?, r.get(9)?);
+                    (r.get(n)?, r.get(n + 1)?, r.get(n + 2)?);
+                let second_factor_due: bool = r.get(n + 3)?;
                 Ok((|| {
                     Ok(SessionRow {
                         user: user?,
                         csrf_token: csrf,
                         created_at: instant("dashboard_sessions.created_at", &created)?,
                         last_seen_at: instant("dashboard_sessions.last_seen_at", &seen)?,
+                        second_factor_due,
                     })
                 })())
             })
@@ -674,6 +684,108 @@ impl DashboardStore for SqliteStore {
             }
             Ok(changed > 0)
         }))
+    }
+
+    fn set_totp_pending(
+        &self,
+        user_id: String,
+        sealed: String,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            conn.prepare_cached("UPDATE dashboard_users SET totp_pending = ?2 WHERE id = ?1")?
+                .execute(params![user_id, sealed])?;
+            Ok(())
+        }))
+    }
+
+    fn enable_totp(
+        &self,
+        user_id: String,
+        sealed: String,
+        recovery_hashes: Vec<[u8; 32]>,
+        entry: NewAudit,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE dashboard_users SET totp_secret = totp_pending, totp_pending = NULL, \
+                     totp_last_step = NULL WHERE id = ?1 AND totp_pending = ?2",
+                )?
+                .execute(params![user_id, sealed])?;
+            if changed == 0 {
+                return Ok(false);
+            }
+            conn.prepare_cached("DELETE FROM dashboard_recovery_codes WHERE user_id = ?1")?
+                .execute([&user_id])?;
+            let mut insert = conn.prepare_cached(
+                "INSERT INTO dashboard_recovery_codes (user_id, code_hash) VALUES (?1, ?2)",
+            )?;
+            for hash in &recovery_hashes {
+                insert.execute(params![user_id, hash.as_slice()])?;
+            }
+            audit(conn, &entry)?;
+            Ok(true)
+        }))
+    }
+
+    fn disable_totp(
+        &self,
+        user_id: String,
+        entry: NewAudit,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            conn.prepare_cached(
+                "UPDATE dashboard_users SET totp_secret = NULL, totp_pending = NULL, \
+                 totp_last_step = NULL WHERE id = ?1",
+            )?
+            .execute([&user_id])?;
+            conn.prepare_cached("DELETE FROM dashboard_recovery_codes WHERE user_id = ?1")?
+                .execute([&user_id])?;
+            audit(conn, &entry)
+        }))
+    }
+
+    fn use_totp_step(&self, user_id: String, step: i64) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE dashboard_users SET totp_last_step = ?2 WHERE id = ?1 \
+                     AND totp_secret IS NOT NULL \
+                     AND (totp_last_step IS NULL OR totp_last_step < ?2)",
+                )?
+                .execute(params![user_id, step])?;
+            Ok(changed > 0)
+        }))
+    }
+
+    fn use_recovery_code(
+        &self,
+        user_id: String,
+        code_hash: [u8; 32],
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE dashboard_recovery_codes SET used_at = ?3 \
+                     WHERE user_id = ?1 AND code_hash = ?2 AND used_at IS NULL",
+                )?
+                .execute(params![user_id, code_hash.as_slice(), format_instant(at)])?;
+            Ok(changed > 0)
+        }))
+    }
+
+    fn recovery_codes_left(&self, user_id: String) -> BoxFuture<'_, Result<u64, StoreError>> {
+        let result = self.read(|conn| {
+            let n: i64 = conn
+                .prepare_cached(
+                    "SELECT count(*) FROM dashboard_recovery_codes \
+                     WHERE user_id = ?1 AND used_at IS NULL",
+                )?
+                .query_row([&user_id], |r| r.get(0))?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        });
+        Box::pin(std::future::ready(result))
     }
 
     fn record_audit(&self, entry: NewAudit) -> BoxFuture<'_, Result<(), StoreError>> {

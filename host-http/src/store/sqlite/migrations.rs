@@ -308,6 +308,25 @@ CREATE TABLE audit_log (
 CREATE INDEX audit_log_provider ON audit_log(provider_id, seq);
 "#,
     },
+    Migration {
+        version: 18,
+        description: "the dashboard's second factor: one-time code secrets and recovery codes",
+        // TOTP secrets only sealed with the operator's secrets key; recovery codes only as
+        // SHA-256. A session whose second factor is due is not signed in yet.
+        sql: r#"
+ALTER TABLE dashboard_users ADD COLUMN totp_secret TEXT;          -- sealed; NULL: no second factor
+ALTER TABLE dashboard_users ADD COLUMN totp_pending TEXT;         -- sealed; being set up
+ALTER TABLE dashboard_users ADD COLUMN totp_last_step INTEGER;    -- the last code's step, never again
+ALTER TABLE dashboard_sessions ADD COLUMN second_factor_due INTEGER NOT NULL DEFAULT 0;
+
+CREATE TABLE dashboard_recovery_codes (
+    user_id    TEXT NOT NULL REFERENCES dashboard_users(id) ON DELETE CASCADE,
+    code_hash  BLOB NOT NULL CHECK (length(code_hash) = 32),
+    used_at    TEXT,
+    PRIMARY KEY (user_id, code_hash)
+) WITHOUT ROWID;
+"#,
+    },
 ];
 
 /// Why the schema could not be brought up to date.
