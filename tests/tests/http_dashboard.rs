@@ -715,6 +715,18 @@ async fn an_admin_sees_the_refund_first_then_cancels_once_however_often_the_form
     assert_eq!(record["amounts"]["refunded"].to_string(), "119.00");
     let shown = html(&admin.get(&location(&first)).await);
     assert!(shown.contains("Cancelled. Receipt CR-000001"), "{shown}");
+    // The refund as the gateway knows it: its id (the gateway's idempotency key) and the
+    // gateway's reference.
+    let refund_id = server
+        .scalar("SELECT id FROM cancellations")
+        .expect("a refund");
+    assert!(
+        shown.contains(&format!("<code>{refund_id}</code>")),
+        "{shown}"
+    );
+    if let Some(reference) = server.scalar("SELECT gateway_reference FROM cancellations") {
+        assert!(shown.contains(&reference), "{reference} in {shown}");
+    }
 
     // The cancelled item cannot be quoted again; the page says why.
     let again = admin
@@ -1362,6 +1374,30 @@ async fn post_policy(browser: &mut Browser<'_>, scope: &str, fields: &[(String, 
     browser
         .post(&format!("/dashboard/policies/{scope}"), &fields)
         .await
+}
+
+#[tokio::test]
+async fn a_transactions_attachments_are_listed_as_links() {
+    let server = TestServer::start().await;
+    let acme = server.provider("Acme Travel");
+    let admin = member(&server, &acme, "ada@example.com", "admin").await;
+    let body = serde_json::json!({
+        "title": "Trip with papers", "currency": "EUR",
+        "attachments": [
+            {"url": "https://files.example.com/terms.pdf", "type": "TERMS_CONDITIONS"},
+            {"url": "https://files.example.com/a?b=1&c=2"}
+        ],
+        "items": [{"name": "Hotel", "price": 80}]
+    });
+    let id = server.create(&acme, &body.to_string()).await;
+    let page = html(&admin.get(&format!("/dashboard/transactions/{id}")).await);
+    assert!(page.contains("<h2>Attachments</h2>"), "{page}");
+    assert!(page.contains(
+        "<code>TERMS_CONDITIONS</code> <a href=\"https://files.example.com/terms.pdf\" rel=\"noopener noreferrer\">"
+    ), "{page}");
+    // Escaped, never markup of the provider's.
+    assert!(page.contains("a?b=1&#38;c=2"), "{page}");
+    assert!(!page.contains("a?b=1&c=2"));
 }
 
 #[tokio::test]

@@ -35,6 +35,8 @@ use super::{Error, Principal, Resource, Services};
 use crate::auth::{Scope, Scopes, hash_secret};
 use crate::store::StoreError;
 use crate::store::admin::CredentialListing;
+/// A cancellation's refund at the gateway.
+pub use crate::store::dashboard::RefundRow;
 use crate::store::dashboard::{
     AuditRow, Invited, NewAudit, NewSession, NewUser, RecentDelivery, WebhookChange,
 };
@@ -326,6 +328,8 @@ pub struct DashboardTransaction {
     pub start: DateTime<Utc>,
     /// The request's instant.
     pub now: DateTime<Utc>,
+    /// Each cancellation's refund at the gateway, in the order of `record.cancellations`.
+    pub refunds: Vec<RefundRow>,
 }
 
 /// Days the overview's chart covers, today included.
@@ -925,7 +929,12 @@ impl Services {
             checkout_engine::terms::payment_terms(&context, at)
                 .map_err(|e| Error::Internal(e.to_string()))
         };
+        let refunds = self
+            .dashboard
+            .refunds(session.provider_id.clone(), id.to_owned())
+            .await?;
         Ok(DashboardTransaction {
+            refunds,
             terms_now: terms_at(now)?,
             terms_from_start: terms_at(start)?,
             start,

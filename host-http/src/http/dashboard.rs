@@ -274,6 +274,9 @@ pub struct DashTexts {
     code_lead: &'static str,
     code_hint_sign_in: &'static str,
     verify: &'static str,
+    refund_id: &'static str,
+    gateway_reference: &'static str,
+    attachments: &'static str,
 }
 
 const EN: DashTexts = DashTexts {
@@ -507,6 +510,9 @@ const EN: DashTexts = DashTexts {
     code_lead: "Your account has two-step sign-in. Enter the six-digit code your authenticator app shows.",
     code_hint_sign_in: "No phone at hand? Enter one of your recovery codes instead.",
     verify: "Sign in",
+    refund_id: "Refund ID",
+    gateway_reference: "Gateway reference",
+    attachments: "Attachments",
 };
 
 const DE: DashTexts = DashTexts {
@@ -740,6 +746,9 @@ const DE: DashTexts = DashTexts {
     code_lead: "Ihr Konto nutzt die Anmeldung in zwei Schritten. Geben Sie den sechsstelligen Code aus Ihrer Authenticator-App ein.",
     code_hint_sign_in: "Kein Telefon zur Hand? Geben Sie stattdessen einen Ihrer Wiederherstellungscodes ein.",
     verify: "Anmelden",
+    refund_id: "Erstattungs-ID",
+    gateway_reference: "Referenz des Zahlungsdienstes",
+    attachments: "Anhänge",
 };
 
 fn texts(lang: Lang) -> &'static DashTexts {
@@ -862,6 +871,10 @@ struct CancellationRow {
     items: String,
     refund: String,
     outcome: String,
+    /// The refund id (the gateway's idempotency key).
+    refund_id: String,
+    /// The gateway's reference, or its reason for a failure.
+    gateway: String,
 }
 
 #[derive(Template)]
@@ -877,6 +890,8 @@ struct TransactionPage {
     payment: Vec<(&'static str, String)>,
     payment_link: Option<(String, String)>,
     cancellations: Vec<CancellationRow>,
+    /// (kind, URL) of each attachment.
+    attachments: Vec<(String, String)>,
     notice: Option<String>,
     events: Vec<EventLine>,
     /// Whether the events table links each line's transaction (not on its own page).
@@ -1954,7 +1969,8 @@ impl<'a> Page<'a> {
         let cancellations = record
             .cancellations
             .iter()
-            .map(|c| CancellationRow {
+            .zip(view.refunds.iter().map(Some).chain(std::iter::repeat(None)))
+            .map(|(c, refund)| CancellationRow {
                 receipt: c.receipt_number.clone().unwrap_or_default(),
                 created: c.created_at.clone(),
                 items: c
@@ -1965,6 +1981,22 @@ impl<'a> Page<'a> {
                     .join(", "),
                 refund: money(c.refund),
                 outcome: c.outcome.clone(),
+                refund_id: refund.map(|r| r.refund_id.clone()).unwrap_or_default(),
+                gateway: refund
+                    .and_then(|r| r.gateway_reference.clone().or(r.error_message.clone()))
+                    .unwrap_or_default(),
+            })
+            .collect();
+        let attachments = record
+            .attachments
+            .iter()
+            .map(|a| {
+                let kind = a
+                    .attachment_type
+                    .and_then(|kind| serde_json::to_value(kind).ok())
+                    .and_then(|value| value.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                (kind, a.url.clone())
             })
             .collect();
         let events = self
@@ -2024,6 +2056,7 @@ impl<'a> Page<'a> {
                 )
             }),
             cancellations,
+            attachments,
         };
         Ok(self.render(StatusCode::OK, &page))
     }

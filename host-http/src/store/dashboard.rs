@@ -261,6 +261,17 @@ pub struct RecentDelivery {
     pub event: EventDelivery,
 }
 
+/// The refund of one cancellation of a transaction, as the gateway knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefundRow {
+    /// The refund id: the gateway's idempotency key.
+    pub refund_id: String,
+    /// The gateway's reference of the refund (Stripe's `re_…`), when it gave one.
+    pub gateway_reference: Option<String>,
+    /// The gateway's reason when FAILED.
+    pub error_message: Option<String>,
+}
+
 /// The dashboard's storage.
 pub trait DashboardStore: Send + Sync + std::fmt::Debug + 'static {
     /// Stores a user and its invitation, with an audit entry, in one transaction.
@@ -488,6 +499,14 @@ pub trait DashboardStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// How many of the user's recovery codes are unused.
     fn recovery_codes_left(&self, user_id: String) -> BoxFuture<'_, Result<u64, StoreError>>;
+
+    /// The refunds of a transaction of the provider's, one per cancellation, in the order of
+    /// the status record's cancellations (R-10.2: by request, oldest first).
+    fn refunds(
+        &self,
+        provider_id: String,
+        transaction_id: String,
+    ) -> BoxFuture<'_, Result<Vec<RefundRow>, StoreError>>;
 
     /// Adds an entry to the audit log.
     fn record_audit(&self, entry: NewAudit) -> BoxFuture<'_, Result<(), StoreError>>;

@@ -10,6 +10,7 @@ use tokio_postgres::types::ToSql;
 use super::PgStore;
 use crate::store::StoreError;
 use crate::store::admin::{CredentialListing, NewCredential};
+use crate::store::dashboard::RefundRow;
 use crate::store::dashboard::{
     AuditRow, DashboardStore, DeliveryRow, EventDelivery, Invited, NewAudit, NewSession, NewUser,
     OverviewRows, ProviderUpdate, RecentDelivery, SessionRow, TransactionFilter,
@@ -949,6 +950,34 @@ impl DashboardStore for PgStore {
                 .await?
                 .try_get(0)?;
             Ok(u64::try_from(n).unwrap_or(0))
+        })
+    }
+
+    fn refunds(
+        &self,
+        provider_id: String,
+        transaction_id: String,
+    ) -> BoxFuture<'_, Result<Vec<RefundRow>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let statement = client
+                .prepare_cached(
+                    "SELECT id, gateway_reference, error_message FROM cancellations \
+                     WHERE transaction_id = $1 AND provider_id = $2 ORDER BY created_at, id",
+                )
+                .await?;
+            client
+                .query(&statement, &[&transaction_id, &provider_id])
+                .await?
+                .iter()
+                .map(|row| {
+                    Ok(RefundRow {
+                        refund_id: row.try_get(0)?,
+                        gateway_reference: row.try_get(1)?,
+                        error_message: row.try_get(2)?,
+                    })
+                })
+                .collect()
         })
     }
 

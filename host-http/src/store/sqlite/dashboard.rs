@@ -7,6 +7,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::{SqliteStore, decimal, parse_instant as instant};
 use crate::store::admin::{CredentialListing, NewCredential};
+use crate::store::dashboard::RefundRow;
 use crate::store::dashboard::{
     AuditRow, DashboardStore, DeliveryRow, EventDelivery, Invited, NewAudit, NewSession, NewUser,
     OverviewRows, ProviderUpdate, RecentDelivery, SessionRow, TransactionFilter,
@@ -784,6 +785,28 @@ impl DashboardStore for SqliteStore {
                 )?
                 .query_row([&user_id], |r| r.get(0))?;
             Ok(u64::try_from(n).unwrap_or(0))
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn refunds(
+        &self,
+        provider_id: String,
+        transaction_id: String,
+    ) -> BoxFuture<'_, Result<Vec<RefundRow>, StoreError>> {
+        let result = self.read(|conn| {
+            let mut statement = conn.prepare_cached(
+                "SELECT id, gateway_reference, error_message FROM cancellations \
+                 WHERE transaction_id = ?1 AND provider_id = ?2 ORDER BY created_at, id",
+            )?;
+            let rows = statement.query_map(params![transaction_id, provider_id], |r| {
+                Ok(RefundRow {
+                    refund_id: r.get(0)?,
+                    gateway_reference: r.get(1)?,
+                    error_message: r.get(2)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<_, _>>()?)
         });
         Box::pin(std::future::ready(result))
     }
