@@ -1129,6 +1129,9 @@ async fn a_transactions_webhook_deliveries_are_shown_and_a_failed_one_is_sent_ag
     assert!(page.contains("transaction.created"), "{page}");
     assert!(page.contains(&format!("127.0.0.1:{closed}/hooks")));
     assert!(page.contains("FAILED"));
+    // Every attempt is logged: refused connections have no status code, only the reason.
+    assert!(page.contains("#1 · ") && page.contains("#2 · "), "{page}");
+    assert!(!page.contains(" · HTTP "), "{page}");
     assert!(page.contains("Send again"));
     assert!(
         !html(&viewer.get(&format!("/dashboard/transactions/{id}")).await).contains("Send again")
@@ -1267,6 +1270,14 @@ async fn admins_add_rotate_and_remove_webhook_endpoints_whose_deliveries_are_lis
         "{listed}"
     );
     assert!(listed.contains("transaction.created") && listed.contains("SENT"));
+    // The transaction's page logs each attempt: the endpoint's answer and the duration.
+    let page = html(&admin.get(&format!("/dashboard/transactions/{id}")).await);
+    assert!(page.contains("<details class=\"attempts\">"), "{page}");
+    assert!(
+        page.contains("#1 · ") && page.contains(" · HTTP 204 · "),
+        "{page}"
+    );
+    assert!(page.contains(" ms</li>"), "{page}");
 
     // A viewer sees the endpoint and the deliveries, without the forms; posting is refused.
     let seen = html(&viewer.get("/dashboard/webhooks").await);

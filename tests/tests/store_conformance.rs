@@ -505,6 +505,7 @@ async fn outbox_events_deliveries_and_mails_in_order(opened: &Stores, db: &Db) {
             first.endpoint_id.clone(),
             "a".to_owned(),
             Attempt::Done,
+            host_http::store::outbox::AttemptTiming::default(),
             at(12),
         )
         .await
@@ -519,6 +520,7 @@ async fn outbox_events_deliveries_and_mails_in_order(opened: &Stores, db: &Db) {
                 at: at(50),
                 error: "endpoint answered 500".to_owned(),
             },
+            host_http::store::outbox::AttemptTiming::default(),
             at(12),
         )
         .await
@@ -530,6 +532,7 @@ async fn outbox_events_deliveries_and_mails_in_order(opened: &Stores, db: &Db) {
             claimed[2].endpoint_id.clone(),
             "b".to_owned(),
             Attempt::Done,
+            host_http::store::outbox::AttemptTiming::default(),
             at(12),
         )
         .await
@@ -692,6 +695,7 @@ async fn outbox_claims_bound_each_endpoint_over_every_instance(opened: &Stores, 
                 at: at(500),
                 error: "no answer within 15000 ms".to_owned(),
             },
+            host_http::store::outbox::AttemptTiming::default(),
             at(12),
         )
         .await
@@ -702,6 +706,7 @@ async fn outbox_claims_bound_each_endpoint_over_every_instance(opened: &Stores, 
             a[2].endpoint_id.clone(),
             "a".to_owned(),
             Attempt::Done,
+            host_http::store::outbox::AttemptTiming::default(),
             at(12),
         )
         .await
@@ -776,6 +781,7 @@ async fn outbox_rotated_secret_signs_for_24_hours_only(opened: &Stores, db: &Db)
                 at: overlap_ends,
                 error: "endpoint answered 500".to_owned(),
             },
+            host_http::store::outbox::AttemptTiming::default(),
             last_second,
         )
         .await
@@ -840,6 +846,7 @@ async fn outbox_stats_count_pending_refunds_and_age_the_oldest_entry(opened: &St
             claimed[0].endpoint_id.clone(),
             "a".to_owned(),
             Attempt::Done,
+            host_http::store::outbox::AttemptTiming::default(),
             at(100),
         )
         .await

@@ -35,8 +35,8 @@ use super::{Error, Principal, Resource, Services};
 use crate::auth::{Scope, Scopes, hash_secret};
 use crate::store::StoreError;
 use crate::store::admin::CredentialListing;
-/// A cancellation's refund at the gateway.
-pub use crate::store::dashboard::RefundRow;
+/// A cancellation's refund at the gateway, and one attempt of a webhook delivery.
+pub use crate::store::dashboard::{AttemptRow, RefundRow};
 use crate::store::dashboard::{
     AuditRow, Invited, NewAudit, NewSession, NewUser, RecentDelivery, WebhookChange,
 };
@@ -1262,6 +1262,19 @@ impl Services {
         Ok(self
             .dashboard
             .event_deliveries(session.provider_id.clone(), transaction_id.to_owned())
+            .await?)
+    }
+
+    /// Every attempt of every webhook delivery of a transaction (the session's provider's
+    /// only), oldest first: its answer and its duration.
+    pub async fn delivery_attempts(
+        &self,
+        session: &Session,
+        transaction_id: &str,
+    ) -> Result<Vec<AttemptRow>, Error> {
+        Ok(self
+            .dashboard
+            .delivery_attempts(session.provider_id.clone(), transaction_id.to_owned())
             .await?)
     }
 

@@ -197,14 +197,25 @@ impl Dispatcher {
     async fn deliver(&self, job: DeliveryJob, lease_until: DateTime<Utc>) {
         let now = Utc::now();
         let left = self.time_left(lease_until);
+        let started = std::time::Instant::now();
         let outcome = tokio::time::timeout(left, self.webhooks.deliver(&job, now))
             .await
             .unwrap_or_else(|_| {
-                Err(format!(
-                    "no answer within {} ms (the rest of the lease)",
-                    left.as_millis()
+                Err((
+                    None,
+                    format!(
+                        "no answer within {} ms (the rest of the lease)",
+                        left.as_millis()
+                    ),
                 ))
             });
+        let timing = crate::store::outbox::AttemptTiming {
+            status_code: match &outcome {
+                Ok(status) => Some(*status),
+                Err((status, _)) => *status,
+            },
+            duration_ms: u32::try_from(started.elapsed().as_millis()).unwrap_or(u32::MAX),
+        };
         let attempt = match outcome {
             Ok(status) => {
                 tracing::info!(event_id = %job.event_id, endpoint_id = %job.endpoint_id,
@@ -212,7 +223,7 @@ impl Dispatcher {
                 self.metrics.webhook("delivered");
                 Attempt::Done
             }
-            Err(error) => {
+            Err((_, error)) => {
                 let first = job.first_attempt_at.unwrap_or(now);
                 match webhooks::next_attempt(job.attempts + 1, first, Utc::now()) {
                     Some(at) => {
@@ -238,6 +249,7 @@ impl Dispatcher {
                 job.endpoint_id.clone(),
                 self.instance.clone(),
                 attempt,
+                timing,
                 Utc::now(),
             )
             .await

@@ -197,8 +197,12 @@ impl WebhookClient {
     }
 
     /// One attempt: `Ok` on any 2xx; the error says what happened otherwise.
-    pub async fn deliver(&self, job: &DeliveryJob, now: DateTime<Utc>) -> Result<u16, String> {
-        let (uri, reach) = self.check_url(&job.url)?;
+    pub async fn deliver(
+        &self,
+        job: &DeliveryJob,
+        now: DateTime<Utc>,
+    ) -> Result<u16, (Option<u16>, String)> {
+        let (uri, reach) = self.check_url(&job.url).map_err(|e| (None, e))?;
         let client = if reach == Reach::PrivateOnly {
             &self.http
         } else {
@@ -206,12 +210,12 @@ impl WebhookClient {
         };
         let timestamp = now.timestamp();
         let signature = signature_header(&job.secrets, &job.event_id, timestamp, &job.payload);
-        let header = |text: &str| HeaderValue::from_str(text).map_err(|e| e.to_string());
+        let header = |text: &str| HeaderValue::from_str(text).map_err(|e| (None, e.to_string()));
         let mut request = Request::builder()
             .method(Method::POST)
             .uri(uri)
             .body(Full::new(Bytes::from(job.payload.clone())))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| (None, e.to_string()))?;
         let headers = request.headers_mut();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(USER_AGENT, HeaderValue::from_static("checkout-webhooks/1"));
@@ -219,7 +223,10 @@ impl WebhookClient {
         headers.insert("webhook-timestamp", header(&timestamp.to_string())?);
         headers.insert("webhook-signature", header(&signature)?);
         let attempt = async {
-            let response = client.request(request).await.map_err(|e| error_chain(&e))?;
+            let response = client
+                .request(request)
+                .await
+                .map_err(|e| (None, error_chain(&e)))?;
             let status = response.status();
             // Read a bounded part of the answer so the connection can be reused; its content
             // does not matter.
@@ -229,15 +236,18 @@ impl WebhookClient {
             if status.is_success() {
                 Ok(status.as_u16())
             } else {
-                Err(format!("endpoint answered {status}"))
+                Err((Some(status.as_u16()), format!("endpoint answered {status}")))
             }
         };
         tokio::time::timeout(self.settings.total_timeout, attempt)
             .await
             .unwrap_or_else(|_| {
-                Err(format!(
-                    "no answer within {} ms",
-                    self.settings.total_timeout.as_millis()
+                Err((
+                    None,
+                    format!(
+                        "no answer within {} ms",
+                        self.settings.total_timeout.as_millis()
+                    ),
                 ))
             })
     }

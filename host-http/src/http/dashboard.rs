@@ -912,6 +912,8 @@ struct EventLine {
     last_result: String,
     /// For admins, on a failed delivery: the "send again" form's action.
     send_again: Option<String>,
+    /// Each attempt in words (on a transaction's page): when, the answer, the duration.
+    log: Vec<String>,
 }
 
 struct QuoteRow {
@@ -1999,12 +2001,25 @@ impl<'a> Page<'a> {
                 (kind, a.url.clone())
             })
             .collect();
+        let attempts = self.services.delivery_attempts(&session, id).await?;
         let events = self
             .services
             .dashboard_deliveries(&session, id)
             .await?
             .into_iter()
-            .map(|event| self.event_line(&session, id, event, false))
+            .map(|event| {
+                let key = (
+                    event.event_seq,
+                    event.delivery.as_ref().map(|d| d.endpoint_id.clone()),
+                );
+                let mut line = self.event_line(&session, id, event, false);
+                line.log = attempts
+                    .iter()
+                    .filter(|a| (a.event_seq, Some(&a.endpoint_id)) == (key.0, key.1.as_ref()))
+                    .map(|a| self.attempt_words(a))
+                    .collect();
+                line
+            })
             .collect();
         let notice = match (
             query_param(self.query.as_deref(), "receipt"),
@@ -2587,6 +2602,22 @@ impl<'a> Page<'a> {
         }
     }
 
+    /// One attempt of a delivery in words: "#2 · {when} · HTTP 500 · 120 ms · {error}".
+    fn attempt_words(&self, attempt: &crate::app::dashboard::AttemptRow) -> String {
+        let mut parts = vec![
+            format!("#{}", attempt.attempt),
+            self.lang.instant(attempt.at, chrono_tz::UTC),
+        ];
+        if let Some(code) = attempt.status_code {
+            parts.push(format!("HTTP {code}"));
+        }
+        parts.push(format!("{} ms", attempt.duration_ms));
+        if let Some(error) = &attempt.error {
+            parts.push(error.clone());
+        }
+        parts.join(" · ")
+    }
+
     /// A line of an events table: an event and one of its deliveries, with "send again" for
     /// admins on a failed one; `linked`: with its transaction's page (the webhooks page).
     fn event_line(
@@ -2620,6 +2651,7 @@ impl<'a> Page<'a> {
                 status: d.status,
                 attempts: d.attempts.to_string(),
                 last_result: d.last_result.unwrap_or_default(),
+                log: Vec::new(),
             },
             None => EventLine {
                 transaction,
@@ -2630,6 +2662,7 @@ impl<'a> Page<'a> {
                 attempts: String::new(),
                 last_result: String::new(),
                 send_again: None,
+                log: Vec::new(),
             },
         }
     }

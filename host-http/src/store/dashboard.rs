@@ -261,6 +261,25 @@ pub struct RecentDelivery {
     pub event: EventDelivery,
 }
 
+/// One attempt of a webhook delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptRow {
+    /// The event's order among the provider's events.
+    pub event_seq: i64,
+    /// `ep_…`.
+    pub endpoint_id: String,
+    /// 1, 2, … (from 1 again after "send again").
+    pub attempt: i64,
+    /// When it ended.
+    pub at: DateTime<Utc>,
+    /// How long it took.
+    pub duration_ms: i64,
+    /// The endpoint's HTTP status, when it answered.
+    pub status_code: Option<i64>,
+    /// Why it failed.
+    pub error: Option<String>,
+}
+
 /// The refund of one cancellation of a transaction, as the gateway knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefundRow {
@@ -499,6 +518,14 @@ pub trait DashboardStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// How many of the user's recovery codes are unused.
     fn recovery_codes_left(&self, user_id: String) -> BoxFuture<'_, Result<u64, StoreError>>;
+
+    /// Every attempt of every webhook delivery of a transaction of the provider's, oldest
+    /// first.
+    fn delivery_attempts(
+        &self,
+        provider_id: String,
+        transaction_id: String,
+    ) -> BoxFuture<'_, Result<Vec<AttemptRow>, StoreError>>;
 
     /// The refunds of a transaction of the provider's, one per cancellation, in the order of
     /// the status record's cancellations (R-10.2: by request, oldest first).

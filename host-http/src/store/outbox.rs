@@ -473,6 +473,15 @@ pub enum Attempt {
     },
 }
 
+/// What one webhook delivery attempt took, for the attempt log the dashboard shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AttemptTiming {
+    /// The endpoint's HTTP status, when it answered.
+    pub status_code: Option<u16>,
+    /// How long the attempt took, in milliseconds.
+    pub duration_ms: u32,
+}
+
 /// An e-mail as a status record shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MailRecord {
@@ -545,13 +554,14 @@ pub trait OutboxStore: Send + Sync + std::fmt::Debug + 'static {
         per_endpoint: u32,
     ) -> BoxFuture<'_, Result<Vec<DeliveryJob>, StoreError>>;
 
-    /// Records an attempt of a delivery this owner holds.
+    /// Records an attempt of a delivery this owner holds, with its line in the attempt log.
     fn finish_delivery(
         &self,
         event_seq: i64,
         endpoint_id: String,
         owner: String,
         attempt: Attempt,
+        timing: AttemptTiming,
         now: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<(), StoreError>>;
 

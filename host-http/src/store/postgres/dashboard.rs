@@ -10,7 +10,7 @@ use tokio_postgres::types::ToSql;
 use super::PgStore;
 use crate::store::StoreError;
 use crate::store::admin::{CredentialListing, NewCredential};
-use crate::store::dashboard::RefundRow;
+use crate::store::dashboard::{AttemptRow, RefundRow};
 use crate::store::dashboard::{
     AuditRow, DashboardStore, DeliveryRow, EventDelivery, Invited, NewAudit, NewSession, NewUser,
     OverviewRows, ProviderUpdate, RecentDelivery, SessionRow, TransactionFilter,
@@ -950,6 +950,40 @@ impl DashboardStore for PgStore {
                 .await?
                 .try_get(0)?;
             Ok(u64::try_from(n).unwrap_or(0))
+        })
+    }
+
+    fn delivery_attempts(
+        &self,
+        provider_id: String,
+        transaction_id: String,
+    ) -> BoxFuture<'_, Result<Vec<AttemptRow>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let statement = client
+                .prepare_cached(
+                    "SELECT a.event_seq, a.endpoint_id, a.attempt, a.at, a.duration_ms, \
+                     a.status_code, a.error FROM webhook_attempts a \
+                     JOIN events e ON e.seq = a.event_seq \
+                     WHERE e.provider_id = $1 AND e.transaction_id = $2 ORDER BY a.id",
+                )
+                .await?;
+            client
+                .query(&statement, &[&provider_id, &transaction_id])
+                .await?
+                .iter()
+                .map(|row| {
+                    Ok(AttemptRow {
+                        event_seq: row.try_get(0)?,
+                        endpoint_id: row.try_get(1)?,
+                        attempt: i64::from(row.try_get::<_, i32>(2)?),
+                        at: row.try_get(3)?,
+                        duration_ms: i64::from(row.try_get::<_, i32>(4)?),
+                        status_code: row.try_get::<_, Option<i32>>(5)?.map(i64::from),
+                        error: row.try_get(6)?,
+                    })
+                })
+                .collect()
         })
     }
 

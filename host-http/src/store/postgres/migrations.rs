@@ -513,6 +513,25 @@ CREATE TABLE dashboard_recovery_codes (
 );
 "#,
     },
+    Migration {
+        version: 16,
+        description: "webhook delivery attempts: each one's answer and duration",
+        // As SQLite's migration 19.
+        sql: r#"
+CREATE TABLE webhook_attempts (
+    id           bigserial PRIMARY KEY,
+    event_seq    bigint NOT NULL,
+    endpoint_id  text NOT NULL,
+    attempt      integer NOT NULL,
+    at           timestamptz NOT NULL,
+    duration_ms  integer NOT NULL,
+    status_code  integer,
+    error        text,
+    FOREIGN KEY (event_seq, endpoint_id) REFERENCES webhook_deliveries(event_seq, endpoint_id)
+);
+CREATE INDEX webhook_attempts_delivery ON webhook_attempts(event_seq, endpoint_id);
+"#,
+    },
 ];
 
 /// Latest schema version this build knows.

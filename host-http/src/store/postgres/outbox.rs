@@ -14,7 +14,7 @@ use super::{PgStore, opt_json, transaction_status};
 use crate::store::StoreError;
 use crate::store::cancellation::Lease;
 use crate::store::outbox::{
-    Attempt, DeliveryJob, EventRecord, MailJob, NewEvent, OutboxStats, OutboxStore,
+    Attempt, AttemptTiming, DeliveryJob, EventRecord, MailJob, NewEvent, OutboxStats, OutboxStore,
     TransactionSummary, message_id, states,
 };
 
@@ -342,20 +342,28 @@ impl OutboxStore for PgStore {
         endpoint_id: String,
         owner: String,
         attempt: Attempt,
+        timing: AttemptTiming,
         now: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
             let (status, next, result) = attempt_columns(&attempt, now);
             let client = self.client().await?;
+            let duration = i32::try_from(timing.duration_ms).unwrap_or(i32::MAX);
+            let code = timing.status_code.map(i32::from);
+            // One statement: the attempt is logged only when this owner's update took it.
             client
                 .execute(
-                    "UPDATE webhook_deliveries SET status = $4, attempts = attempts + 1, \
+                    "WITH done AS (UPDATE webhook_deliveries SET status = $4, \
+                     attempts = attempts + 1, \
                      first_attempt_at = COALESCE(first_attempt_at, $5), last_attempt_at = $5, \
                      next_attempt_at = COALESCE($6, next_attempt_at), last_result = $7, \
                      delivered_at = CASE WHEN $4 = 'SENT' THEN $5::timestamptz END, \
                      lease_owner = NULL, lease_until = NULL \
                      WHERE event_seq = $1 AND endpoint_id = $2 AND lease_owner = $3 \
-                     AND status = 'QUEUED'",
+                     AND status = 'QUEUED' RETURNING event_seq, endpoint_id, attempts) \
+                     INSERT INTO webhook_attempts (event_seq, endpoint_id, attempt, at, \
+                     duration_ms, status_code, error) \
+                     SELECT event_seq, endpoint_id, attempts, $5, $8, $9, $7 FROM done",
                     &[
                         &event_seq,
                         &endpoint_id,
@@ -364,6 +372,8 @@ impl OutboxStore for PgStore {
                         &now,
                         &next,
                         &result,
+                        &duration,
+                        &code,
                     ],
                 )
                 .await?;

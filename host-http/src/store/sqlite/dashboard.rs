@@ -7,7 +7,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::{SqliteStore, decimal, parse_instant as instant};
 use crate::store::admin::{CredentialListing, NewCredential};
-use crate::store::dashboard::RefundRow;
+use crate::store::dashboard::{AttemptRow, RefundRow};
 use crate::store::dashboard::{
     AuditRow, DashboardStore, DeliveryRow, EventDelivery, Invited, NewAudit, NewSession, NewUser,
     OverviewRows, ProviderUpdate, RecentDelivery, SessionRow, TransactionFilter,
@@ -785,6 +785,43 @@ impl DashboardStore for SqliteStore {
                 )?
                 .query_row([&user_id], |r| r.get(0))?;
             Ok(u64::try_from(n).unwrap_or(0))
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn delivery_attempts(
+        &self,
+        provider_id: String,
+        transaction_id: String,
+    ) -> BoxFuture<'_, Result<Vec<AttemptRow>, StoreError>> {
+        let result = self.read(|conn| {
+            let mut statement = conn.prepare_cached(
+                "SELECT a.event_seq, a.endpoint_id, a.attempt, a.at, a.duration_ms, a.status_code, \
+                 a.error FROM webhook_attempts a JOIN events e ON e.seq = a.event_seq \
+                 WHERE e.provider_id = ?1 AND e.transaction_id = ?2 ORDER BY a.id",
+            )?;
+            let rows = statement.query_map(params![provider_id, transaction_id], |r| {
+                let at: String = r.get(3)?;
+                Ok((
+                    AttemptRow {
+                        event_seq: r.get(0)?,
+                        endpoint_id: r.get(1)?,
+                        attempt: r.get(2)?,
+                        at: DateTime::<Utc>::MIN_UTC,
+                        duration_ms: r.get(4)?,
+                        status_code: r.get(5)?,
+                        error: r.get(6)?,
+                    },
+                    at,
+                ))
+            })?;
+            let mut list = Vec::new();
+            for row in rows {
+                let (mut row, at) = row?;
+                row.at = instant("webhook_attempts.at", &at)?;
+                list.push(row);
+            }
+            Ok(list)
         });
         Box::pin(std::future::ready(result))
     }

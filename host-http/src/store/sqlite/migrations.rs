@@ -327,6 +327,24 @@ CREATE TABLE dashboard_recovery_codes (
 ) WITHOUT ROWID;
 "#,
     },
+    Migration {
+        version: 19,
+        description: "webhook delivery attempts: each one's answer and duration",
+        sql: r#"
+CREATE TABLE webhook_attempts (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    event_seq    INTEGER NOT NULL,
+    endpoint_id  TEXT NOT NULL,
+    attempt      INTEGER NOT NULL,                 -- 1, 2, … (from 1 again after "send again")
+    at           TEXT NOT NULL,                    -- when it ended
+    duration_ms  INTEGER NOT NULL,
+    status_code  INTEGER,                          -- the endpoint's answer, if any
+    error        TEXT,                             -- why it failed
+    FOREIGN KEY (event_seq, endpoint_id) REFERENCES webhook_deliveries(event_seq, endpoint_id)
+);
+CREATE INDEX webhook_attempts_delivery ON webhook_attempts(event_seq, endpoint_id);
+"#,
+    },
 ];
 
 /// Why the schema could not be brought up to date.

@@ -10,8 +10,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::{SqliteStore, decimal, from_json, opt_json, to_json, transaction_status};
 use crate::store::cancellation::Lease;
 use crate::store::outbox::{
-    Attempt, DeliveryJob, EventRecord, MailJob, MailRecord, NewEvent, OutboxStats, OutboxStore,
-    TransactionSummary, message_id, states,
+    Attempt, AttemptTiming, DeliveryJob, EventRecord, MailJob, MailRecord, NewEvent, OutboxStats,
+    OutboxStore, TransactionSummary, message_id, states,
 };
 use crate::store::{StoreError, format_instant};
 
@@ -319,29 +319,47 @@ impl OutboxStore for SqliteStore {
         endpoint_id: String,
         owner: String,
         attempt: Attempt,
+        timing: AttemptTiming,
         now: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         let now = format_instant(now);
         Box::pin(self.writer.execute(move |conn| {
             let (status, next, result) = attempt_columns(&attempt, &now);
-            conn.prepare_cached(
-                "UPDATE webhook_deliveries SET status = ?4, attempts = attempts + 1, \
-                 first_attempt_at = COALESCE(first_attempt_at, ?5), last_attempt_at = ?5, \
-                 next_attempt_at = COALESCE(?6, next_attempt_at), last_result = ?7, \
-                 delivered_at = CASE WHEN ?4 = 'SENT' THEN ?5 END, \
-                 lease_owner = NULL, lease_until = NULL \
-                 WHERE event_seq = ?1 AND endpoint_id = ?2 AND lease_owner = ?3 \
-                 AND status = 'QUEUED'",
-            )?
-            .execute(params![
-                event_seq,
-                endpoint_id,
-                owner,
-                status,
-                now,
-                next,
-                result
-            ])?;
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE webhook_deliveries SET status = ?4, attempts = attempts + 1, \
+                     first_attempt_at = COALESCE(first_attempt_at, ?5), last_attempt_at = ?5, \
+                     next_attempt_at = COALESCE(?6, next_attempt_at), last_result = ?7, \
+                     delivered_at = CASE WHEN ?4 = 'SENT' THEN ?5 END, \
+                     lease_owner = NULL, lease_until = NULL \
+                     WHERE event_seq = ?1 AND endpoint_id = ?2 AND lease_owner = ?3 \
+                     AND status = 'QUEUED'",
+                )?
+                .execute(params![
+                    event_seq,
+                    endpoint_id,
+                    owner,
+                    status,
+                    now,
+                    next,
+                    result
+                ])?;
+            if changed > 0 {
+                conn.prepare_cached(
+                    "INSERT INTO webhook_attempts (event_seq, endpoint_id, attempt, at, \
+                     duration_ms, status_code, error) \
+                     SELECT event_seq, endpoint_id, attempts, ?3, ?4, ?5, ?6 \
+                     FROM webhook_deliveries WHERE event_seq = ?1 AND endpoint_id = ?2",
+                )?
+                .execute(params![
+                    event_seq,
+                    endpoint_id,
+                    now,
+                    timing.duration_ms,
+                    timing.status_code,
+                    result
+                ])?;
+            }
             Ok(())
         }))
     }
