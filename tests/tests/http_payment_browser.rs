@@ -1039,3 +1039,144 @@ async fn the_dashboard_signs_in_finds_a_trip_and_cancels_an_item_accessibly() {
     browser.screenshot("dashboard-sign-in-de.png", 1280).await;
     browser.close().await;
 }
+
+/// What the dashboard refuses, refused in the browser too, with pages that pass axe-core:
+/// sign-in throttling, another provider's transaction, an ended session, a form posted from
+/// another origin, and a viewer's forbidden pages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a browser: chromium, chromedriver and `npm ci --prefix tests/browser`; run with -- --include-ignored"]
+async fn the_dashboard_refuses_in_the_browser_what_it_must() {
+    let _one = ONE_BROWSER.lock().await;
+    let browser = Browser::start("the_dashboard_refuses", "en-GB,en").await;
+    let server = start_server().await;
+    let acme = server.provider("Acme Travel");
+    let globex = server.provider("Globex");
+    let (theirs, _) = trip(&server, &globex).await;
+    let click_submit = async |browser: &Browser| {
+        browser
+            .client
+            .find(Locator::Css("main form button[type=submit]"))
+            .await
+            .expect("submit")
+            .click()
+            .await
+            .expect("click");
+    };
+
+    // Five wrong passwords for an address; the sixth attempt is refused unchecked.
+    browser.open(&server, "/dashboard/sign-in?lang=en").await;
+    for _ in 0..5 {
+        browser
+            .fill(&[
+                ("email", "mallory@example.com"),
+                ("password", "not the password"),
+            ])
+            .await;
+        click_submit(&browser).await;
+        browser.wait_for_h1("Sign in").await;
+        assert_eq!(
+            browser.text(".error-summary").await,
+            "The e-mail address or the password is wrong."
+        );
+    }
+    browser
+        .fill(&[
+            ("email", "mallory@example.com"),
+            ("password", "not the password"),
+        ])
+        .await;
+    click_submit(&browser).await;
+    browser.wait_for_h1("Sign in").await;
+    let throttled = browser.text(".error-summary").await;
+    assert!(
+        throttled.starts_with("Too many failed sign-ins. Try again in"),
+        "{throttled}"
+    );
+    browser.assert_accessible("throttled sign-in").await;
+
+    // An admin of Acme: another provider's transaction is "not found", as an unknown one.
+    let invitation = server.invite(&acme, "ada@example.com", "admin").await;
+    browser.open(&server, &invitation).await;
+    browser
+        .fill(&[
+            ("password", "correct horse battery staple"),
+            ("password_repeat", "correct horse battery staple"),
+        ])
+        .await;
+    click_submit(&browser).await;
+    browser.wait_for_h1("Transactions").await;
+    browser
+        .open(
+            &server,
+            &format!("/dashboard/transactions/{theirs}?lang=en"),
+        )
+        .await;
+    browser.wait_for_h1("Page not found").await;
+    assert!(!browser.text("main").await.contains("Berlin trip"));
+    browser
+        .assert_accessible("another provider's transaction")
+        .await;
+
+    // A form posted from another origin is refused, and nothing changes.
+    let sessions = server
+        .scalar("SELECT count(*) FROM dashboard_sessions")
+        .expect("sessions");
+    let forged = format!(
+        "data:text/html,<html lang=en><title>x</title><form method=post \
+         action='http://{}/dashboard/sign-out-everywhere'><input name=csrf_token value=x>\
+         <button id=go>Go</button></form>",
+        server.addr
+    );
+    browser.client.goto(&forged).await.expect("forged page");
+    browser
+        .client
+        .find(Locator::Css("#go"))
+        .await
+        .expect("button")
+        .click()
+        .await
+        .expect("click");
+    browser.wait_for_h1("The form could not be accepted").await;
+    assert_eq!(
+        server.scalar("SELECT count(*) FROM dashboard_sessions"),
+        Some(sessions)
+    );
+
+    // A session unused for more than 30 minutes has ended.
+    let long_ago =
+        host_http::store::format_instant(chrono::Utc::now() - chrono::Duration::minutes(31));
+    server.execute_sql(&format!(
+        "UPDATE dashboard_sessions SET last_seen_at = '{long_ago}'"
+    ));
+    browser
+        .open(&server, "/dashboard/transactions?lang=en")
+        .await;
+    browser.wait_for_h1("Sign in").await;
+    assert_eq!(
+        browser.text(".notice").await,
+        "Your session has ended. Please sign in again."
+    );
+
+    // A viewer: the pages that change things answer 403.
+    let invitation = server.invite(&acme, "bob@example.com", "viewer").await;
+    browser.open(&server, &invitation).await;
+    browser
+        .fill(&[
+            ("password", "correct horse battery staple"),
+            ("password_repeat", "correct horse battery staple"),
+        ])
+        .await;
+    click_submit(&browser).await;
+    browser.wait_for_h1("Transactions").await;
+    for page in [
+        "/dashboard/users",
+        "/dashboard/audit",
+        "/dashboard/policies/default",
+    ] {
+        browser.open(&server, &format!("{page}?lang=en")).await;
+        browser.wait_for_h1("Not allowed").await;
+    }
+    browser.assert_accessible("a viewer's forbidden page").await;
+    assert!(!browser.text("nav").await.contains("Users"));
+    browser.close().await;
+}
