@@ -395,6 +395,17 @@ pub enum ProviderCommand {
         /// The service's public base URL, as the servers are given it: the link is under it.
         #[arg(long, env = "CHECKOUT_PUBLIC_URL", default_value = "http://127.0.0.1:8080", value_parser = parse_public_url)]
         public_url: String,
+        /// SMTP server to e-mail the link with (as `serve --smtp-url`); without it the link is
+        /// only printed.
+        #[arg(long, env = "CHECKOUT_SMTP_URL")]
+        smtp_url: Option<String>,
+        /// Sender of the e-mail.
+        #[arg(
+            long,
+            env = "CHECKOUT_MAIL_FROM",
+            default_value = "Checkout <checkout@localhost>"
+        )]
+        mail_from: String,
     },
     /// Reseal every provider's Stripe keys under a new secrets key, all or nothing; then
     /// restart the servers with the new key file.
@@ -578,12 +589,14 @@ fn invite_user(
     email: &str,
     role: &str,
     public_url: &str,
+    smtp: Option<crate::events::MailSettings>,
     now: chrono::DateTime<Utc>,
 ) -> ExitCode {
     use crate::app::dashboard::{self, Role};
     let Some(role) = Role::parse(role) else {
         return fail(&format!("unknown role {role}: admin or viewer"));
     };
+
     if let Err(error) = crate::store::admin(db) {
         return fail(&error);
     }
@@ -595,6 +608,8 @@ fn invite_user(
         Err(error) => return fail(&error),
     };
     let outcome = runtime.block_on(async {
+        // Built inside the runtime: the SMTP transport's pool runs on it.
+        let mailer = smtp.as_ref().map(crate::events::Mailer::new).transpose()?;
         let settings = PoolSettings {
             max_connections: 1,
             ..PoolSettings::default()
@@ -613,6 +628,22 @@ fn invite_user(
         )
         .await
         .map_err(|e| e.to_string());
+        let invited = match invited {
+            Ok(mut invitation) => {
+                let name = stores
+                    .store
+                    .provider(provider.to_owned())
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|p| p.name)
+                    .unwrap_or_default();
+                dashboard::send_invitation(mailer.as_ref(), &mut invitation, &name, "operator")
+                    .await;
+                Ok(invitation)
+            }
+            Err(error) => Err(error),
+        };
         stores.store.close().await;
         invited
     });
@@ -788,12 +819,15 @@ pub fn provider(command: ProviderCommand) -> ExitCode {
             email,
             role,
             public_url,
+            smtp_url,
+            mail_from,
         } => Ok(invite_user(
             &db.db,
             &provider,
             &email,
             &role,
             &public_url,
+            smtp_url.map(|url| crate::events::MailSettings::new(url, mail_from)),
             now,
         )),
         ProviderCommand::RotateSecretsKey {

@@ -339,6 +339,7 @@ impl App {
         };
         let metrics = Arc::new(metrics::Metrics::new());
         let allow_private_webhooks = config.webhooks.allow_private;
+        let invitation_mailer = mailer.clone();
         let dispatcher = events::Dispatcher {
             outbox: Arc::clone(&outbox),
             store: Arc::clone(&store),
@@ -370,6 +371,7 @@ impl App {
                 file_link_ttl,
                 stale_claim_after,
                 allow_private_webhooks,
+                mailer: invitation_mailer,
             }),
             config,
             recovery,

@@ -3,6 +3,7 @@
 //! which delivers each event once more under the same `webhook-id`, in order, and sends the
 //! e-mail once — on SQLite (a restart on the same file) and on PostgreSQL (another instance).
 
+mod binary;
 mod support;
 
 use std::time::Duration;
@@ -153,4 +154,82 @@ async fn a_delivery_cut_off_by_sigkill_is_finished_by_the_next_instance_on_sqlit
 async fn a_delivery_cut_off_by_sigkill_is_finished_by_the_next_instance_on_postgres() {
     let pg = TestDatabase::create("outbox across a SIGKILL");
     cut_off_by_sigkill(pg.url()).await;
+}
+
+/// `provider invite-user --smtp-url` e-mails the one-time link to the user and says so
+/// (`"emailed": true`); an SMTP server that cannot be reached does not lose the invitation (the
+/// link is printed, `"emailed": false`); without `--smtp-url` the link is only printed.
+#[test]
+fn an_invitation_is_emailed_when_the_command_is_given_an_smtp_server() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let sink = runtime.block_on(SmtpSink::start(0));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("checkout.db");
+    let db = db.to_str().expect("path");
+    let run = |args: &[&str]| {
+        let output = binary::checkout_server()
+            .args(args)
+            .args(["--db", db])
+            .env_remove("CHECKOUT_SMTP_URL")
+            .output()
+            .expect("run checkout-server");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).expect("JSON output")
+    };
+    let provider = run(&["provider", "create", "--name", "Acme Travel"])["providerId"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let invite = |email: &str, smtp: Option<&str>| {
+        let mut args = vec![
+            "provider",
+            "invite-user",
+            "--provider",
+            provider.as_str(),
+            "--email",
+            email,
+            "--role",
+            "admin",
+            "--mail-from",
+            "Checkout <checkout@acme.example>",
+        ];
+        if let Some(url) = smtp {
+            args.extend(["--smtp-url", url]);
+        }
+        run(&args)
+    };
+
+    let sent = invite("ada@example.com", Some(&sink.url()));
+    assert_eq!(sent["emailed"], true, "{sent}");
+    let url = sent["url"].as_str().expect("link");
+    let mails = sink.accepted();
+    assert_eq!(mails.len(), 1);
+    assert_eq!(mails[0].to, ["<ada@example.com>"]);
+    let body = mails[0].data.replace("=\r\n", "");
+    assert!(body.contains(url), "the link in {body}");
+    assert!(body.contains("Acme Travel"));
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port");
+    let unsent = invite("bob@example.com", Some(&format!("smtp://{closed}")));
+    assert_eq!(unsent["emailed"], false, "{unsent}");
+    assert!(
+        unsent["url"]
+            .as_str()
+            .expect("link")
+            .contains("/dashboard/invitations/")
+    );
+
+    let printed = invite("eve@example.com", None);
+    assert!(printed.get("emailed").is_none(), "{printed}");
+    assert_eq!(sink.accepted().len(), 1);
 }

@@ -1766,3 +1766,60 @@ async fn without_a_secrets_key_the_second_factor_is_not_offered() {
         Some("0")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invitation_from_the_dashboard_is_emailed_with_smtp_configured() {
+    let sink = host_http::events::testing::SmtpSink::start(0).await;
+    let smtp = sink.url();
+    let server = TestServer::start_configured(move |config| {
+        config.smtp = Some(host_http::events::MailSettings::new(
+            smtp.clone(),
+            "Checkout <checkout@acme.example>",
+        ));
+    })
+    .await;
+    let acme = server.provider("Acme Travel");
+    let mut admin = member(&server, &acme, "ada@example.com", "admin").await;
+    let token = admin.csrf().await;
+    let invited = admin
+        .post(
+            "/dashboard/users",
+            &[
+                ("csrf_token", &token),
+                ("email", "bob@example.com"),
+                ("role", "viewer"),
+            ],
+        )
+        .await;
+    assert_eq!(invited.status, StatusCode::OK, "{}", html(&invited));
+    let page = html(&invited);
+    assert!(
+        page.contains("The link was also e-mailed to bob@example.com."),
+        "{page}"
+    );
+    let path = shown_invitation(&page);
+    let link = format!("{PUBLIC_URL}{path}");
+    let mails = sink.accepted();
+    assert_eq!(mails.len(), 1);
+    assert_eq!(mails[0].to, ["<bob@example.com>"]);
+    let body = mails[0].data.replace("=\r\n", "");
+    assert!(body.contains(&link), "{link} in {body}");
+    assert!(body.contains("invited by ada@example.com"), "{body}");
+    // The e-mailed link works as the shown one: once.
+    let path = link
+        .strip_prefix(tests::http::PUBLIC_URL)
+        .expect("under the public URL");
+    let mut bob = Browser::new(&server);
+    let accepted = bob
+        .post(
+            path,
+            &[("password", PASSWORD), ("password_repeat", PASSWORD)],
+        )
+        .await;
+    assert_eq!(
+        accepted.status,
+        StatusCode::SEE_OTHER,
+        "{}",
+        html(&accepted)
+    );
+}

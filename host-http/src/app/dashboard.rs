@@ -33,6 +33,7 @@ use super::idempotency::{Prior, json_cancellation_hash, key_of};
 use super::providers::{IssuedCredential, IssuedWebhook};
 use super::{Error, Principal, Resource, Services};
 use crate::auth::{Scope, Scopes, hash_secret};
+use crate::events::mail::RenderedMail;
 use crate::store::StoreError;
 use crate::store::admin::CredentialListing;
 /// A cancellation's refund at the gateway, and one attempt of a webhook delivery.
@@ -381,6 +382,89 @@ pub struct Invitation {
     pub url: String,
     /// When the link stops working.
     pub expires_at: String,
+    /// With SMTP configured: whether the link was e-mailed to the user (else it is only
+    /// shown, to be passed on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub emailed: Option<bool>,
+}
+
+/// The e-mail that brings an invitation's one-time link, in English and German (the
+/// recipient's language is not known yet). Only our words, the provider's name, the inviter's
+/// address and the link; escaped in the HTML part.
+pub fn invitation_mail(
+    invitation: &Invitation,
+    provider_name: &str,
+    inviter: &str,
+) -> RenderedMail {
+    let by = if inviter == "operator" {
+        String::new()
+    } else {
+        format!(" by {inviter}")
+    };
+    let von = if inviter == "operator" {
+        String::new()
+    } else {
+        format!(" von {inviter}")
+    };
+    let text = format!(
+        "You have been invited{by} to the checkout dashboard of {provider_name} as {role}.\n\
+         Choose your password here (the link works once, until {expires}):\n\n{url}\n\n\
+         --\n\n\
+         Sie wurden{von} zum Checkout-Dashboard von {provider_name} eingeladen ({role}).\n\
+         Wählen Sie hier Ihr Passwort (der Link gilt einmal, bis {expires}):\n\n{url}\n",
+        role = invitation.role,
+        expires = invitation.expires_at,
+        url = invitation.url,
+    );
+    let html = format!(
+        "<!doctype html><html><body><p>{}</p><p><a href=\"{url}\">{url}</a></p><hr><p lang=\"de\">{}</p>\
+         <p><a href=\"{url}\">{url}</a></p></body></html>",
+        html_escape(&format!(
+            "You have been invited{by} to the checkout dashboard of {provider_name} as {}. \
+             Choose your password with this link; it works once, until {}.",
+            invitation.role, invitation.expires_at
+        )),
+        html_escape(&format!(
+            "Sie wurden{von} zum Checkout-Dashboard von {provider_name} eingeladen ({}). \
+             Wählen Sie Ihr Passwort mit diesem Link; er gilt einmal, bis {}.",
+            invitation.role, invitation.expires_at
+        )),
+        url = html_escape(&invitation.url),
+    );
+    RenderedMail {
+        message_id: format!("<invitation.{}@checkout.invalid>", invitation.user_id),
+        to: vec![invitation.email.clone()],
+        subject: format!("Your invitation to the checkout dashboard of {provider_name}"),
+        text,
+        html,
+    }
+}
+
+fn html_escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// E-mails an invitation's link when a mailer is given: whether it was sent (a failure is
+/// logged, without the link; the link is still shown to whoever invited).
+pub async fn send_invitation(
+    mailer: Option<&crate::events::Mailer>,
+    invitation: &mut Invitation,
+    provider_name: &str,
+    inviter: &str,
+) {
+    let Some(mailer) = mailer else {
+        return;
+    };
+    let sent = mailer
+        .send(&invitation_mail(invitation, provider_name, inviter))
+        .await;
+    if let Err(error) = &sent {
+        tracing::warn!(user = %invitation.user_id, %error, "invitation e-mail not sent");
+    }
+    invitation.emailed = Some(sent.is_ok());
 }
 
 /// Why an invitation or a password was refused.
@@ -609,6 +693,7 @@ pub async fn invite_user(
                 public_url.trim_end_matches('/')
             ),
             expires_at: crate::store::format_instant(expires_at),
+            emailed: None,
         }),
         Invited::NoProvider => Err(Refusal::NoProvider(provider_id.to_owned()).into()),
         Invited::EmailTaken => Err(Refusal::EmailTaken(email).into()),
@@ -1065,8 +1150,13 @@ impl Services {
         if !session.may_change() {
             return Err(Error::Forbidden("admin").into());
         }
-        self.invite_user(&session.provider_id, email, role, &session.email, now)
-            .await
+        let mut invitation = self
+            .invite_user(&session.provider_id, email, role, &session.email, now)
+            .await?;
+        let provider = self.store.provider(session.provider_id.clone()).await?;
+        let name = provider.map(|p| p.name).unwrap_or_default();
+        send_invitation(self.mailer.as_ref(), &mut invitation, &name, &session.email).await;
+        Ok(invitation)
     }
 
     /// Gives a user of the session's provider another role (`Some`) or removes it (`None`),

@@ -81,6 +81,8 @@ pub struct Services {
     /// Whether webhook endpoints on internal addresses are delivered to
     /// (`--allow-private-webhooks`), and so may be added from the dashboard.
     pub allow_private_webhooks: bool,
+    /// The SMTP sender (`--smtp-url`), for mail sent at once (dashboard invitations).
+    pub mailer: Option<crate::events::Mailer>,
 }
 
 /// What the customer's payment pages need: where they are served, how long their links live,

@@ -277,6 +277,8 @@ pub struct DashTexts {
     refund_id: &'static str,
     gateway_reference: &'static str,
     attachments: &'static str,
+    invitation_emailed: &'static str,
+    invitation_not_emailed: &'static str,
 }
 
 const EN: DashTexts = DashTexts {
@@ -513,6 +515,8 @@ const EN: DashTexts = DashTexts {
     refund_id: "Refund ID",
     gateway_reference: "Gateway reference",
     attachments: "Attachments",
+    invitation_emailed: "The link was also e-mailed to {}.",
+    invitation_not_emailed: "The e-mail with the link could not be sent; pass the link on yourself.",
 };
 
 const DE: DashTexts = DashTexts {
@@ -749,6 +753,8 @@ const DE: DashTexts = DashTexts {
     refund_id: "Erstattungs-ID",
     gateway_reference: "Referenz des Zahlungsdienstes",
     attachments: "Anhänge",
+    invitation_emailed: "Der Link wurde auch per E-Mail an {} gesendet.",
+    invitation_not_emailed: "Die E-Mail mit dem Link konnte nicht gesendet werden; geben Sie den Link selbst weiter.",
 };
 
 fn texts(lang: Lang) -> &'static DashTexts {
@@ -2316,10 +2322,17 @@ impl<'a> Page<'a> {
             .await
         {
             Ok(invitation) => {
+                let notice = invitation.emailed.map(|sent| {
+                    if sent {
+                        self.t().invitation_emailed.replace("{}", &invitation.email)
+                    } else {
+                        self.t().invitation_not_emailed.to_owned()
+                    }
+                });
                 self.users_page(
                     &session,
                     StatusCode::OK,
-                    None,
+                    notice,
                     None,
                     Some(invitation.url),
                     String::new(),
