@@ -986,8 +986,35 @@ async fn api_settings_show_credentials_create_one_whose_secret_works_and_revoke_
         widget_id: value_of("new-widget-id"),
         secret: value_of("new-secret"),
     };
-    // The new credential works, with only its scope.
+    // The new credential works, with only its scope; its use is recorded (off the request's
+    // path, without moving the access epoch that would empty every instance's cache).
+    let listed = html(&admin.get("/dashboard/api").await);
+    let row_of = |page: &str, widget: &str| {
+        let at = page
+            .find(&format!("<code>{widget}</code>"))
+            .expect("its row");
+        page[at..at + page[at..].find("</tr>").expect("end")].to_owned()
+    };
+    assert!(row_of(&listed, &fresh.widget_id).contains("<td>never</td>"));
+    let epoch = server.scalar("SELECT value FROM access_epoch");
     assert_eq!(server.get("/status", &fresh).await.status, StatusCode::OK);
+    let used = format!(
+        "SELECT count(*) FROM credential_usage WHERE widget_id = '{}'",
+        fresh.widget_id
+    );
+    for _ in 0..100 {
+        if server.scalar(&used).as_deref() == Some("1") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(server.scalar(&used).as_deref(), Some("1"));
+    assert_eq!(server.scalar("SELECT value FROM access_epoch"), epoch);
+    let listed = html(&admin.get("/dashboard/api").await);
+    assert!(
+        !row_of(&listed, &fresh.widget_id).contains("<td>never</td>"),
+        "{listed}"
+    );
     let write = server
         .json(Method::POST, "/initialize", &fresh, &checkout_body("T"))
         .await;

@@ -39,7 +39,13 @@ impl Default for AccessCache {
 struct KnownCredential {
     row: CredentialRow,
     scopes: Scopes,
+    /// The minute (Unix seconds / 60) of the last use this instance recorded.
+    use_noted: std::sync::atomic::AtomicI64,
 }
+
+/// A credential's use is recorded at most once a minute per instance: the dashboard shows
+/// "last used" to the minute, and a request pays one atomic read for it.
+const USE_RESOLUTION_SECONDS: i64 = 60;
 
 impl Services {
     /// Checks presented Basic credentials. The stored credential comes from the
@@ -96,7 +102,11 @@ impl Services {
                 row.map(|row| {
                     // Scopes were checked when stored; an unreadable list grants nothing.
                     let scopes = Scopes::parse(&row.scopes).unwrap_or_default();
-                    let known = Arc::new(KnownCredential { row, scopes });
+                    let known = Arc::new(KnownCredential {
+                        row,
+                        scopes,
+                        use_noted: std::sync::atomic::AtomicI64::new(0),
+                    });
                     self.access_cache.credentials.put(
                         presented.widget_id.clone(),
                         epoch,
@@ -112,12 +122,37 @@ impl Services {
         }
         let known = known.ok_or(Error::Unauthenticated)?;
         let in_flight = Arc::new(self.in_flight.admit(&known.row.provider_id)?);
+        self.note_use(&known, &presented.widget_id);
         Ok(Principal {
             provider_id: known.row.provider_id.clone(),
             scopes: known.scopes,
             in_flight,
             access_epoch: epoch,
         })
+    }
+
+    /// Records the credential's use off the request's path, at most once a minute per
+    /// instance; a failure only leaves "last used" older.
+    fn note_use(&self, known: &KnownCredential, widget_id: &str) {
+        use std::sync::atomic::Ordering;
+        let now = chrono::Utc::now();
+        let minute = now.timestamp() / USE_RESOLUTION_SECONDS;
+        let noted = known.use_noted.load(Ordering::Relaxed);
+        if noted >= minute
+            || known
+                .use_noted
+                .compare_exchange(noted, minute, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let dashboard = Arc::clone(&self.dashboard);
+        let widget_id = widget_id.to_owned();
+        tokio::spawn(async move {
+            if let Err(error) = dashboard.record_credential_use(widget_id, now).await {
+                tracing::debug!(%error, "a credential's use was not recorded");
+            }
+        });
     }
 
     /// another provider's transaction → [`Error::OtherProvider`], an unknown one →

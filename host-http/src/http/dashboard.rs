@@ -279,6 +279,8 @@ pub struct DashTexts {
     attachments: &'static str,
     invitation_emailed: &'static str,
     invitation_not_emailed: &'static str,
+    last_used: &'static str,
+    never: &'static str,
 }
 
 const EN: DashTexts = DashTexts {
@@ -517,6 +519,8 @@ const EN: DashTexts = DashTexts {
     attachments: "Attachments",
     invitation_emailed: "The link was also e-mailed to {}.",
     invitation_not_emailed: "The e-mail with the link could not be sent; pass the link on yourself.",
+    last_used: "Last used",
+    never: "never",
 };
 
 const DE: DashTexts = DashTexts {
@@ -755,6 +759,8 @@ const DE: DashTexts = DashTexts {
     attachments: "Anhänge",
     invitation_emailed: "Der Link wurde auch per E-Mail an {} gesendet.",
     invitation_not_emailed: "Die E-Mail mit dem Link konnte nicht gesendet werden; geben Sie den Link selbst weiter.",
+    last_used: "Zuletzt benutzt",
+    never: "nie",
 };
 
 fn texts(lang: Lang) -> &'static DashTexts {
@@ -970,6 +976,8 @@ struct CredentialLine {
     created: String,
     revoked: Option<String>,
     revoke_href: String,
+    /// When it was last used, to the minute, or "never".
+    last_used: String,
 }
 
 #[derive(Template)]
@@ -2428,6 +2436,7 @@ impl<'a> Page<'a> {
                 scopes: c.scopes.replace(',', ", "),
                 created: c.created_at,
                 revoked: c.revoked_at,
+                last_used: c.last_used_at.unwrap_or_else(|| self.t().never.to_owned()),
             })
             .collect();
         Ok(self.render(

@@ -41,6 +41,9 @@ pub struct CredentialListing {
     pub created_at: String,
     /// Revocation instant (RFC 3339), or null while active.
     pub revoked_at: Option<String>,
+    /// When it was last used, to the minute (RFC 3339); shown by the dashboard only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_used_at: Option<String>,
 }
 
 /// A webhook endpoint to store.

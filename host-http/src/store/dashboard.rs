@@ -535,6 +535,13 @@ pub trait DashboardStore: Send + Sync + std::fmt::Debug + 'static {
         transaction_id: String,
     ) -> BoxFuture<'_, Result<Vec<RefundRow>, StoreError>>;
 
+    /// Records that a credential was used at `at` (kept only when later than what is kept).
+    fn record_credential_use(
+        &self,
+        widget_id: String,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
+
     /// Adds an entry to the audit log.
     fn record_audit(&self, entry: NewAudit) -> BoxFuture<'_, Result<(), StoreError>>;
 

@@ -189,6 +189,7 @@ impl AdminStore for PgAdmin {
                             revoked_at: r
                                 .try_get::<_, Option<DateTime<Utc>>>(3)?
                                 .map(format_instant),
+                            last_used_at: None,
                         })
                     })
                     .collect::<Result<Vec<_>, StoreError>>()?;

@@ -540,8 +540,10 @@ impl DashboardStore for PgStore {
             let client = self.client().await?;
             let statement = client
                 .prepare_cached(
-                    "SELECT widget_id, scopes, created_at, revoked_at FROM credentials \
-                     WHERE provider_id = $1 ORDER BY created_at, widget_id",
+                    "SELECT c.widget_id, c.scopes, c.created_at, c.revoked_at, u.last_used_at \
+                     FROM credentials c \
+                     LEFT JOIN credential_usage u ON u.widget_id = c.widget_id \
+                     WHERE c.provider_id = $1 ORDER BY c.created_at, c.widget_id",
                 )
                 .await?;
             client
@@ -555,6 +557,9 @@ impl DashboardStore for PgStore {
                         created_at: crate::store::format_instant(row.try_get(2)?),
                         revoked_at: row
                             .try_get::<_, Option<DateTime<Utc>>>(3)?
+                            .map(crate::store::format_instant),
+                        last_used_at: row
+                            .try_get::<_, Option<DateTime<Utc>>>(4)?
                             .map(crate::store::format_instant),
                     })
                 })
@@ -1012,6 +1017,26 @@ impl DashboardStore for PgStore {
                     })
                 })
                 .collect()
+        })
+    }
+
+    fn record_credential_use(
+        &self,
+        widget_id: String,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            client
+                .execute(
+                    "INSERT INTO credential_usage (widget_id, last_used_at) \
+                     SELECT widget_id, $2 FROM credentials WHERE widget_id = $1 \
+                     ON CONFLICT (widget_id) DO UPDATE SET last_used_at = excluded.last_used_at \
+                     WHERE excluded.last_used_at > credential_usage.last_used_at",
+                    &[&widget_id, &at],
+                )
+                .await?;
+            Ok(())
         })
     }
 

@@ -532,6 +532,17 @@ CREATE TABLE webhook_attempts (
 CREATE INDEX webhook_attempts_delivery ON webhook_attempts(event_seq, endpoint_id);
 "#,
     },
+    Migration {
+        version: 17,
+        description: "when each credential was last used",
+        // As SQLite's migration 20.
+        sql: r#"
+CREATE TABLE credential_usage (
+    widget_id     text PRIMARY KEY REFERENCES credentials(widget_id),
+    last_used_at  timestamptz NOT NULL
+);
+"#,
+    },
 ];
 
 /// Latest schema version this build knows.

@@ -127,6 +127,7 @@ impl AdminStore for SqliteAdmin {
                         scopes: r.get(1)?,
                         created_at: r.get(2)?,
                         revoked_at: r.get(3)?,
+                        last_used_at: None,
                     })
                 })?
                 .collect::<Result<_, _>>()?;

@@ -431,8 +431,9 @@ impl DashboardStore for SqliteStore {
     ) -> BoxFuture<'_, Result<Vec<CredentialListing>, StoreError>> {
         let result = self.read(|conn| {
             let mut statement = conn.prepare_cached(
-                "SELECT widget_id, scopes, created_at, revoked_at FROM credentials \
-                 WHERE provider_id = ?1 ORDER BY created_at, widget_id",
+                "SELECT c.widget_id, c.scopes, c.created_at, c.revoked_at, u.last_used_at \
+                 FROM credentials c LEFT JOIN credential_usage u ON u.widget_id = c.widget_id \
+                 WHERE c.provider_id = ?1 ORDER BY c.created_at, c.widget_id",
             )?;
             let rows = statement.query_map([&provider_id], |r| {
                 Ok(CredentialListing {
@@ -440,6 +441,7 @@ impl DashboardStore for SqliteStore {
                     scopes: r.get(1)?,
                     created_at: r.get(2)?,
                     revoked_at: r.get(3)?,
+                    last_used_at: r.get(4)?,
                 })
             })?;
             Ok(rows.collect::<Result<_, _>>()?)
@@ -846,6 +848,23 @@ impl DashboardStore for SqliteStore {
             Ok(rows.collect::<Result<_, _>>()?)
         });
         Box::pin(std::future::ready(result))
+    }
+
+    fn record_credential_use(
+        &self,
+        widget_id: String,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO credential_usage (widget_id, last_used_at) \
+                 SELECT widget_id, ?2 FROM credentials WHERE widget_id = ?1 \
+                 ON CONFLICT (widget_id) DO UPDATE SET last_used_at = excluded.last_used_at \
+                 WHERE excluded.last_used_at > credential_usage.last_used_at",
+            )?
+            .execute(params![widget_id, format_instant(at)])?;
+            Ok(())
+        }))
     }
 
     fn record_audit(&self, entry: NewAudit) -> BoxFuture<'_, Result<(), StoreError>> {

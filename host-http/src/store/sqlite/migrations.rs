@@ -345,6 +345,18 @@ CREATE TABLE webhook_attempts (
 CREATE INDEX webhook_attempts_delivery ON webhook_attempts(event_seq, endpoint_id);
 "#,
     },
+    Migration {
+        version: 20,
+        description: "when each credential was last used",
+        // A table of its own: a change of `credentials` moves the access epoch (and empties
+        // every instance's cache), a use must not.
+        sql: r#"
+CREATE TABLE credential_usage (
+    widget_id     TEXT PRIMARY KEY REFERENCES credentials(widget_id),
+    last_used_at  TEXT NOT NULL
+) WITHOUT ROWID;
+"#,
+    },
 ];
 
 /// Why the schema could not be brought up to date.
