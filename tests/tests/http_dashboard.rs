@@ -1850,3 +1850,88 @@ async fn an_invitation_from_the_dashboard_is_emailed_with_smtp_configured() {
         html(&accepted)
     );
 }
+
+#[tokio::test]
+async fn admins_set_the_stripe_keys_on_the_api_settings_sealed_and_never_shown_again() {
+    let (server, _key) = server_with_secrets_key().await;
+    let acme = server.provider("Acme Travel");
+    let mut admin = member(&server, &acme, "ada@example.com", "admin").await;
+    let mut viewer = member(&server, &acme, "bob@example.com", "viewer").await;
+    let token = admin.csrf().await;
+    let page = html(&admin.get("/dashboard/api").await);
+    assert!(page.contains("Sandbox (test cards only"), "{page}");
+    assert!(page.contains(&format!("/stripe/webhook/{}", acme.provider_id)));
+
+    let secret = "sk_test_51SecretKeyOfAcme9Zq";
+    let keys = |secret: &'static str, publishable: &'static str| {
+        vec![
+            ("csrf_token", token.clone()),
+            ("processor", "stripe".to_owned()),
+            ("secret_key", secret.to_owned()),
+            ("publishable_key", publishable.to_owned()),
+            ("webhook_secret", "whsec_SigningSecretOfAcme7Yx".to_owned()),
+        ]
+    };
+    let post = async |browser: &mut Browser<'_>, fields: Vec<(&str, String)>| {
+        let fields: Vec<(&str, &str)> = fields.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        browser.post("/dashboard/api/processor", &fields).await
+    };
+    // A live publishable key with a test secret key is refused, with the reason.
+    let mixed = post(&mut admin, keys(secret, "pk_live_51PublishableKey")).await;
+    assert_eq!(mixed.status, StatusCode::BAD_REQUEST);
+    assert!(
+        html(&mixed).contains("both be test keys or both live"),
+        "{}",
+        html(&mixed)
+    );
+    let saved = post(&mut admin, keys(secret, "pk_test_51PublishableKeyAcme")).await;
+    assert_eq!(saved.status, StatusCode::OK, "{}", html(&saved));
+    let page = html(&saved);
+    assert!(
+        page.contains("pk_test_51PublishableKeyAcme") && page.contains("…e9Zq"),
+        "{page}"
+    );
+    assert!(!page.contains(secret) && !page.contains("whsec_SigningSecretOfAcme7Yx"));
+    let sealed = server
+        .scalar("SELECT secret_key_sealed FROM provider_processors")
+        .expect("a Stripe configuration");
+    assert!(
+        sealed.starts_with("v1:") && !sealed.contains(secret),
+        "{sealed}"
+    );
+
+    // A viewer sees the processor, not the forms, and cannot change it.
+    let seen = html(&viewer.get("/dashboard/api").await);
+    assert!(seen.contains("…e9Zq") && !seen.contains("name=\"secret_key\""));
+    let viewer_token = viewer.csrf().await;
+    let refused = viewer
+        .post(
+            "/dashboard/api/processor",
+            &[("csrf_token", &viewer_token), ("processor", "sandbox")],
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+
+    // Back to the sandbox; both changes are in the audit log.
+    let sandbox = post(
+        &mut admin,
+        vec![
+            ("csrf_token", token.clone()),
+            ("processor", "sandbox".to_owned()),
+        ],
+    )
+    .await;
+    assert_eq!(sandbox.status, StatusCode::OK);
+    assert_eq!(
+        server
+            .scalar("SELECT count(*) FROM provider_processors")
+            .as_deref(),
+        Some("0")
+    );
+    let log = html(&admin.get("/dashboard/audit").await);
+    assert!(
+        log.contains("set the payment processor to Stripe (secret key …e9Zq)"),
+        "{log}"
+    );
+    assert!(log.contains("set the payment processor to the sandbox"));
+}

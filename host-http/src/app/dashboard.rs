@@ -289,6 +289,19 @@ pub fn check_policy(policy: &serde_json::Value) -> Result<CancellationPolicy, Ve
     })
 }
 
+/// A provider's payment processor as the API settings show it.
+#[derive(Debug, Clone)]
+pub struct ProcessorView {
+    /// Which processor, with the last four characters of its secrets.
+    pub summary: super::processors::ProcessorSummary,
+    /// Stripe's publishable key (not a secret).
+    pub publishable_key: Option<String>,
+    /// When the Stripe keys were set (RFC 3339).
+    pub updated_at: Option<String>,
+    /// Whether this server has a secrets key to seal Stripe keys with.
+    pub can_seal: bool,
+}
+
 /// Deliveries the webhooks page lists.
 pub const RECENT_DELIVERIES: u32 = 50;
 
@@ -1506,6 +1519,61 @@ impl Services {
             .dashboard
             .change_webhook(session.provider_id.clone(), change, audit)
             .await?)
+    }
+
+    /// The provider's payment processor as the API settings show it (every role): which one,
+    /// the publishable key, the last four characters of the secrets, when it was set.
+    pub async fn dashboard_processor(&self, session: &Session) -> Result<ProcessorView, Error> {
+        let row = self
+            .processors
+            .store
+            .stripe_of(session.provider_id.clone())
+            .await?;
+        Ok(ProcessorView {
+            summary: row.as_ref().map_or_else(
+                super::processors::ProcessorSummary::sandbox,
+                super::processors::ProcessorSummary::of,
+            ),
+            publishable_key: row.as_ref().map(|row| row.publishable_key.clone()),
+            updated_at: row.map(|row| row.updated_at),
+            can_seal: self.processors.secrets.is_some(),
+        })
+    }
+
+    /// Sets the provider's processor (admins only), checked and sealed as the command line's
+    /// `provider set-processor` does ([`super::processors::processor_row`]); `Error::Invalid`
+    /// says what is wrong with a key, or that the server has no secrets key to seal them.
+    pub async fn set_dashboard_processor(
+        &self,
+        session: &Session,
+        choice: &super::processors::ProcessorChoice,
+        now: DateTime<Utc>,
+    ) -> Result<super::processors::ProcessorSummary, Error> {
+        use super::processors::ProcessorAdminError;
+        session.may_change_or_refuse()?;
+        let (row, summary) = super::processors::processor_row(
+            &session.provider_id,
+            choice,
+            self.processors.secrets.as_ref(),
+            now,
+        )
+        .map_err(|error| match error {
+            ProcessorAdminError::Key { message, .. } => Error::Invalid(vec![message]),
+            ProcessorAdminError::NoSecretsKey => Error::Invalid(vec![
+                "this server has no secrets key (--secrets-key-file) to keep Stripe keys with"
+                    .to_owned(),
+            ]),
+            other => Error::Internal(other.to_string()),
+        })?;
+        let detail = match &summary.secret_key_last4 {
+            Some(last4) => format!("set the payment processor to Stripe (secret key …{last4})"),
+            None => "set the payment processor to the sandbox".to_owned(),
+        };
+        let audit = session.audit("processor.changed", detail, now);
+        self.dashboard
+            .set_processor(session.provider_id.clone(), row, audit)
+            .await?;
+        Ok(summary)
     }
 
     /// The provider's cancellation policies and time zone (every role).

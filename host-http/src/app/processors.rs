@@ -168,7 +168,23 @@ pub fn set_processor(
     now: DateTime<Utc>,
 ) -> Result<ProcessorSummary, ProcessorAdminError> {
     let admin = store::processor_admin(db)?;
-    let (row, summary) = match choice {
+    let (row, summary) = processor_row(provider_id, choice, key, now)?;
+    if !admin.set_stripe(provider_id, row.as_ref())? {
+        return Err(ProcessorAdminError::UnknownProvider(provider_id.to_owned()));
+    }
+    Ok(summary)
+}
+
+/// The stored row of a processor choice (`None`: the sandbox), its keys checked
+/// ([`check_stripe_keys`]) and sealed with `key` for this provider; the command line's and
+/// the dashboard's one rule.
+pub fn processor_row(
+    provider_id: &str,
+    choice: &ProcessorChoice,
+    key: Option<&SecretsKey>,
+    now: DateTime<Utc>,
+) -> Result<(Option<StripeRow>, ProcessorSummary), ProcessorAdminError> {
+    Ok(match choice {
         ProcessorChoice::Sandbox => (None, ProcessorSummary::sandbox()),
         ProcessorChoice::Stripe {
             secret_key,
@@ -189,11 +205,7 @@ pub fn set_processor(
             let summary = ProcessorSummary::of(&row);
             (Some(row), summary)
         }
-    };
-    if !admin.set_stripe(provider_id, row.as_ref())? {
-        return Err(ProcessorAdminError::UnknownProvider(provider_id.to_owned()));
-    }
-    Ok(summary)
+    })
 }
 
 /// The processor of every provider with a Stripe configuration, by provider id.

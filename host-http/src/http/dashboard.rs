@@ -281,6 +281,21 @@ pub struct DashTexts {
     invitation_not_emailed: &'static str,
     last_used: &'static str,
     never: &'static str,
+    processor: &'static str,
+    processor_sandbox: &'static str,
+    processor_stripe: &'static str,
+    publishable_key: &'static str,
+    secret_key: &'static str,
+    webhook_secret: &'static str,
+    keys_updated: &'static str,
+    stripe_webhook_url: &'static str,
+    set_stripe: &'static str,
+    stripe_keys_hint: &'static str,
+    save_stripe: &'static str,
+    use_sandbox: &'static str,
+    processor_saved: &'static str,
+    processor_refused: &'static str,
+    no_secrets_key: &'static str,
 }
 
 const EN: DashTexts = DashTexts {
@@ -521,6 +536,21 @@ const EN: DashTexts = DashTexts {
     invitation_not_emailed: "The e-mail with the link could not be sent; pass the link on yourself.",
     last_used: "Last used",
     never: "never",
+    processor: "Payment processor",
+    processor_sandbox: "Sandbox (test cards only, no money moves)",
+    processor_stripe: "Stripe",
+    publishable_key: "Publishable key",
+    secret_key: "Secret key",
+    webhook_secret: "Webhook signing secret",
+    keys_updated: "Keys set",
+    stripe_webhook_url: "Stripe webhook URL (register it at Stripe for this account)",
+    set_stripe: "Use a Stripe account",
+    stripe_keys_hint: "The keys are checked (the secret and the publishable key of one mode, test or live), kept sealed, and never shown again; only their last four characters are.",
+    save_stripe: "Save Stripe keys",
+    use_sandbox: "Use the sandbox instead",
+    processor_saved: "The payment processor is saved. Payments from now on use it.",
+    processor_refused: "The keys were not saved:",
+    no_secrets_key: "This server has no secrets key (--secrets-key-file), so it cannot keep Stripe keys; ask its operator.",
 };
 
 const DE: DashTexts = DashTexts {
@@ -761,6 +791,21 @@ const DE: DashTexts = DashTexts {
     invitation_not_emailed: "Die E-Mail mit dem Link konnte nicht gesendet werden; geben Sie den Link selbst weiter.",
     last_used: "Zuletzt benutzt",
     never: "nie",
+    processor: "Zahlungsabwickler",
+    processor_sandbox: "Sandbox (nur Testkarten, es fließt kein Geld)",
+    processor_stripe: "Stripe",
+    publishable_key: "Veröffentlichbarer Schlüssel",
+    secret_key: "Geheimer Schlüssel",
+    webhook_secret: "Webhook-Signaturgeheimnis",
+    keys_updated: "Schlüssel gesetzt",
+    stripe_webhook_url: "Stripe-Webhook-URL (bei Stripe für dieses Konto eintragen)",
+    set_stripe: "Ein Stripe-Konto verwenden",
+    stripe_keys_hint: "Die Schlüssel werden geprüft (geheimer und veröffentlichbarer Schlüssel desselben Modus, Test oder Live), versiegelt aufbewahrt und nie wieder gezeigt; nur ihre letzten vier Zeichen.",
+    save_stripe: "Stripe-Schlüssel speichern",
+    use_sandbox: "Stattdessen die Sandbox verwenden",
+    processor_saved: "Der Zahlungsabwickler ist gespeichert. Zahlungen ab jetzt verwenden ihn.",
+    processor_refused: "Die Schlüssel wurden nicht gespeichert:",
+    no_secrets_key: "Dieser Server hat keinen Geheimnisschlüssel (--secrets-key-file) und kann daher keine Stripe-Schlüssel aufbewahren; fragen Sie seinen Betreiber.",
 };
 
 fn texts(lang: Lang) -> &'static DashTexts {
@@ -990,6 +1035,9 @@ struct ApiPage {
     /// A credential just made: (widget ID, secret), shown once.
     issued: Option<(String, String)>,
     scopes: [&'static str; 3],
+    processor: crate::app::dashboard::ProcessorView,
+    /// Where the provider registers its Stripe webhook endpoint.
+    stripe_webhook_url: String,
 }
 
 /// A policy as the policies page shows it: in words and drawn for the example item.
@@ -1370,6 +1418,7 @@ pub async fn handle(
         (["users"], true, _) => page.users(&request, now).await,
         (["api"], true, _) => page.api(&request, now).await,
         (["api", "credentials"], _, true) => page.create_credential(request, now).await,
+        (["api", "processor"], _, true) => page.set_processor(request, now).await,
         (["api", "credentials", widget, "revoke"], true, _) => {
             page.revoke_question(&request, widget, now).await
         }
@@ -2439,6 +2488,12 @@ impl<'a> Page<'a> {
                 last_used: c.last_used_at.unwrap_or_else(|| self.t().never.to_owned()),
             })
             .collect();
+        let processor = self.services.dashboard_processor(session).await?;
+        let stripe_webhook_url = format!(
+            "{}{}",
+            self.services.pages.public_url.trim_end_matches('/'),
+            super::routes::paths::STRIPE_WEBHOOK.replace("{providerId}", &session.provider_id)
+        );
         Ok(self.render(
             status,
             &ApiPage {
@@ -2448,6 +2503,8 @@ impl<'a> Page<'a> {
                 error,
                 issued,
                 scopes: ["transactions:read", "transactions:write", "refunds:write"],
+                processor,
+                stripe_webhook_url,
             },
         ))
     }
@@ -2490,6 +2547,50 @@ impl<'a> Page<'a> {
             Ok(issued) => {
                 let issued = Some((issued.widget_id, issued.backend_secret));
                 self.api_page(&session, StatusCode::OK, None, None, issued)
+                    .await
+            }
+            Err(Error::Forbidden(_)) => Ok(self.refused(Refused::Forbidden(session))),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// `POST …/api/processor` (admins): `processor` `stripe` with its three keys, or
+    /// `sandbox`. The keys are checked and sealed as the command line does; they are never
+    /// shown again (only their last four characters).
+    async fn set_processor(
+        &self,
+        request: Request<Incoming>,
+        now: DateTime<Utc>,
+    ) -> Result<HttpResponse, Error> {
+        use crate::app::processors::ProcessorChoice;
+        use crate::secrets::Secret;
+        let (session, fields) = or_answer!(self, self.changing_form(request, now, true));
+        let choice = if field(&fields, "processor") == "sandbox" {
+            ProcessorChoice::Sandbox
+        } else {
+            ProcessorChoice::Stripe {
+                secret_key: Secret::new(field(&fields, "secret_key").trim()),
+                publishable_key: field(&fields, "publishable_key").trim().to_owned(),
+                webhook_secret: Secret::new(field(&fields, "webhook_secret").trim()),
+            }
+        };
+        match self
+            .services
+            .set_dashboard_processor(&session, &choice, now)
+            .await
+        {
+            Ok(_) => {
+                let notice = Some(self.t().processor_saved.to_owned());
+                self.api_page(&session, StatusCode::OK, notice, None, None)
+                    .await
+            }
+            Err(Error::Invalid(problems)) => {
+                let error = Some(format!(
+                    "{} {}",
+                    self.t().processor_refused,
+                    problems.join(" ")
+                ));
+                self.api_page(&session, StatusCode::BAD_REQUEST, None, error, None)
                     .await
             }
             Err(Error::Forbidden(_)) => Ok(self.refused(Refused::Forbidden(session))),

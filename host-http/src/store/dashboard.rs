@@ -535,6 +535,15 @@ pub trait DashboardStore: Send + Sync + std::fmt::Debug + 'static {
         transaction_id: String,
     ) -> BoxFuture<'_, Result<Vec<RefundRow>, StoreError>>;
 
+    /// Sets (`Some`) or removes (`None`: back to the sandbox) the provider's Stripe
+    /// configuration, with an audit entry, in one transaction.
+    fn set_processor(
+        &self,
+        provider_id: String,
+        row: Option<super::processors::StripeRow>,
+        audit: NewAudit,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
+
     /// Records that a credential was used at `at` (kept only when later than what is kept).
     fn record_credential_use(
         &self,

@@ -1020,6 +1020,28 @@ impl DashboardStore for PgStore {
         })
     }
 
+    fn set_processor(
+        &self,
+        provider_id: String,
+        row: Option<crate::store::processors::StripeRow>,
+        entry: NewAudit,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            // Lock order: the provider first, as every other change of a provider.
+            tx.execute(
+                "SELECT 1 FROM providers WHERE id = $1 FOR UPDATE",
+                &[&provider_id],
+            )
+            .await?;
+            super::processors::write_stripe(&tx, &provider_id, row.as_ref()).await?;
+            audit(&tx, &entry).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
     fn record_credential_use(
         &self,
         widget_id: String,

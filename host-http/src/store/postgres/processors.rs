@@ -202,9 +202,6 @@ impl ProcessorStore for PgStore {
 
 impl ProcessorAdmin for PgAdmin {
     fn set_stripe(&self, provider_id: &str, row: Option<&StripeRow>) -> Result<bool, StoreError> {
-        let updated_at = row
-            .map(|row| parse_instant("provider_processors.updated_at", &row.updated_at))
-            .transpose()?;
         self.run(async move |client: &mut Object| {
             let tx = client.transaction().await?;
             // Lock order: the provider first, as every other change of a provider.
@@ -218,38 +215,7 @@ impl ProcessorAdmin for PgAdmin {
             if !exists {
                 return Ok(false);
             }
-            match (row, updated_at) {
-                (Some(row), Some(updated_at)) => {
-                    tx.execute(
-                        &format!(
-                            "INSERT INTO provider_processors (processor, {COLUMNS}) \
-                             VALUES ('stripe', $1, $2, $3, $4, $5, $6, $7) \
-                             ON CONFLICT (provider_id) DO UPDATE SET \
-                             processor = 'stripe', publishable_key = $2, \
-                             secret_key_sealed = $3, secret_key_last4 = $4, \
-                             webhook_secret_sealed = $5, webhook_secret_last4 = $6, \
-                             updated_at = $7"
-                        ),
-                        &[
-                            &provider_id,
-                            &row.publishable_key,
-                            &row.secret_key_sealed,
-                            &row.secret_key_last4,
-                            &row.webhook_secret_sealed,
-                            &row.webhook_secret_last4,
-                            &updated_at,
-                        ],
-                    )
-                    .await?;
-                }
-                _ => {
-                    tx.execute(
-                        "DELETE FROM provider_processors WHERE provider_id = $1",
-                        &[&provider_id],
-                    )
-                    .await?;
-                }
-            }
+            write_stripe(&tx, provider_id, row).await?;
             tx.commit().await?;
             Ok(true)
         })
@@ -309,4 +275,47 @@ impl ProcessorAdmin for PgAdmin {
             Ok(true)
         })
     }
+}
+
+/// Writes (`Some`) or removes (`None`) a provider's Stripe configuration, inside the caller's
+/// transaction (which holds the provider's row lock).
+pub(super) async fn write_stripe(
+    tx: &impl deadpool_postgres::GenericClient,
+    provider_id: &str,
+    row: Option<&StripeRow>,
+) -> Result<(), StoreError> {
+    match row {
+        Some(row) => {
+            let updated_at = parse_instant("provider_processors.updated_at", &row.updated_at)?;
+            tx.execute(
+                &format!(
+                    "INSERT INTO provider_processors (processor, {COLUMNS}) \
+                     VALUES ('stripe', $1, $2, $3, $4, $5, $6, $7) \
+                     ON CONFLICT (provider_id) DO UPDATE SET \
+                     processor = 'stripe', publishable_key = $2, \
+                     secret_key_sealed = $3, secret_key_last4 = $4, \
+                     webhook_secret_sealed = $5, webhook_secret_last4 = $6, \
+                     updated_at = $7"
+                ),
+                &[
+                    &provider_id,
+                    &row.publishable_key,
+                    &row.secret_key_sealed,
+                    &row.secret_key_last4,
+                    &row.webhook_secret_sealed,
+                    &row.webhook_secret_last4,
+                    &updated_at,
+                ],
+            )
+            .await?;
+        }
+        None => {
+            tx.execute(
+                "DELETE FROM provider_processors WHERE provider_id = $1",
+                &[&provider_id],
+            )
+            .await?;
+        }
+    }
+    Ok(())
 }

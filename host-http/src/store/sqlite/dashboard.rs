@@ -850,6 +850,18 @@ impl DashboardStore for SqliteStore {
         Box::pin(std::future::ready(result))
     }
 
+    fn set_processor(
+        &self,
+        provider_id: String,
+        row: Option<crate::store::processors::StripeRow>,
+        entry: NewAudit,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.writer.execute(move |conn| {
+            super::processors::write_stripe(conn, &provider_id, row.as_ref())?;
+            audit(conn, &entry)
+        }))
+    }
+
     fn record_credential_use(
         &self,
         widget_id: String,

@@ -186,31 +186,7 @@ impl ProcessorAdmin for SqliteAdmin {
         if !exists {
             return Ok(false);
         }
-        match row {
-            None => {
-                tx.execute(
-                    "DELETE FROM provider_processors WHERE provider_id = ?1",
-                    [provider_id],
-                )?;
-            }
-            Some(row) => {
-                tx.execute(
-                    &format!(
-                        "INSERT OR REPLACE INTO provider_processors (processor, {COLUMNS}) \
-                         VALUES ('stripe', ?1, ?2, ?3, ?4, ?5, ?6, ?7)"
-                    ),
-                    params![
-                        provider_id,
-                        row.publishable_key,
-                        row.secret_key_sealed,
-                        row.secret_key_last4,
-                        row.webhook_secret_sealed,
-                        row.webhook_secret_last4,
-                        row.updated_at
-                    ],
-                )?;
-            }
-        }
+        write_stripe(&tx, provider_id, row)?;
         tx.commit()?;
         Ok(true)
     }
@@ -252,4 +228,35 @@ impl ProcessorAdmin for SqliteAdmin {
         tx.commit()?;
         Ok(true)
     }
+}
+
+/// Writes (`Some`) or removes (`None`) a provider's Stripe configuration, inside the caller's
+/// transaction.
+pub(super) fn write_stripe(
+    conn: &Connection,
+    provider_id: &str,
+    row: Option<&StripeRow>,
+) -> Result<(), StoreError> {
+    match row {
+        None => {
+            conn.prepare_cached("DELETE FROM provider_processors WHERE provider_id = ?1")?
+                .execute([provider_id])?;
+        }
+        Some(row) => {
+            conn.prepare_cached(&format!(
+                "INSERT OR REPLACE INTO provider_processors (processor, {COLUMNS}) \
+                 VALUES ('stripe', ?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+            ))?
+            .execute(params![
+                provider_id,
+                row.publishable_key,
+                row.secret_key_sealed,
+                row.secret_key_last4,
+                row.webhook_secret_sealed,
+                row.webhook_secret_last4,
+                row.updated_at
+            ])?;
+        }
+    }
+    Ok(())
 }
