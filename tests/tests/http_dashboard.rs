@@ -672,6 +672,10 @@ async fn an_admin_sees_the_refund_first_then_cancels_once_however_often_the_form
 
     let page = html(&admin.get(&format!("/dashboard/transactions/{id}")).await);
     assert!(page.contains("See the refund"), "{page}");
+    // The payment: when it was made, even without customer or card details.
+    let payment = &page[page.find("<h2>Payment</h2>").expect("payment") + 16..];
+    let payment = &payment[..payment.find("<h2>").expect("next section")];
+    assert!(payment.contains("<dt>Paid at</dt>"), "{payment}");
     assert!(page.contains("name=\"item\" value=\"1\""));
 
     let quote = admin

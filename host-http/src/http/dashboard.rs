@@ -296,6 +296,7 @@ pub struct DashTexts {
     processor_saved: &'static str,
     processor_refused: &'static str,
     no_secrets_key: &'static str,
+    paid_at: &'static str,
 }
 
 const EN: DashTexts = DashTexts {
@@ -551,6 +552,7 @@ const EN: DashTexts = DashTexts {
     processor_saved: "The payment processor is saved. Payments from now on use it.",
     processor_refused: "The keys were not saved:",
     no_secrets_key: "This server has no secrets key (--secrets-key-file), so it cannot keep Stripe keys; ask its operator.",
+    paid_at: "Paid at",
 };
 
 const DE: DashTexts = DashTexts {
@@ -806,6 +808,7 @@ const DE: DashTexts = DashTexts {
     processor_saved: "Der Zahlungsabwickler ist gespeichert. Zahlungen ab jetzt verwenden ihn.",
     processor_refused: "Die Schlüssel wurden nicht gespeichert:",
     no_secrets_key: "Dieser Server hat keinen Geheimnisschlüssel (--secrets-key-file) und kann daher keine Stripe-Schlüssel aufbewahren; fragen Sie seinen Betreiber.",
+    paid_at: "Bezahlt am",
 };
 
 fn texts(lang: Lang) -> &'static DashTexts {
@@ -2009,6 +2012,17 @@ impl<'a> Page<'a> {
             })
             .collect();
         let mut payment = Vec::new();
+        if record.status != checkout_engine::api::TransactionStatus::Pending {
+            payment.push((t.paid_at, lang.instant(view.start, chrono_tz::UTC)));
+        }
+        if let Some(info) = &record.checkout.payment {
+            if let Some(provider) = &info.provider {
+                payment.push((t.processor, provider.clone()));
+            }
+            if let Some(reference) = &info.reference {
+                payment.push((t.reference, reference.clone()));
+            }
+        }
         if let Some(customer) = &record.checkout.customer {
             let name = [
                 customer.first_name.as_deref(),
