@@ -1939,3 +1939,252 @@ async fn admins_set_the_stripe_keys_on_the_api_settings_sealed_and_never_shown_a
     );
     assert!(log.contains("set the payment processor to the sandbox"));
 }
+
+/// A request of the table below: method, path, form fields (besides the anti-forgery token).
+type RouteCase = (Method, String, Vec<(&'static str, &'static str)>);
+
+/// Everything that can change a provider's data, as one table.
+fn changing_routes(
+    transaction: &str,
+    event_seq: &str,
+    endpoint: &str,
+    user: &str,
+    widget: &str,
+) -> Vec<RouteCase> {
+    vec![
+        (
+            Method::POST,
+            format!("/dashboard/transactions/{transaction}/cancel"),
+            vec![("item", "1"), ("key", "tampering-key")],
+        ),
+        (
+            Method::POST,
+            format!(
+                "/dashboard/transactions/{transaction}/deliveries/{event_seq}/{endpoint}/send-again"
+            ),
+            vec![],
+        ),
+        (
+            Method::POST,
+            "/dashboard/users".to_owned(),
+            vec![("email", "mallory@example.com"), ("role", "admin")],
+        ),
+        (
+            Method::POST,
+            format!("/dashboard/users/{user}/role"),
+            vec![("role", "viewer")],
+        ),
+        (
+            Method::POST,
+            format!("/dashboard/users/{user}/remove"),
+            vec![],
+        ),
+        (
+            Method::POST,
+            "/dashboard/api/credentials".to_owned(),
+            vec![("scope", "transactions:read")],
+        ),
+        (
+            Method::POST,
+            format!("/dashboard/api/credentials/{widget}/revoke"),
+            vec![],
+        ),
+        (
+            Method::POST,
+            "/dashboard/api/processor".to_owned(),
+            vec![("processor", "sandbox")],
+        ),
+        (
+            Method::POST,
+            "/dashboard/webhooks".to_owned(),
+            vec![("url", "https://127.0.0.1/hooks")],
+        ),
+        (
+            Method::POST,
+            format!("/dashboard/webhooks/{endpoint}/rotate"),
+            vec![],
+        ),
+        (
+            Method::POST,
+            format!("/dashboard/webhooks/{endpoint}/remove"),
+            vec![],
+        ),
+        (
+            Method::POST,
+            "/dashboard/policies/default".to_owned(),
+            vec![("action", "remove")],
+        ),
+        (
+            Method::GET,
+            format!("/dashboard/transactions/{transaction}/cancel?item=1"),
+            vec![],
+        ),
+        (
+            Method::GET,
+            format!("/dashboard/api/credentials/{widget}/revoke"),
+            vec![],
+        ),
+        (
+            Method::GET,
+            format!("/dashboard/webhooks/{endpoint}/remove"),
+            vec![],
+        ),
+        (
+            Method::GET,
+            "/dashboard/policies/default".to_owned(),
+            vec![],
+        ),
+        (Method::GET, "/dashboard/users".to_owned(), vec![]),
+        (Method::GET, "/dashboard/audit".to_owned(), vec![]),
+    ]
+}
+
+/// What a provider holds that a change could touch, as text to compare before and after.
+fn fingerprint(server: &TestServer) -> Vec<Option<String>> {
+    [
+        "SELECT count(*) FROM cancellations",
+        "SELECT count(*) FROM dashboard_users",
+        "SELECT count(*) FROM dashboard_users WHERE role = 'admin'",
+        "SELECT count(*) FROM credentials WHERE revoked_at IS NULL",
+        "SELECT count(*) FROM credentials",
+        "SELECT count(*) FROM provider_processors",
+        "SELECT count(*) FROM webhook_endpoints WHERE removed_at IS NULL",
+        "SELECT count(*) FROM webhook_endpoints WHERE previous_secret IS NOT NULL",
+        "SELECT count(*) FROM webhook_deliveries WHERE status = 'QUEUED'",
+        "SELECT count(*) FROM providers WHERE default_policy IS NOT NULL",
+    ]
+    .iter()
+    .map(|sql| server.scalar(sql))
+    .collect()
+}
+
+/// A provider (Globex) with one of everything a URL can name: a paid transaction with a
+/// failed webhook delivery, an endpoint, a user, a credential, a default policy.
+async fn provider_with_everything(server: &TestServer) -> (Creds, String, String, String, String) {
+    let globex = server.provider("Globex");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let endpoint = host_http::app::providers::set_webhook(
+        &server.db,
+        &globex.provider_id,
+        &format!("http://127.0.0.1:{closed}/hooks"),
+        &[],
+        true,
+        chrono::Utc::now(),
+    )
+    .expect("endpoint")
+    .endpoint_id;
+    let policy = host_http::app::providers::PolicyChange {
+        default_policy: Some(Some(
+            serde_json::from_value(serde_json::json!({
+                "reference": "PAYMENT_DATE",
+                "penalties": [{"type": "OFFSET_PENALTY",
+                               "value": {"amount": 10, "unit": "PERCENTAGE"},
+                               "offset": {"amount": 1, "unit": "DAYS"}}]
+            }))
+            .expect("policy"),
+        )),
+        ..Default::default()
+    };
+    host_http::app::providers::set_policy(&server.db, &globex.provider_id, &policy)
+        .expect("policy");
+    let transaction = paid(server, &globex, "Globex trip").await;
+    server.execute_sql(
+        "UPDATE webhook_deliveries SET status = 'FAILED', lease_owner = NULL, lease_until = NULL",
+    );
+    let event_seq = server
+        .scalar("SELECT min(event_seq) FROM webhook_deliveries")
+        .expect("a delivery");
+    let eve = member(server, &globex, "eve@example.com", "admin").await;
+    let user = user_id_on(&html(&eve.get("/dashboard/users").await), "eve@example.com");
+    let widget = globex.widget_id.clone();
+    (
+        globex,
+        transaction,
+        event_seq,
+        endpoint,
+        format!("{user}|{widget}"),
+    )
+}
+
+#[tokio::test]
+async fn every_route_that_names_another_providers_data_answers_not_found_and_changes_nothing() {
+    let server = TestServer::start_configured(|config| config.webhooks.allow_private = true).await;
+    let acme = server.provider("Acme Travel");
+    let (_globex, transaction, event_seq, endpoint, ids) = provider_with_everything(&server).await;
+    let (user, widget) = ids.split_once('|').expect("ids");
+    let mut admin = member(&server, &acme, "ada@example.com", "admin").await;
+    let token = admin.csrf().await;
+    let before = fingerprint(&server);
+    let named = |path: &str| {
+        [transaction.as_str(), endpoint.as_str(), user, widget]
+            .iter()
+            .any(|id| path.contains(id))
+    };
+    for (method, path, fields) in changing_routes(&transaction, &event_seq, &endpoint, user, widget)
+    {
+        if !named(&path) {
+            continue;
+        }
+        let reply = if method == Method::GET {
+            admin.get(&path).await
+        } else {
+            let mut fields = fields.clone();
+            fields.push(("csrf_token", &token));
+            admin.post(&path, &fields).await
+        };
+        assert_eq!(
+            reply.status,
+            StatusCode::NOT_FOUND,
+            "{method} {path}: {}",
+            html(&reply)
+        );
+    }
+    // Reading: the transaction's page, as any unknown id.
+    let page = admin
+        .get(&format!("/dashboard/transactions/{transaction}"))
+        .await;
+    assert_eq!(page.status, StatusCode::NOT_FOUND);
+    assert!(!html(&page).contains("Globex trip"));
+    for listing in [
+        "/dashboard/webhooks",
+        "/dashboard/api",
+        "/dashboard/users",
+        "/dashboard/policies",
+    ] {
+        let text = html(&admin.get(listing).await);
+        for id in [endpoint.as_str(), user, widget] {
+            assert!(!text.contains(id), "{listing} shows {id}");
+        }
+    }
+    assert_eq!(fingerprint(&server), before, "nothing of Globex changed");
+}
+
+#[tokio::test]
+async fn a_viewer_is_refused_every_changing_route_with_403_and_nothing_changes() {
+    let server = TestServer::start_configured(|config| config.webhooks.allow_private = true).await;
+    let (globex, transaction, event_seq, endpoint, ids) = provider_with_everything(&server).await;
+    let (user, widget) = ids.split_once('|').expect("ids");
+    let mut viewer = member(&server, &globex, "bob@example.com", "viewer").await;
+    let token = viewer.csrf().await;
+    let before = fingerprint(&server);
+    for (method, path, fields) in changing_routes(&transaction, &event_seq, &endpoint, user, widget)
+    {
+        let reply = if method == Method::GET {
+            viewer.get(&path).await
+        } else {
+            let mut fields = fields.clone();
+            fields.push(("csrf_token", &token));
+            viewer.post(&path, &fields).await
+        };
+        assert_eq!(
+            reply.status,
+            StatusCode::FORBIDDEN,
+            "{method} {path}: {}",
+            html(&reply)
+        );
+    }
+    assert_eq!(fingerprint(&server), before, "a viewer changed nothing");
+}
