@@ -563,6 +563,38 @@ async fn the_dashboard_speaks_german_when_asked() {
         )
         .await;
     assert!(html(&english).contains("Sign in"));
+
+    // Every page of a signed-in admin, in German: its heading in German, no English left.
+    let acme = server.provider("Acme Travel");
+    let admin = member(&server, &acme, "ada@example.com", "admin").await;
+    let id = server.create(&acme, &checkout_body("Reise")).await;
+    for (path, heading) in [
+        ("/dashboard/overview?lang=de", "Übersicht"),
+        ("/dashboard/transactions?lang=de", "Transaktionen"),
+        (
+            &format!("/dashboard/transactions/{id}?lang=de") as &str,
+            "<bdi>Reise",
+        ),
+        ("/dashboard/policies?lang=de", "Richtlinien"),
+        ("/dashboard/policies/default?lang=de", "Standardrichtlinie"),
+        ("/dashboard/webhooks?lang=de", "Webhooks"),
+        ("/dashboard/api?lang=de", "API-Einstellungen"),
+        ("/dashboard/users?lang=de", "Benutzer"),
+        ("/dashboard/audit?lang=de", "Änderungsprotokoll"),
+        ("/dashboard/security?lang=de", "Anmeldung in zwei Schritten"),
+    ] {
+        let page = html(&admin.get(path).await);
+        assert!(page.contains("<html lang=\"de\">"), "{path}");
+        assert!(page.contains(&format!("<h1>{heading}")), "{path}: {page}");
+        for english in [
+            "Sign out",
+            "Transactions</a>",
+            "Payment processor",
+            "Event types",
+        ] {
+            assert!(!page.contains(english), "{path} still says {english}");
+        }
+    }
 }
 
 #[tokio::test]
