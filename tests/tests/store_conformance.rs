@@ -3669,10 +3669,44 @@ async fn processors_are_per_provider_sealed_and_rotated_all_at_once(opened: &Sto
         "whsec_SigningSecretCCCC3333"
     );
 
-    // Rotation reseals every configuration; the old key no longer opens them.
+    // A dashboard user's second factor being set up is sealed with the same key.
+    let user = host_http::app::dashboard::invite_user(
+        opened.dashboard.as_ref(),
+        "http://127.0.0.1:8080",
+        &acme.provider_id,
+        "ada@example.com",
+        host_http::app::dashboard::Role::Admin,
+        "operator",
+        at(59),
+    )
+    .await
+    .unwrap();
+    let context = format!("dashboard_user:{}:totp", user.user_id);
+    opened
+        .dashboard
+        .set_totp_pending(
+            user.user_id.clone(),
+            key.seal(&Secret::new("c2Vjb25kIGZhY3Rvcg=="), &context),
+        )
+        .await
+        .unwrap();
+
+    // Rotation reseals every configuration and second factor; the old key no longer opens
+    // them.
     let new_key = SecretsKey::from_bytes([9; 32]);
     let rotation = procs::rotate_secrets_key(db, &key, &new_key, at(60)).unwrap();
     assert_eq!(rotation.resealed, 1);
+    assert_eq!(rotation.second_factors, 1);
+    let sealed = host_http::store::processor_admin(db)
+        .unwrap()
+        .sealed_totp()
+        .unwrap();
+    let pending = sealed[0].pending.as_deref().expect("still being set up");
+    assert_eq!(
+        new_key.open(pending, &context).unwrap().expose(),
+        "c2Vjb25kIGZhY3Rvcg=="
+    );
+    assert!(key.open(pending, &context).is_err());
     assert_eq!(server(Some(new_key.clone())).check().await, Ok(1));
     assert!(server(Some(key.clone())).check().await.is_err());
     // A rotation from a wrong key changes nothing.

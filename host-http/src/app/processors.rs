@@ -223,8 +223,10 @@ pub fn summaries(
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Rotation {
-    /// Configurations resealed.
+    /// Stripe configurations resealed.
     pub resealed: usize,
+    /// Dashboard users' second-factor secrets resealed.
+    pub second_factors: usize,
     /// Fingerprint of the new key.
     pub key_fingerprint: String,
 }
@@ -254,10 +256,28 @@ pub fn rotate_secrets_key(
         };
         pairs.push((row, resealed));
     }
-    if !admin.reseal_all(&pairs)? {
+    // The dashboard's second-factor secrets are sealed with the same key.
+    let mut totp = Vec::new();
+    for sealed in admin.sealed_totp()? {
+        let context = super::second_factor::sealing_context(&sealed.user_id);
+        let reseal = |value: &Option<String>| -> Result<Option<String>, SecretsError> {
+            value
+                .as_deref()
+                .map(|value| Ok(new.seal(&old.open(value, &context)?, &context)))
+                .transpose()
+        };
+        let resealed = crate::store::processors::SealedTotp {
+            user_id: sealed.user_id.clone(),
+            secret: reseal(&sealed.secret)?,
+            pending: reseal(&sealed.pending)?,
+        };
+        totp.push((sealed, resealed));
+    }
+    if !admin.reseal_all(&pairs, &totp)? {
         return Err(ProcessorAdminError::Concurrent);
     }
     Ok(Rotation {
+        second_factors: totp.len(),
         resealed: pairs.len(),
         key_fingerprint: new.fingerprint(),
     })

@@ -80,7 +80,8 @@ enum CodeKind {
     Recovery,
 }
 
-fn sealing_context(user_id: &str) -> String {
+/// What a user's second-factor secret is sealed for (the secrets key's context).
+pub(super) fn sealing_context(user_id: &str) -> String {
     format!("dashboard_user:{user_id}:totp")
 }
 

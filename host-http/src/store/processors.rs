@@ -112,6 +112,18 @@ pub struct StripeIntentRow {
     pub customer: String,
 }
 
+/// A dashboard user's second-factor secrets, sealed with the operator's secrets key (the one
+/// in force and the one being set up; either may be absent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealedTotp {
+    /// The user.
+    pub user_id: String,
+    /// The secret in force.
+    pub secret: Option<String>,
+    /// The secret being set up.
+    pub pending: Option<String>,
+}
+
 /// What the `provider` commands do with processors (blocking, as [`super::AdminStore`]).
 pub trait ProcessorAdmin: std::fmt::Debug {
     /// Sets (`Some`) or removes (`None`: back to the sandbox) a provider's Stripe
@@ -121,8 +133,16 @@ pub trait ProcessorAdmin: std::fmt::Debug {
     /// Every Stripe configuration, by provider id.
     fn stripe_rows(&self) -> Result<Vec<StripeRow>, StoreError>;
 
-    /// Replaces the sealed values of every configuration in one transaction (key rotation):
-    /// each row given must still exist unchanged since `stripe_rows` read it (`updated_at`),
+    /// Replaces the sealed values of every configuration and every second-factor secret in one
+    /// transaction (key rotation): each row given must still exist unchanged since
+    /// `stripe_rows` (`updated_at`) or `sealed_totp` read it, and no other may have appeared,
     /// or nothing is written and `false` is returned.
-    fn reseal_all(&self, rows: &[(StripeRow, StripeRow)]) -> Result<bool, StoreError>;
+    fn reseal_all(
+        &self,
+        rows: &[(StripeRow, StripeRow)],
+        totp: &[(SealedTotp, SealedTotp)],
+    ) -> Result<bool, StoreError>;
+
+    /// Every dashboard user with a sealed second-factor secret (in force or being set up).
+    fn sealed_totp(&self) -> Result<Vec<SealedTotp>, StoreError>;
 }

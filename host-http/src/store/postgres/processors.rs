@@ -6,7 +6,9 @@ use deadpool_postgres::{GenericClient, Object};
 use futures_util::future::BoxFuture;
 
 use super::{PgAdmin, PgStore, parse_instant};
-use crate::store::processors::{ProcessorAdmin, ProcessorStore, StripeIntentRow, StripeRow};
+use crate::store::processors::{
+    ProcessorAdmin, ProcessorStore, SealedTotp, StripeIntentRow, StripeRow,
+};
 use crate::store::{StoreError, format_instant};
 
 const COLUMNS: &str = "provider_id, publishable_key, secret_key_sealed, secret_key_last4, \
@@ -225,7 +227,11 @@ impl ProcessorAdmin for PgAdmin {
         self.run(async move |client: &mut Object| read_rows(&*client).await)
     }
 
-    fn reseal_all(&self, rows: &[(StripeRow, StripeRow)]) -> Result<bool, StoreError> {
+    fn reseal_all(
+        &self,
+        rows: &[(StripeRow, StripeRow)],
+        totp: &[(SealedTotp, SealedTotp)],
+    ) -> Result<bool, StoreError> {
         let rows = rows
             .iter()
             .map(|(old, new)| {
@@ -241,6 +247,38 @@ impl ProcessorAdmin for PgAdmin {
             let tx = client.transaction().await?;
             tx.execute("LOCK TABLE provider_processors IN EXCLUSIVE MODE", &[])
                 .await?;
+            tx.execute("LOCK TABLE dashboard_users IN EXCLUSIVE MODE", &[])
+                .await?;
+            for (old, new) in totp {
+                let changed = tx
+                    .execute(
+                        "UPDATE dashboard_users SET totp_secret = $2, totp_pending = $3 \
+                         WHERE id = $1 AND totp_secret IS NOT DISTINCT FROM $4 \
+                         AND totp_pending IS NOT DISTINCT FROM $5",
+                        &[
+                            &old.user_id,
+                            &new.secret,
+                            &new.pending,
+                            &old.secret,
+                            &old.pending,
+                        ],
+                    )
+                    .await?;
+                if changed == 0 {
+                    return Ok(false);
+                }
+            }
+            let sealed: i64 = tx
+                .query_one(
+                    "SELECT count(*) FROM dashboard_users \
+                     WHERE totp_secret IS NOT NULL OR totp_pending IS NOT NULL",
+                    &[],
+                )
+                .await?
+                .try_get(0)?;
+            if usize::try_from(sealed).ok() != Some(totp.len()) {
+                return Ok(false);
+            }
             for (old, new, old_at, new_at) in &rows {
                 let changed = tx
                     .execute(
@@ -273,6 +311,27 @@ impl ProcessorAdmin for PgAdmin {
             }
             tx.commit().await?;
             Ok(true)
+        })
+    }
+
+    fn sealed_totp(&self) -> Result<Vec<SealedTotp>, StoreError> {
+        self.run(async move |client: &mut Object| {
+            client
+                .query(
+                    "SELECT id, totp_secret, totp_pending FROM dashboard_users \
+                     WHERE totp_secret IS NOT NULL OR totp_pending IS NOT NULL ORDER BY id",
+                    &[],
+                )
+                .await?
+                .iter()
+                .map(|row| {
+                    Ok(SealedTotp {
+                        user_id: row.try_get(0)?,
+                        secret: row.try_get(1)?,
+                        pending: row.try_get(2)?,
+                    })
+                })
+                .collect()
         })
     }
 }

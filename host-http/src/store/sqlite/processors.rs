@@ -6,7 +6,9 @@ use futures_util::future::BoxFuture;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{SqliteAdmin, SqliteStore};
-use crate::store::processors::{ProcessorAdmin, ProcessorStore, StripeIntentRow, StripeRow};
+use crate::store::processors::{
+    ProcessorAdmin, ProcessorStore, SealedTotp, StripeIntentRow, StripeRow,
+};
 use crate::store::{StoreError, format_instant};
 
 const COLUMNS: &str = "provider_id, publishable_key, secret_key_sealed, secret_key_last4, \
@@ -195,9 +197,39 @@ impl ProcessorAdmin for SqliteAdmin {
         read_rows(&self.connection()?)
     }
 
-    fn reseal_all(&self, rows: &[(StripeRow, StripeRow)]) -> Result<bool, StoreError> {
+    fn reseal_all(
+        &self,
+        rows: &[(StripeRow, StripeRow)],
+        totp: &[(SealedTotp, SealedTotp)],
+    ) -> Result<bool, StoreError> {
         let mut conn = self.connection()?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        for (old, new) in totp {
+            let changed = tx.execute(
+                "UPDATE dashboard_users SET totp_secret = ?2, totp_pending = ?3 \
+                 WHERE id = ?1 AND totp_secret IS ?4 AND totp_pending IS ?5",
+                params![
+                    old.user_id,
+                    new.secret,
+                    new.pending,
+                    old.secret,
+                    old.pending
+                ],
+            )?;
+            if changed == 0 {
+                return Ok(false);
+            }
+        }
+        let sealed: i64 = tx.query_row(
+            "SELECT count(*) FROM dashboard_users \
+             WHERE totp_secret IS NOT NULL OR totp_pending IS NOT NULL",
+            [],
+            |r| r.get(0),
+        )?;
+        if usize::try_from(sealed).ok() != Some(totp.len()) {
+            // A second factor was set up meanwhile, sealed under the old key.
+            return Ok(false);
+        }
         for (old, new) in rows {
             let changed = tx.execute(
                 "UPDATE provider_processors SET secret_key_sealed = ?2, \
@@ -227,6 +259,24 @@ impl ProcessorAdmin for SqliteAdmin {
         }
         tx.commit()?;
         Ok(true)
+    }
+
+    fn sealed_totp(&self) -> Result<Vec<SealedTotp>, StoreError> {
+        let conn = self.connection()?;
+        let mut statement = conn.prepare(
+            "SELECT id, totp_secret, totp_pending FROM dashboard_users \
+             WHERE totp_secret IS NOT NULL OR totp_pending IS NOT NULL ORDER BY id",
+        )?;
+        let rows = statement
+            .query_map([], |r| {
+                Ok(SealedTotp {
+                    user_id: r.get(0)?,
+                    secret: r.get(1)?,
+                    pending: r.get(2)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
     }
 }
 
