@@ -1609,6 +1609,21 @@ async fn admins_edit_policies_in_a_form_checked_by_the_engine_for_new_transactio
         StatusCode::NOT_FOUND
     );
 
+    // The largest policy there is (50 steps, a description of 2,000 characters, each of them
+    // six bytes once percent-encoded) fits in one form.
+    let steps: Vec<(String, String)> = (1..=50)
+        .map(|n| (n.to_string(), (n * 2).to_string()))
+        .collect();
+    let steps: Vec<(&str, &str, &str, &str, &str)> = steps
+        .iter()
+        .map(|(amount, hours)| (amount.as_str(), "PERCENTAGE", hours.as_str(), "HOURS", ""))
+        .collect();
+    let mut largest = policy_form(&token, "save", "OFFSET_PENALTY", &steps);
+    largest.retain(|(name, _)| name != "description");
+    largest.push(("description".to_owned(), "ä".repeat(2000)));
+    let saved = post_policy(&mut admin, "OTHER", &largest).await;
+    assert_eq!(saved.status, StatusCode::SEE_OTHER, "{}", html(&saved));
+
     // Removed: the next transaction's hotel has no policy; the flight keeps its category's.
     let removed = post_policy(
         &mut admin,

@@ -31,8 +31,9 @@ use checkout_engine::api::CancellationOutcome;
 pub const PREFIX: &str = "/dashboard";
 /// The session cookie's name.
 const COOKIE: &str = "checkout_session";
-/// Largest form accepted: an e-mail, two passwords and a token.
-const MAX_FORM_BYTES: usize = 8 * 1024;
+/// Largest form accepted: the policy form's 50 steps and a description of 2,000 characters,
+/// percent-encoded, fit with room to spare.
+const MAX_FORM_BYTES: usize = 32 * 1024;
 /// The stylesheet, compiled in.
 const STYLESHEET: &str = include_str!("../../assets/dashboard.css");
 /// The one script: a copy button beside a secret shown once. Every page works without it.
