@@ -17,7 +17,7 @@
 #   --budget  a scenario stops after S seconds of timed calls (at least 5 calls), so that
 #             scenarios of several seconds a call do not take an hour
 #   --keep    keep the databases (the SQLite file, the PostgreSQL database) and print where
-# Disk: about 4 GB for the SQLite file and 2 GB for PostgreSQL at a million rows.
+# Disk: about 6 GB for the SQLite file and 2.5 GB for PostgreSQL at 1.1 million rows.
 # Needs: curl, python3; psql for PostgreSQL. Honours CARGO_TARGET_DIR.
 set -euo pipefail
 
