@@ -638,8 +638,8 @@ fn invite_user(
                     .flatten()
                     .map(|p| p.name)
                     .unwrap_or_default();
-                dashboard::send_invitation(mailer.as_ref(), &mut invitation, &name, "operator")
-                    .await;
+                let mailer = mailer.as_ref().map(|m| m as &dyn crate::mail::SendMail);
+                dashboard::send_invitation(mailer, &mut invitation, &name, "operator").await;
                 Ok(invitation)
             }
             Err(error) => Err(error),

@@ -20,6 +20,7 @@ pub mod events;
 pub mod fault;
 pub mod http;
 pub mod i18n;
+pub mod mail;
 pub mod metrics;
 pub mod processors;
 pub mod secrets;

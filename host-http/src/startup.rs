@@ -339,7 +339,9 @@ impl App {
         };
         let metrics = Arc::new(metrics::Metrics::new());
         let allow_private_webhooks = config.webhooks.allow_private;
-        let invitation_mailer = mailer.clone();
+        let invitation_mailer = mailer
+            .clone()
+            .map(|mailer| Arc::new(mailer) as Arc<dyn crate::mail::SendMail>);
         let dispatcher = events::Dispatcher {
             outbox: Arc::clone(&outbox),
             store: Arc::clone(&store),

@@ -33,7 +33,7 @@ use super::idempotency::{Prior, json_cancellation_hash, key_of};
 use super::providers::{IssuedCredential, IssuedWebhook};
 use super::{Error, Principal, Resource, Services};
 use crate::auth::{Scope, Scopes, hash_secret};
-use crate::events::mail::RenderedMail;
+use crate::mail::{RenderedMail, SendMail};
 use crate::store::StoreError;
 use crate::store::admin::CredentialListing;
 /// A cancellation's refund at the gateway, and one attempt of a webhook delivery.
@@ -463,7 +463,7 @@ fn html_escape(text: &str) -> String {
 /// E-mails an invitation's link when a mailer is given: whether it was sent (a failure is
 /// logged, without the link; the link is still shown to whoever invited).
 pub async fn send_invitation(
-    mailer: Option<&crate::events::Mailer>,
+    mailer: Option<&dyn SendMail>,
     invitation: &mut Invitation,
     provider_name: &str,
     inviter: &str,
@@ -471,9 +471,8 @@ pub async fn send_invitation(
     let Some(mailer) = mailer else {
         return;
     };
-    let sent = mailer
-        .send(&invitation_mail(invitation, provider_name, inviter))
-        .await;
+    let mail = invitation_mail(invitation, provider_name, inviter);
+    let sent = mailer.send_mail(&mail).await;
     if let Err(error) = &sent {
         tracing::warn!(user = %invitation.user_id, %error, "invitation e-mail not sent");
     }
@@ -1168,7 +1167,13 @@ impl Services {
             .await?;
         let provider = self.store.provider(session.provider_id.clone()).await?;
         let name = provider.map(|p| p.name).unwrap_or_default();
-        send_invitation(self.mailer.as_ref(), &mut invitation, &name, &session.email).await;
+        send_invitation(
+            self.mailer.as_deref(),
+            &mut invitation,
+            &name,
+            &session.email,
+        )
+        .await;
         Ok(invitation)
     }
 

@@ -82,7 +82,7 @@ pub struct Services {
     /// (`--allow-private-webhooks`), and so may be added from the dashboard.
     pub allow_private_webhooks: bool,
     /// The SMTP sender (`--smtp-url`), for mail sent at once (dashboard invitations).
-    pub mailer: Option<crate::events::Mailer>,
+    pub mailer: Option<Arc<dyn crate::mail::SendMail>>,
 }
 
 /// What the customer's payment pages need: where they are served, how long their links live,

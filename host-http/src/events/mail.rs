@@ -48,19 +48,7 @@ impl MailSettings {
 }
 
 /// One message, ready to send.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RenderedMail {
-    /// The stable `Message-ID` of the event's e-mail.
-    pub message_id: String,
-    /// Recipients.
-    pub to: Vec<String>,
-    /// Subject.
-    pub subject: String,
-    /// Plain text.
-    pub text: String,
-    /// HTML alternative.
-    pub html: String,
-}
+pub use crate::mail::RenderedMail;
 
 /// An SMTP sender.
 #[derive(Clone)]
@@ -355,6 +343,15 @@ pub fn receipt(
         subject,
         text,
         html,
+    }
+}
+
+impl crate::mail::SendMail for Mailer {
+    fn send_mail<'a>(
+        &'a self,
+        mail: &'a RenderedMail,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), String>> {
+        Box::pin(self.send(mail))
     }
 }
 

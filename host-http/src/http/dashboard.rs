@@ -2852,7 +2852,7 @@ impl<'a> Page<'a> {
                 error,
                 issued,
                 endpoints,
-                event_types: &crate::store::outbox::types::ALL,
+                event_types: &checkout_engine::lifecycle::events::ALL,
                 url,
                 events,
                 linked: true,
