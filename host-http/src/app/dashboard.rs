@@ -950,13 +950,11 @@ impl Services {
             .dashboard
             .delete_user_sessions(
                 session.user_id.clone(),
-                NewAudit {
-                    provider_id: session.provider_id.clone(),
-                    actor: session.email.clone(),
-                    action: "user.signed_out_everywhere".to_owned(),
-                    detail: "ended every session".to_owned(),
-                    at: now,
-                },
+                session.audit(
+                    "user.signed_out_everywhere",
+                    "ended every session".to_owned(),
+                    now,
+                ),
             )
             .await?)
     }
@@ -1091,9 +1089,7 @@ impl Services {
         route: &str,
         now: DateTime<Utc>,
     ) -> Result<Cancelled, Error> {
-        if !session.may_change() {
-            return Err(Error::Forbidden("admin"));
-        }
+        session.may_change_or_refuse()?;
         let principal = self.principal_of(session).await?;
         self.check_owner(&principal, id)
             .await
@@ -1121,11 +1117,9 @@ impl Services {
         let outcome = self.cancel(&principal, cancellation, now).await?;
         if let Cancelled::Settled(result) = &outcome {
             self.dashboard
-                .record_audit(NewAudit {
-                    provider_id: session.provider_id.clone(),
-                    actor: session.email.clone(),
-                    action: "transaction.cancelled".to_owned(),
-                    detail: format!(
+                .record_audit(session.audit(
+                    "transaction.cancelled",
+                    format!(
                         "cancelled items {} of {id}: refund {} {}, {:?}",
                         items
                             .iter()
@@ -1136,8 +1130,8 @@ impl Services {
                         result.currency,
                         result.status
                     ),
-                    at: now,
-                })
+                    now,
+                ))
                 .await?;
         }
         Ok(outcome)
@@ -1145,9 +1139,7 @@ impl Services {
 
     /// The users of the session's provider (admins only).
     pub async fn dashboard_users(&self, session: &Session) -> Result<Vec<UserRow>, Error> {
-        if !session.may_change() {
-            return Err(Error::Forbidden("admin"));
-        }
+        session.may_change_or_refuse()?;
         Ok(self.dashboard.users(session.provider_id.clone()).await?)
     }
 
@@ -1159,9 +1151,7 @@ impl Services {
         role: Role,
         now: DateTime<Utc>,
     ) -> Result<Invitation, DashboardError> {
-        if !session.may_change() {
-            return Err(Error::Forbidden("admin").into());
-        }
+        session.may_change_or_refuse()?;
         let mut invitation = self
             .invite_user(&session.provider_id, email, role, &session.email, now)
             .await?;
@@ -1186,9 +1176,7 @@ impl Services {
         role: Option<Role>,
         now: DateTime<Utc>,
     ) -> Result<UserChange, Error> {
-        if !session.may_change() {
-            return Err(Error::Forbidden("admin"));
-        }
+        session.may_change_or_refuse()?;
         let users = self.dashboard.users(session.provider_id.clone()).await?;
         let Some(user) = users.iter().find(|user| user.id == user_id) else {
             return Ok(UserChange::NotFound);
@@ -1206,13 +1194,7 @@ impl Services {
                 session.provider_id.clone(),
                 user_id.to_owned(),
                 role.map(|role| role.as_str().to_owned()),
-                NewAudit {
-                    provider_id: session.provider_id.clone(),
-                    actor: session.email.clone(),
-                    action: action.to_owned(),
-                    detail,
-                    at: now,
-                },
+                session.audit(action, detail, now),
             )
             .await?)
     }
@@ -1236,20 +1218,16 @@ impl Services {
         scopes: Scopes,
         now: DateTime<Utc>,
     ) -> Result<IssuedCredential, Error> {
-        if !session.may_change() {
-            return Err(Error::Forbidden("admin"));
-        }
+        session.may_change_or_refuse()?;
         let (stored, issued) = super::providers::issue(&session.provider_id, scopes, now);
         self.dashboard
             .add_credential(
                 stored,
-                NewAudit {
-                    provider_id: session.provider_id.clone(),
-                    actor: session.email.clone(),
-                    action: "credential.created".to_owned(),
-                    detail: format!("created credential {} ({scopes})", issued.widget_id),
-                    at: now,
-                },
+                session.audit(
+                    "credential.created",
+                    format!("created credential {} ({scopes})", issued.widget_id),
+                    now,
+                ),
             )
             .await?;
         Ok(issued)
@@ -1263,21 +1241,17 @@ impl Services {
         widget_id: &str,
         now: DateTime<Utc>,
     ) -> Result<bool, Error> {
-        if !session.may_change() {
-            return Err(Error::Forbidden("admin"));
-        }
+        session.may_change_or_refuse()?;
         Ok(self
             .dashboard
             .revoke_credential(
                 session.provider_id.clone(),
                 widget_id.to_owned(),
-                NewAudit {
-                    provider_id: session.provider_id.clone(),
-                    actor: session.email.clone(),
-                    action: "credential.revoked".to_owned(),
-                    detail: format!("revoked credential {widget_id}"),
-                    at: now,
-                },
+                session.audit(
+                    "credential.revoked",
+                    format!("revoked credential {widget_id}"),
+                    now,
+                ),
             )
             .await?)
     }
@@ -1396,9 +1370,7 @@ impl Services {
         endpoint_id: &str,
         now: DateTime<Utc>,
     ) -> Result<bool, Error> {
-        if !session.may_change() {
-            return Err(Error::Forbidden("admin"));
-        }
+        session.may_change_or_refuse()?;
         // Whose event and endpoint it is, and whether it failed, are checked by the one
         // statement that queues it.
         Ok(self
@@ -1408,29 +1380,35 @@ impl Services {
                 transaction_id.to_owned(),
                 event_seq,
                 endpoint_id.to_owned(),
-                NewAudit {
-                    provider_id: session.provider_id.clone(),
-                    actor: session.email.clone(),
-                    action: "webhook.sent_again".to_owned(),
-                    detail: format!(
-                        "sent event {event_seq} of {transaction_id} to {endpoint_id} again"
-                    ),
-                    at: now,
-                },
+                session.audit(
+                    "webhook.sent_again",
+                    format!("sent event {event_seq} of {transaction_id} to {endpoint_id} again"),
+                    now,
+                ),
             )
             .await?)
     }
 
     /// The provider's webhook endpoints and newest deliveries (every role).
     pub async fn dashboard_webhooks(&self, session: &Session) -> Result<WebhooksView, Error> {
-        let provider = session.provider_id.clone();
         Ok(WebhooksView {
-            endpoints: self.dashboard.webhook_endpoints(provider.clone()).await?,
+            endpoints: self.webhook_endpoints(session).await?,
             recent: self
                 .dashboard
-                .recent_deliveries(provider, RECENT_DELIVERIES)
+                .recent_deliveries(session.provider_id.clone(), RECENT_DELIVERIES)
                 .await?,
         })
+    }
+
+    /// The provider's active webhook endpoints, oldest first (every role).
+    pub async fn webhook_endpoints(
+        &self,
+        session: &Session,
+    ) -> Result<Vec<WebhookEndpoint>, Error> {
+        Ok(self
+            .dashboard
+            .webhook_endpoints(session.provider_id.clone())
+            .await?)
     }
 
     /// Adds a webhook endpoint (admins only), checked as the command line checks it
@@ -1645,9 +1623,7 @@ impl Services {
 
     /// The newest entries of the provider's audit log (admins only).
     pub async fn audit_log(&self, session: &Session) -> Result<Vec<AuditRow>, Error> {
-        if !session.may_change() {
-            return Err(Error::Forbidden("admin"));
-        }
+        session.may_change_or_refuse()?;
         Ok(self
             .dashboard
             .audit_log(session.provider_id.clone(), 100)

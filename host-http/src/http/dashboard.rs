@@ -1705,10 +1705,7 @@ impl<'a> Page<'a> {
         if !from_own_pages(self.services, request.headers()) {
             return Ok(self.refused(Refused::Forged));
         }
-        let client = request
-            .extensions()
-            .get::<ClientAddr>()
-            .map_or_else(|| "unknown".to_owned(), |addr| addr.0.to_string());
+        let client = client_address(&request);
         let Ok(fields) = read_form(request).await else {
             return Ok(self.refused(Refused::Forged));
         };
@@ -2941,12 +2938,8 @@ impl<'a> Page<'a> {
         if !session.may_change() {
             return Ok(self.refused(Refused::Forbidden(session)));
         }
-        let view = self.services.dashboard_webhooks(&session).await?;
-        let Some(endpoint) = view
-            .endpoints
-            .into_iter()
-            .find(|e| e.endpoint_id == endpoint_id)
-        else {
+        let endpoints = self.services.webhook_endpoints(&session).await?;
+        let Some(endpoint) = endpoints.into_iter().find(|e| e.endpoint_id == endpoint_id) else {
             return Ok(self.not_found(&session));
         };
         Ok(self.render(
@@ -3239,10 +3232,7 @@ impl<'a> Page<'a> {
         let Some(pending) = self.pending(&request, now).await? else {
             return Ok(self.redirect("/sign-in?ended=1"));
         };
-        let client = request
-            .extensions()
-            .get::<ClientAddr>()
-            .map_or_else(|| "unknown".to_owned(), |addr| addr.0.to_string());
+        let client = client_address(&request);
         let Ok(fields) = read_form(request).await else {
             return Ok(self.refused(Refused::Forged));
         };
@@ -3402,6 +3392,14 @@ impl<'a> Page<'a> {
             },
         ))
     }
+}
+
+/// The client's address as sign-in throttling counts it (`unknown` without one).
+fn client_address<B>(request: &Request<B>) -> String {
+    request
+        .extensions()
+        .get::<ClientAddr>()
+        .map_or_else(|| "unknown".to_owned(), |addr| addr.0.to_string())
 }
 
 /// `text` (an `otpauth://` URL) as a QR code in SVG, `label` its accessible name: only the

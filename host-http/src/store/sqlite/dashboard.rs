@@ -804,24 +804,22 @@ impl DashboardStore for SqliteStore {
             )?;
             let rows = statement.query_map(params![provider_id, transaction_id], |r| {
                 let at: String = r.get(3)?;
-                Ok((
-                    AttemptRow {
-                        event_seq: r.get(0)?,
-                        endpoint_id: r.get(1)?,
-                        attempt: r.get(2)?,
-                        at: DateTime::<Utc>::MIN_UTC,
-                        duration_ms: r.get(4)?,
-                        status_code: r.get(5)?,
-                        error: r.get(6)?,
-                    },
+                let (event_seq, endpoint_id, attempt) = (r.get(0)?, r.get(1)?, r.get(2)?);
+                let (duration_ms, status_code, error) = (r.get(4)?, r.get(5)?, r.get(6)?);
+                // The instant is read as the caller's error, not as SQLite's.
+                Ok(instant("webhook_attempts.at", &at).map(|at| AttemptRow {
+                    event_seq,
+                    endpoint_id,
+                    attempt,
                     at,
-                ))
+                    duration_ms,
+                    status_code,
+                    error,
+                }))
             })?;
             let mut list = Vec::new();
             for row in rows {
-                let (mut row, at) = row?;
-                row.at = instant("webhook_attempts.at", &at)?;
-                list.push(row);
+                list.push(row??);
             }
             Ok(list)
         });
