@@ -16,8 +16,8 @@
 //! interleaved in the same two years. `time` calls `DashboardStore::list_transactions` (the
 //! store the server uses, with its default pool) for each scenario and prints p50/p95/p99/max.
 //! `plans` prints each scenario's query plan: `EXPLAIN QUERY PLAN` on SQLite,
-//! `EXPLAIN (ANALYZE, BUFFERS)` on PostgreSQL, of the statement the store builds (mirrored
-//! here with the values written in).
+//! `EXPLAIN (ANALYZE, BUFFERS)` on PostgreSQL, of the statement the store builds
+//! (`list_statement` of each store), with its values.
 
 use std::time::{Duration, Instant};
 
@@ -223,8 +223,10 @@ fn row_sql(tag: i64) -> RowSql {
     let currency =
         "(CASE WHEN (h / 100) % 10 < 6 THEN 'EUR' WHEN (h / 100) % 10 < 9 THEN 'USD' ELSE 'GBP' END)"
             .to_owned();
+    // The second provider's titles start with a word the first's never hold.
     let title = format!(
-        "{} || ' ' || {} || ': flight and ' || ((h / 40000) % 9 + 1) || ' nights'",
+        "{}{} || ' ' || {} || ': flight and ' || ((h / 40000) % 9 + 1) || ' nights'",
+        if tag == 0 { "" } else { "'Charter ' || " },
         pick(&format!("(h / 1000) % {}", PURPOSES.len()), PURPOSES),
         pick(&format!("(h / 8000) % {}", CITIES.len()), CITIES),
     );
@@ -508,7 +510,14 @@ struct Facts {
     /// The row about 500,000 down the list: (created at, id, reference, customer e-mail).
     middle: (DateTime<Utc>, String, String),
     email: String,
+    /// The 50th newest transaction with "lisbon" in its title: where its second page starts.
+    lisbon_cursor: (DateTime<Utc>, String),
 }
+
+/// The 50th newest transaction with "lisbon" in its title (`$1`: the provider), in SQL both
+/// stores read (SQLite with `?1`).
+const LISBON_CURSOR: &str = "SELECT created_at, id FROM transactions WHERE provider_id = $1 \
+     AND lower(title) LIKE '%lisbon%' ORDER BY created_at DESC, id DESC LIMIT 1 OFFSET 49";
 
 async fn facts(db: &Db, provider: &str) -> Result<Facts, String> {
     match db {
@@ -546,6 +555,11 @@ async fn facts(db: &Db, provider: &str) -> Result<Facts, String> {
                     |r| r.get(0),
                 )
                 .map_err(err)?;
+            let (lisbon_at, lisbon_id): (String, String) = conn
+                .query_row(LISBON_CURSOR.replace('$', "?").as_str(), [provider], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .map_err(err)?;
             let parse = |text: &str| {
                 DateTime::parse_from_rfc3339(text)
                     .map(|at| at.with_timezone(&Utc))
@@ -556,6 +570,7 @@ async fn facts(db: &Db, provider: &str) -> Result<Facts, String> {
                 newest: parse(&newest)?,
                 middle: (parse(&created)?, id, reference),
                 email,
+                lisbon_cursor: (parse(&lisbon_at)?, lisbon_id),
             })
         }
         Db::Postgres(url) => {
@@ -589,11 +604,16 @@ async fn facts(db: &Db, provider: &str) -> Result<Facts, String> {
                 .await
                 .map_err(err)?
                 .get(0);
+            let lisbon = client
+                .query_one(LISBON_CURSOR, &[&provider])
+                .await
+                .map_err(err)?;
             Ok(Facts {
                 rows,
                 newest,
                 middle: (created, middle.get(1), middle.get(2)),
                 email,
+                lisbon_cursor: (lisbon.get(0), lisbon.get(1)),
             })
         }
     }
@@ -650,6 +670,25 @@ fn scenarios(facts: &Facts) -> Vec<Scenario> {
             f.search = Some(fragment.clone())
         }),
         with("search: no match", &|f| f.search = Some("zzqxj".to_owned())),
+        with("search: only the other's (charter)", &|f| {
+            f.search = Some("charter".to_owned())
+        }),
+        with("search: lisbon + PARTIALLY_CANC.", &|f| {
+            f.search = Some("lisbon".to_owned());
+            f.status = Some("PARTIALLY_CANCELLED".to_owned());
+        }),
+        with("search: lisbon + one month", &|f| {
+            f.search = Some("lisbon".to_owned());
+            f.from = Some(from);
+            f.until = Some(until);
+        }),
+        with("search: lisbon, page 2", &|f| {
+            f.search = Some("lisbon".to_owned());
+            f.before = Some((facts.lisbon_cursor.0, facts.lisbon_cursor.1.clone()));
+        }),
+        with("search: two letters (li)", &|f| {
+            f.search = Some("li".to_owned())
+        }),
     ]
 }
 
@@ -738,85 +777,36 @@ async fn time(db: &Db, args: &Args) -> Result<(), String> {
 // ---------------------------------------------------------------------------------------------
 // Plans
 
-fn quoted(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
-}
-
-/// The statement `list_transactions` builds for `filter`, with its values written in (mirrors
-/// `store::sqlite::dashboard::list_transactions` and `store::postgres::dashboard`).
-fn statement(postgres: bool, provider: &str, filter: &TransactionFilter) -> String {
-    let instant = |at: DateTime<Utc>| {
-        let text = quoted(&host_http::store::format_instant(at));
-        if postgres {
-            format!("{text}::timestamptz")
-        } else {
-            text
-        }
-    };
-    let email = if postgres {
-        "payment->'customer'->>'email'"
-    } else {
-        "json_extract(payment, '$.customer.email')"
-    };
-    let mut sql = format!(
-        "SELECT id, reference, title, status, currency, total, refunded_amount, {email}, \
-         created_at FROM transactions WHERE provider_id = {}",
-        quoted(provider)
-    );
-    if let Some(status) = &filter.status {
-        sql.push_str(&format!(" AND status = {}", quoted(status)));
-    }
-    if let Some(currency) = &filter.currency {
-        sql.push_str(&format!(" AND currency = {}", quoted(currency)));
-    }
-    if let Some(from) = filter.from {
-        sql.push_str(&format!(" AND created_at >= {}", instant(from)));
-    }
-    if let Some(until) = filter.until {
-        sql.push_str(&format!(" AND created_at < {}", instant(until)));
-    }
-    if let Some(search) = &filter.search {
-        let pattern = quoted(&format!("%{search}%"));
-        sql.push_str(&format!(
-            " AND (lower(reference) LIKE {pattern} ESCAPE '\\' OR lower(title) LIKE {pattern} \
-             ESCAPE '\\' OR lower({email}) LIKE {pattern} ESCAPE '\\')"
-        ));
-    }
-    if let Some((created_at, id)) = &filter.before {
-        if postgres {
-            sql.push_str(&format!(
-                " AND (created_at, id) < ({}, {})",
-                instant(*created_at),
-                quoted(id)
-            ));
-        } else {
-            let at = instant(*created_at);
-            sql.push_str(&format!(
-                " AND (created_at < {at} OR (created_at = {at} AND id < {}))",
-                quoted(id)
-            ));
-        }
-    }
-    sql.push_str(&format!(
-        " ORDER BY created_at DESC, id DESC LIMIT {}",
-        filter.limit
-    ));
-    sql
-}
-
 async fn plans(db: &Db, args: &Args) -> Result<(), String> {
     let facts = facts(db, &args.provider).await?;
     match db {
         Db::Sqlite(path) => {
+            use host_http::store::sqlite::dashboard::list_statement;
             let conn = rusqlite::Connection::open(path).map_err(|e| e.to_string())?;
             for scenario in scenarios(&facts) {
-                let sql = statement(false, &args.provider, &scenario.filter);
-                println!("== {}\n{sql}", scenario.name);
+                let Some((sql, values)) = list_statement(&conn, &args.provider, &scenario.filter)
+                    .map_err(|e| e.to_string())?
+                else {
+                    println!(
+                        "== {}
+  (empty without a statement)",
+                        scenario.name
+                    );
+                    continue;
+                };
+                println!(
+                    "== {}
+{sql}
+  {values:?}",
+                    scenario.name
+                );
                 let mut plan = conn
                     .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
                     .map_err(|e| e.to_string())?;
                 let lines = plan
-                    .query_map([], |r| r.get::<_, String>(3))
+                    .query_map(rusqlite::params_from_iter(values), |r| {
+                        r.get::<_, String>(3)
+                    })
                     .map_err(|e| e.to_string())?;
                 for line in lines {
                     println!("  {}", line.map_err(|e| e.to_string())?);
@@ -824,12 +814,22 @@ async fn plans(db: &Db, args: &Args) -> Result<(), String> {
             }
         }
         Db::Postgres(url) => {
+            use host_http::store::postgres::dashboard::list_statement;
             let client = pg_connect(url).await?;
+            // As the service's connections (`store::postgres`): no JIT.
+            client
+                .batch_execute("SET jit = off")
+                .await
+                .map_err(|e| e.to_string())?;
             for scenario in scenarios(&facts) {
-                let sql = statement(true, &args.provider, &scenario.filter);
+                let (sql, values) = list_statement(&args.provider, scenario.filter.clone());
                 println!("== {}\n{sql}", scenario.name);
+                let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = values
+                    .iter()
+                    .map(|value| value.as_ref() as &(dyn tokio_postgres::types::ToSql + Sync))
+                    .collect();
                 let rows = client
-                    .query(&format!("EXPLAIN (ANALYZE, BUFFERS) {sql}"), &[])
+                    .query(&format!("EXPLAIN (ANALYZE, BUFFERS) {sql}"), &params)
                     .await
                     .map_err(|e| e.to_string())?;
                 for row in rows {

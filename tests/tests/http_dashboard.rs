@@ -482,15 +482,23 @@ async fn the_list_filters_searches_and_pages_newest_first() {
         );
     }
     let paid = &ids[3];
+    let body = serde_json::json!({
+        "payment": {"reference": "PAY-1", "provider": "card"},
+        "customer": {"firstName": "Grace", "lastName": "H", "email": "Grace.Hopper@Example.com"},
+    })
+    .to_string();
     let reply = server
         .json(
             Method::POST,
             &format!("/sandbox/transactions/{paid}/pay"),
             &acme,
-            "{}",
+            &body,
         )
         .await;
     assert_eq!(reply.status, StatusCode::OK);
+    // Another provider's transactions with the same words are never found.
+    let globex = server.provider("Globex");
+    server.create(&globex, &checkout_body("Trip 99")).await;
     let browser = member(&server, &acme, "ada@example.com", "viewer").await;
 
     let first = html(&browser.get("/dashboard/transactions").await);
@@ -499,7 +507,8 @@ async fn the_list_filters_searches_and_pages_newest_first() {
     let at = first.find("rel=\"next\"").expect("a next page");
     let href_start = first[..at].rfind("href=\"").expect("href") + 6;
     let next = first[href_start..href_start + first[href_start..].find('"').unwrap()]
-        .replace("&amp;", "&");
+        .replace("&amp;", "&")
+        .replace("&#38;", "&");
     let second = html(&browser.get(&next).await);
     for n in 0..5 {
         assert!(second.contains(&format!("Trip {n:02}")), "{n}: {second}");
@@ -527,6 +536,71 @@ async fn the_list_filters_searches_and_pages_newest_first() {
     );
     assert!(found.contains("Trip 10"));
     assert!(!found.contains("Trip 11"));
+    // A part of a reference, in any case; the customer's e-mail, once paid.
+    let part = &reference.to_lowercase()[2..9];
+    let by_part = html(
+        &browser
+            .get(&format!("/dashboard/transactions?q={part}"))
+            .await,
+    );
+    assert!(by_part.contains("Trip 10"), "{part}: {by_part}");
+    let by_email = html(
+        &browser
+            .get("/dashboard/transactions?q=hopper%40example")
+            .await,
+    );
+    assert!(by_email.contains("Trip 03"), "{by_email}");
+    assert!(!by_email.contains("Trip 04"));
+    // A search found in every transaction pages like the list: newest first, 50 to a page,
+    // the next page where the first ended, and only this provider's.
+    for q in ["trip", "ri"] {
+        let first = html(&browser.get(&format!("/dashboard/transactions?q={q}")).await);
+        assert!(
+            first.contains("Trip 54") && first.contains("Trip 05"),
+            "{q}"
+        );
+        assert!(
+            !first.contains("Trip 04") && !first.contains("Trip 99"),
+            "{q}"
+        );
+        let at = first.find("rel=\"next\"").expect("a next page");
+        let href_start = first[..at].rfind("href=\"").expect("href") + 6;
+        let next = first[href_start..href_start + first[href_start..].find('"').unwrap()]
+            .replace("&amp;", "&")
+            .replace("&#38;", "&");
+        assert!(next.contains(&format!("q={q}")), "{next}");
+        let second = html(&browser.get(&next).await);
+        for n in 0..5 {
+            assert!(
+                second.contains(&format!("Trip {n:02}")),
+                "{q} {n}: {second}"
+            );
+        }
+        assert!(
+            !second.contains("Trip 05") && !second.contains("Trip 99"),
+            "{q}"
+        );
+        assert!(!second.contains("rel=\"next\""), "{q}");
+    }
+    // A search with a filter: both apply.
+    let paid_trips = html(
+        &browser
+            .get("/dashboard/transactions?q=trip&status=PAID")
+            .await,
+    );
+    assert!(paid_trips.contains("Trip 03") && !paid_trips.contains("Trip 04"));
+    let none = html(
+        &browser
+            .get("/dashboard/transactions?q=trip&currency=GBP")
+            .await,
+    );
+    assert!(none.contains("No transaction matches."));
+    let old_trips = html(
+        &browser
+            .get("/dashboard/transactions?q=trip&until=2000-01-01")
+            .await,
+    );
+    assert!(old_trips.contains("No transaction matches."));
     // A wildcard typed into the search is a character, not a wildcard.
     let literal = html(&browser.get("/dashboard/transactions?q=%25").await);
     assert!(literal.contains("No transaction matches."));
@@ -1201,7 +1275,9 @@ async fn a_transactions_webhook_deliveries_are_shown_and_a_failed_one_is_sent_ag
     );
     let at = page.find("/deliveries/").expect("a send-again form");
     let start = page[..at].rfind('"').expect("action") + 1;
-    let action = page[start..at + page[at..].find('"').expect("end")].replace("&amp;", "&");
+    let action = page[start..at + page[at..].find('"').expect("end")]
+        .replace("&amp;", "&")
+        .replace("&#38;", "&");
 
     // Another provider's admin cannot send it, whatever it posts.
     let eve_token = outsider.csrf().await;

@@ -19,6 +19,12 @@ use crate::store::dashboard::{
 use crate::store::outbox::WebhookEndpoint;
 use crate::store::sqlite::dashboard::like_escaped;
 
+/// What the transaction list's search looks in: reference, title and customer e-mail, lower
+/// case, joined by U+001F. Exactly the expression of the trigram index `transactions_search`
+/// (migration 18), so that the planner can use it.
+pub(crate) const SEARCH_TEXT: &str = "(lower(reference) || chr(31) || lower(title) || chr(31) \
+     || coalesce(lower(payment -> 'customer' ->> 'email'), ''))";
+
 const USER_COLUMNS: &str = "u.id, u.provider_id, u.email, u.role, u.password_hash, \
      u.invite_expires_at, u.created_at, u.totp_secret, u.totp_pending";
 /// Columns of [`USER_COLUMNS`].
@@ -384,48 +390,7 @@ impl DashboardStore for PgStore {
     ) -> BoxFuture<'_, Result<Vec<TransactionSummary>, StoreError>> {
         Box::pin(async move {
             let client = self.client().await?;
-            let mut sql = String::from(
-                "SELECT id, reference, title, status, currency, total, refunded_amount, \
-                 payment->'customer'->>'email', created_at \
-                 FROM transactions WHERE provider_id = $1",
-            );
-            let mut values: Vec<Box<dyn ToSql + Sync + Send>> = vec![Box::new(provider_id)];
-            if let Some(status) = filter.status {
-                values.push(Box::new(status));
-                sql.push_str(&format!(" AND status = ${}", values.len()));
-            }
-            if let Some(currency) = filter.currency {
-                values.push(Box::new(currency));
-                sql.push_str(&format!(" AND currency = ${}", values.len()));
-            }
-            if let Some(from) = filter.from {
-                values.push(Box::new(from));
-                sql.push_str(&format!(" AND created_at >= ${}", values.len()));
-            }
-            if let Some(until) = filter.until {
-                values.push(Box::new(until));
-                sql.push_str(&format!(" AND created_at < ${}", values.len()));
-            }
-            if let Some(search) = filter.search {
-                values.push(Box::new(format!("%{}%", like_escaped(&search))));
-                let n = values.len();
-                sql.push_str(&format!(
-                    " AND (lower(reference) LIKE ${n} ESCAPE '\\' \
-                     OR lower(title) LIKE ${n} ESCAPE '\\' \
-                     OR lower(payment->'customer'->>'email') LIKE ${n} ESCAPE '\\')"
-                ));
-            }
-            if let Some((created_at, id)) = filter.before {
-                values.push(Box::new(created_at));
-                values.push(Box::new(id));
-                let (a, b) = (values.len() - 1, values.len());
-                sql.push_str(&format!(" AND (created_at, id) < (${a}, ${b})"));
-            }
-            values.push(Box::new(i64::from(filter.limit)));
-            sql.push_str(&format!(
-                " ORDER BY created_at DESC, id DESC LIMIT ${}",
-                values.len()
-            ));
+            let (sql, values) = list_statement(&provider_id, filter);
             let params: Vec<&(dyn ToSql + Sync)> = values
                 .iter()
                 .map(|value| value.as_ref() as &(dyn ToSql + Sync))
@@ -1094,4 +1059,53 @@ impl DashboardStore for PgStore {
                 .collect()
         })
     }
+}
+
+/// A statement and its values.
+pub type Statement = (String, Vec<Box<dyn ToSql + Sync + Send>>);
+
+/// The statement that lists `filter`'s page of the provider's transactions, newest first, with
+/// the columns of [`TransactionSummary`] in its order. Public for the benchmark's query plans.
+pub fn list_statement(provider_id: &str, filter: TransactionFilter) -> Statement {
+    let mut sql = String::from(
+        "SELECT id, reference, title, status, currency, total, refunded_amount, \
+         payment->'customer'->>'email', created_at \
+         FROM transactions WHERE provider_id = $1",
+    );
+    let mut values: Vec<Box<dyn ToSql + Sync + Send>> = vec![Box::new(provider_id.to_owned())];
+    if let Some(status) = filter.status {
+        values.push(Box::new(status));
+        sql.push_str(&format!(" AND status = ${}", values.len()));
+    }
+    if let Some(currency) = filter.currency {
+        values.push(Box::new(currency));
+        sql.push_str(&format!(" AND currency = ${}", values.len()));
+    }
+    if let Some(from) = filter.from {
+        values.push(Box::new(from));
+        sql.push_str(&format!(" AND created_at >= ${}", values.len()));
+    }
+    if let Some(until) = filter.until {
+        values.push(Box::new(until));
+        sql.push_str(&format!(" AND created_at < ${}", values.len()));
+    }
+    if let Some(search) = filter.search {
+        // The fields are joined by a character no search holds (U+001F).
+        let search: String = search.chars().filter(|c| !c.is_control()).collect();
+        values.push(Box::new(format!("%{}%", like_escaped(&search))));
+        let n = values.len();
+        sql.push_str(&format!(" AND {SEARCH_TEXT} LIKE ${n} ESCAPE '\\'"));
+    }
+    if let Some((created_at, id)) = filter.before {
+        values.push(Box::new(created_at));
+        values.push(Box::new(id));
+        let (a, b) = (values.len() - 1, values.len());
+        sql.push_str(&format!(" AND (created_at, id) < (${a}, ${b})"));
+    }
+    values.push(Box::new(i64::from(filter.limit)));
+    sql.push_str(&format!(
+        " ORDER BY created_at DESC, id DESC LIMIT ${}",
+        values.len()
+    ));
+    (sql, values)
 }

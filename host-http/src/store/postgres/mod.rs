@@ -215,12 +215,20 @@ fn instant(at: Option<DateTime<Utc>>) -> Option<String> {
 fn build_pool(url: &str, settings: &PoolSettings) -> Result<Pool, StoreError> {
     let mut connector = PgConnector::from_url(url)?;
     let config = connector.config_mut();
+    // No JIT: the service's statements are short, and compiling one (tens of milliseconds, on
+    // plans the planner costs high, such as a search of a million transactions) costs more
+    // than it saves.
+    let mut options = String::from("-c jit=off");
     if settings.statement_timeout_ms > 0 {
-        config.options(format!(
-            "-c statement_timeout={}",
+        options.push_str(&format!(
+            " -c statement_timeout={}",
             settings.statement_timeout_ms
         ));
     }
+    if let Some(given) = config.get_options() {
+        options = format!("{given} {options}");
+    }
+    config.options(options);
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(Duration::from_millis(settings.acquire_timeout_ms.max(1)));
     }

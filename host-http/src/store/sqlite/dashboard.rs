@@ -917,11 +917,42 @@ impl DashboardStore for SqliteStore {
 
 /// The filtered page: the provider's rows by the index on (provider_id, created_at), newest
 /// first; the keyset condition continues after the last row shown.
+/// One provider's range of search keys (migration 21): its number times this.
+const SEARCH_KEY_RANGE: i64 = 1 << 40;
+
+/// Searches shorter than this many characters cannot use the trigram index (no trigram to
+/// look up): they read the list in order instead, where a text that short is found quickly.
+const TRIGRAM: usize = 3;
+
 fn list_transactions(
     conn: &Connection,
     provider_id: &str,
     filter: &TransactionFilter,
 ) -> Result<Vec<TransactionSummary>, StoreError> {
+    match list_statement(conn, provider_id, filter)? {
+        Some((sql, values)) => summaries(conn, &sql, values),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// A statement and its values.
+pub type Statement = (String, Vec<rusqlite::types::Value>);
+
+/// The statement that lists `filter`'s page of the provider's transactions, newest first, with
+/// the columns of [`TransactionSummary`] in its order; `None` when the page is empty without
+/// asking (a search cursor of another provider). Public for the benchmark's query plans.
+pub fn list_statement(
+    conn: &Connection,
+    provider_id: &str,
+    filter: &TransactionFilter,
+) -> Result<Option<Statement>, StoreError> {
+    if let Some(search) = filter
+        .search
+        .as_deref()
+        .filter(|s| s.chars().count() >= TRIGRAM)
+    {
+        return search_statement(conn, provider_id, filter, search);
+    }
     let mut sql = String::from(
         "SELECT id, reference, title, status, currency, total, refunded_amount, \
          json_extract(payment, '$.customer.email'), created_at \
@@ -966,7 +997,88 @@ fn list_transactions(
         " ORDER BY created_at DESC, id DESC LIMIT ?{}",
         values.len()
     ));
-    let mut statement = conn.prepare_cached(&sql)?;
+    Ok(Some((sql, values)))
+}
+
+/// A search through the trigram index (migration 21): the provider's range of search keys,
+/// read newest first and stopped at the page's end. Pages continue below the key of the
+/// cursor's transaction; the order is the order the transactions were recorded in, which is
+/// their creation order.
+fn search_statement(
+    conn: &Connection,
+    provider_id: &str,
+    filter: &TransactionFilter,
+    search: &str,
+) -> Result<Option<Statement>, StoreError> {
+    let number: Option<i64> = conn
+        .prepare_cached("SELECT number FROM search_providers WHERE provider_id = ?1")?
+        .query_row([provider_id], |r| r.get(0))
+        .optional()?;
+    let Some(number) = number else {
+        return Ok(None);
+    };
+    let low = number * SEARCH_KEY_RANGE;
+    let mut high = low + SEARCH_KEY_RANGE;
+    if let Some((_, id)) = &filter.before {
+        let key: Option<i64> = conn
+            .prepare_cached("SELECT key FROM transaction_search_keys WHERE transaction_id = ?1")?
+            .query_row([id], |r| r.get(0))
+            .optional()?;
+        match key {
+            Some(key) if key > low && key < high => high = key,
+            // Not one of this provider's transactions: nothing comes after it.
+            _ => return Ok(None),
+        }
+    }
+    // One FTS5 phrase: its trigrams in a row, which is the text as a substring, in any column.
+    let phrase = format!("\"{}\"", search.replace('"', "\"\""));
+    let mut values: Vec<rusqlite::types::Value> = vec![
+        phrase.into(),
+        low.into(),
+        high.into(),
+        provider_id.to_owned().into(),
+    ];
+    let mut sql = String::from(
+        "SELECT t.id, t.reference, t.title, t.status, t.currency, t.total, t.refunded_amount, \
+         json_extract(t.payment, '$.customer.email'), t.created_at \
+         FROM transaction_search \
+         JOIN transaction_search_keys k ON k.key = transaction_search.rowid \
+         JOIN transactions t ON t.id = k.transaction_id \
+         WHERE transaction_search MATCH ?1 \
+         AND transaction_search.rowid > ?2 AND transaction_search.rowid < ?3 \
+         AND t.provider_id = ?4",
+    );
+    let mut bind = |sql: &mut String, condition: &str, value: String| {
+        values.push(value.into());
+        sql.push_str(&condition.replace('?', &format!("?{}", values.len())));
+    };
+    if let Some(status) = &filter.status {
+        bind(&mut sql, " AND t.status = ?", status.clone());
+    }
+    if let Some(currency) = &filter.currency {
+        bind(&mut sql, " AND t.currency = ?", currency.clone());
+    }
+    if let Some(from) = filter.from {
+        bind(&mut sql, " AND k.created_at >= ?", format_instant(from));
+    }
+    if let Some(until) = filter.until {
+        bind(&mut sql, " AND k.created_at < ?", format_instant(until));
+    }
+    values.push(i64::from(filter.limit).into());
+    sql.push_str(&format!(
+        " ORDER BY transaction_search.rowid DESC LIMIT ?{}",
+        values.len()
+    ));
+    Ok(Some((sql, values)))
+}
+
+/// Runs a list query whose columns are those of [`TransactionSummary`], in its order.
+fn summaries(
+    conn: &Connection,
+    sql: &str,
+    values: Vec<rusqlite::types::Value>,
+) -> Result<Vec<TransactionSummary>, StoreError> {
+    let mut statement = conn.prepare_cached(sql)?;
     let rows = statement.query_map(rusqlite::params_from_iter(values), |r| {
         Ok((
             r.get::<_, String>(0)?,
