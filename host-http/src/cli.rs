@@ -14,6 +14,7 @@ use serde::Serialize;
 use crate::app::providers::{self, AdminError, IssuedCredential, NewProvider, PolicyChange};
 use crate::auth::Scopes;
 use crate::store::{Db, PoolSettings};
+use crate::telemetry::request_log::LogFormat;
 use crate::{App, Config};
 
 /// A listen address as a person types it: `127.0.0.1:8080`, `[::1]:8080` or `localhost:8080`
@@ -64,6 +65,10 @@ pub struct ServeArgs {
     #[arg(long, env = "CHECKOUT_DB_ACQUIRE_TIMEOUT_MS",
           default_value_t = PoolSettings::default().acquire_timeout_ms)]
     pub db_acquire_timeout_ms: u64,
+    /// How the log is written on stderr: `text` (one line an event, `key=value` fields) or
+    /// `json` (one JSON object a line, for log shippers). `RUST_LOG` chooses what is logged.
+    #[arg(long, env = "CHECKOUT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     /// Enable the sandbox routes (POST /sandbox/transactions/{id}/pay).
     #[arg(long, env = "CHECKOUT_SANDBOX", action = ArgAction::SetTrue,
           value_parser = BoolishValueParser::new())]
@@ -423,7 +428,7 @@ pub enum ProviderCommand {
 
 /// Runs `serve` until SIGINT/SIGTERM.
 pub fn serve(args: ServeArgs) -> ExitCode {
-    let _log = crate::telemetry::init_server_logging();
+    let _log = crate::telemetry::init_server_logging(args.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

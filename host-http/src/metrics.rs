@@ -15,8 +15,8 @@ use hyper::service::service_fn;
 use hyper::{Method, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 use tokio::net::TcpListener;
 
@@ -34,6 +34,7 @@ pub struct Metrics {
     webhooks: IntCounterVec,
     mails: IntCounterVec,
     card_payments: IntCounterVec,
+    log_lines_dropped: IntCounter,
 }
 
 impl Default for Metrics {
@@ -108,8 +109,14 @@ impl Metrics {
             &["outcome"],
         )
         .unwrap_or_else(|e| unreachable!("static metric: {e}"));
+        let log_lines_dropped = IntCounter::new(
+            "checkout_log_lines_dropped_total",
+            "Request log lines dropped because the log's queue was full (stderr too slow)",
+        )
+        .unwrap_or_else(|e| unreachable!("static metric: {e}"));
         for collector in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(log_lines_dropped.clone()),
             Box::new(latency.clone()),
             Box::new(refunds_pending.clone()),
             Box::new(backlog.clone()),
@@ -132,6 +139,7 @@ impl Metrics {
             webhooks,
             mails,
             card_payments,
+            log_lines_dropped,
         }
     }
 
@@ -174,6 +182,12 @@ impl Metrics {
                 .with_label_values(&["email"])
                 .set(gauge(stats.mails_queued));
             self.oldest_age.set(gauge(stats.oldest_age_secs));
+        }
+        // The log's count is the process's; the counter catches up with it.
+        let dropped = crate::telemetry::request_log::dropped();
+        let shown = self.log_lines_dropped.get();
+        if dropped > shown {
+            self.log_lines_dropped.inc_by(dropped - shown);
         }
         let mut buffer = Vec::new();
         if let Err(error) = TextEncoder::new().encode(&self.registry.gather(), &mut buffer) {

@@ -33,17 +33,20 @@ fn request_id(answer: &str) -> String {
         .to_owned()
 }
 
-#[test]
-fn parser_refusals_are_logged_with_their_request_id_and_status_and_no_credential() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let log_path = dir.path().join("server.log");
-    let log = std::fs::File::create(&log_path).expect("log file");
+/// A server on a fresh SQLite file with its stderr in `server.log` of `dir`, once it answers.
+fn start(
+    dir: &std::path::Path,
+    rust_log: &str,
+    extra: &[&str],
+) -> (std::process::Child, SocketAddr) {
+    let log = std::fs::File::create(dir.join("server.log")).expect("log file");
     let addr = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_checkout-server"))
+    let child = Command::new(env!("CARGO_BIN_EXE_checkout-server"))
         .args(["serve", "--listen", &addr.to_string()])
         .arg("--db")
-        .arg(dir.path().join("checkout.db"))
-        .env("RUST_LOG", "info")
+        .arg(dir.join("checkout.db"))
+        .args(extra)
+        .env("RUST_LOG", rust_log)
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
@@ -61,6 +64,26 @@ fn parser_refusals_are_logged_with_their_request_id_and_status_and_no_credential
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    (child, addr)
+}
+
+/// Stops the server as an operator does (SIGTERM: the log thread writes out its queue on the
+/// way out) and returns its log.
+fn stop(mut child: std::process::Child, dir: &std::path::Path) -> String {
+    let stopped = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill -TERM");
+    assert!(stopped.success());
+    let exited = child.wait().expect("server exits");
+    assert!(exited.success(), "{exited:?}");
+    std::fs::read_to_string(dir.join("server.log")).expect("log")
+}
+
+#[test]
+fn parser_refusals_are_logged_with_their_request_id_and_status_and_no_credential() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (child, addr) = start(dir.path(), "info", &[]);
 
     // Basic `widget-logcheck:secret-never-logged-7f3a`, in a refused head and in a request.
     let authorization = "Basic d2lkZ2V0LWxvZ2NoZWNrOnNlY3JldC1uZXZlci1sb2dnZWQtN2YzYQ==";
@@ -93,15 +116,7 @@ fn parser_refusals_are_logged_with_their_request_id_and_status_and_no_credential
         );
         expected.push((status, request_id(&answer)));
     }
-    // Stopped as an operator stops it (SIGTERM): the log writer flushes its queue on the way out.
-    let stopped = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill -TERM");
-    assert!(stopped.success());
-    let exited = child.wait().expect("server exits");
-    assert!(exited.success(), "{exited:?}");
-    let text = std::fs::read_to_string(&log_path).expect("log");
+    let text = stop(child, dir.path());
     for secret in [
         authorization,
         "d2lkZ2V0",
@@ -118,4 +133,51 @@ fn parser_refusals_are_logged_with_their_request_id_and_status_and_no_credential
             "no log line for {id} ({status}):\n{text}"
         );
     }
+}
+
+/// `--log-format json`: every line is one JSON object, the request line with its fields as
+/// numbers where they are numbers; `RUST_LOG=warn` turns the request log off.
+#[test]
+fn the_log_can_be_json_and_the_request_log_can_be_off() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (child, addr) = start(dir.path(), "info", &["--log-format", "json"]);
+    let answer = exchange(
+        addr,
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    let id = request_id(&answer);
+    let text = stop(child, dir.path());
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|line| line["fields"]["message"] == "listening" && line["level"] == "INFO"),
+        "{text}"
+    );
+    let request = lines
+        .iter()
+        .find(|line| line["fields"]["request_id"] == id.as_str())
+        .unwrap_or_else(|| panic!("no line for {id}:\n{text}"));
+    assert_eq!(request["fields"]["message"], "request");
+    assert_eq!(request["fields"]["method"], "GET");
+    assert_eq!(request["fields"]["route"], "/healthz");
+    assert_eq!(request["fields"]["status"], 200);
+    assert!(request["fields"]["latency_ms"].is_f64(), "{request}");
+    assert_eq!(request["level"], "INFO");
+    assert_eq!(request["target"], "host_http::http::server");
+    let at = request["timestamp"].as_str().expect("timestamp");
+    assert!(chrono::DateTime::parse_from_rfc3339(at).is_ok(), "{at}");
+
+    let quiet = tempfile::tempdir().expect("temp dir");
+    let (child, addr) = start(quiet.path(), "warn", &[]);
+    let answer = exchange(
+        addr,
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    let id = request_id(&answer);
+    let text = stop(child, quiet.path());
+    assert!(!text.contains(&id), "{text}");
 }

@@ -911,6 +911,12 @@ async fn a_delivery_failing_for_three_days_ends_failed_and_metrics_count_every_o
     tokio::time::sleep(Duration::from_millis(1200)).await;
 
     let text = scrape(&server).await;
+    // Nothing was dropped from the request log (this server has no log thread at all).
+    assert!(
+        text.lines()
+            .any(|line| line == "checkout_log_lines_dropped_total 0"),
+        "{text}"
+    );
     let webhooks = "checkout_webhook_deliveries_total";
     let mails = "checkout_emails_total";
     // Webhooks: the receiver's 500 and the closed port's first failures of both its events

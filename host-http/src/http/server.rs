@@ -26,6 +26,7 @@ use super::routes;
 use super::{headers, limits};
 use crate::Config;
 use crate::app::Services;
+use crate::telemetry::request_log;
 
 /// How often expired idempotency keys are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
@@ -349,14 +350,16 @@ async fn handle(
     state
         .metrics
         .request(template, response.status().as_u16(), elapsed);
-    tracing::info!(
-        request_id = %id,
-        method = %method,
-        route = template,
-        status = response.status().as_u16(),
-        latency_ms = %format_args!("{}.{:03}", elapsed.as_millis(), elapsed.as_micros() % 1000),
-        "request"
-    );
+    if request_log::enabled() {
+        request_log::log(request_log::RequestLine {
+            at: std::time::SystemTime::now(),
+            request_id: id,
+            method,
+            route: template,
+            status: response.status().as_u16(),
+            latency: elapsed,
+        });
+    }
     response
 }
 

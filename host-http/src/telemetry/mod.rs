@@ -2,6 +2,7 @@
 //! [`crate::metrics`].
 
 pub mod log_output;
+pub mod request_log;
 
 /// Installs the log subscriber: `RUST_LOG` filters, lines on stderr. The default is `info`,
 /// except that the PostgreSQL driver's server notices (`relation … already exists, skipping`
@@ -22,19 +23,20 @@ fn subscriber() -> tracing_subscriber::fmt::SubscriberBuilder<
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
 }
 
-/// The server's log: as [`init_logging`], but request threads only format their line into a
-/// queue and a thread of its own writes it to stderr, so that a slow or busy stderr never holds
-/// a request. The queue is not lossy (a full queue waits rather than drops a line); the guard
-/// flushes it when the server stops. A stderr that is a file is written out to its disk every
-/// few megabytes ([`log_output`]).
-pub fn init_server_logging() -> Option<tracing_appender::non_blocking::WorkerGuard> {
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(false)
-        .thread_name("log-writer")
-        .finish(log_output::LogOutput::stderr());
-    subscriber()
-        .with_writer(writer)
-        .try_init()
-        .ok()
-        .map(|()| guard)
+/// The server's log: as [`init_logging`], but lines are formatted (`format`) and written by a
+/// thread of their own ([`request_log`]): a request hands its line to a queue and never waits,
+/// so a slow or busy stderr never holds a request. Other events wait for room in the queue
+/// rather than being lost; the guard writes out the queue when the server stops. A stderr that
+/// is a file is written out to its disk every few megabytes ([`log_output`]).
+pub fn init_server_logging(format: request_log::LogFormat) -> Option<request_log::LogGuard> {
+    let (writer, guard) = request_log::start(log_output::LogOutput::stderr(), format);
+    let installed = match format {
+        request_log::LogFormat::Text => subscriber().with_writer(writer).try_init(),
+        request_log::LogFormat::Json => subscriber()
+            .json()
+            .with_ansi(false)
+            .with_writer(writer)
+            .try_init(),
+    };
+    installed.ok().map(|()| guard)
 }
