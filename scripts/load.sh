@@ -21,6 +21,8 @@
 # Usage: scripts/load.sh [--db sqlite|postgres://...] [--duration S=10] [--connections N=64]
 #                        [--threads T=2] [--pool N=16] [--memory N]
 # The request log stays at the service's default level (RUST_LOG=info) unless RUST_LOG is set.
+# At info, SQLite runs also measure hello with the request log off (RUST_LOG=warn), at info,
+# and at info as JSON (--log-format json), back to back (target: >= 0.90 of log off).
 # Needs: wrk, curl, python3; psql and pgbench for PostgreSQL.
 set -euo pipefail
 
@@ -242,6 +244,23 @@ print(f"{count / (time.monotonic() - started):.0f}")
 PY
 }
 
+log_cost() { # db: hello with the request log off, at info, and at info as JSON, back to back
+    LOG_LEVEL=warn start_server "$1"
+    wrk_run hello-log-off /healthz
+    stop_server
+    start_server "$1"
+    wrk_run hello-log-text /healthz
+    stop_server
+    start_server "$1" --log-format json
+    wrk_run hello-log-json /healthz
+    stop_server
+    local off
+    off="$(rate hello-log-off)"
+    result "GET /healthz, log off" "$off" "$(p99 hello-log-off)" "$(non2xx hello-log-off)" "itself" "$off" "-"
+    result "GET /healthz, log text" "$(rate hello-log-text)" "$(p99 hello-log-text)" "$(non2xx hello-log-text)" "hello, log off" "$off" 0.90
+    result "GET /healthz, log json" "$(rate hello-log-json)" "$(p99 hello-log-json)" "$(non2xx hello-log-json)" "hello, log off" "$off" 0.90
+}
+
 sample_memory() { # prints "rss_kib hwm_kib" of the server
     awk '/^VmRSS/ {r = $2} /^VmHWM/ {h = $2} END {print r, h}' "/proc/$SERVER_PID/status"
 }
@@ -278,6 +297,7 @@ if [[ "$DB" == sqlite ]]; then
     result "GET /status/{id}" "$(rate status)" "$(p99 status)" "$(non2xx status)" "hello" "$hello" 0.60
     result "GET /status (auth only)" "$(rate health)" "$(p99 health)" "$(non2xx health)" "hello" "$hello" 0.80
     result "POST /initialize (durable)" "$(rate create)" "$(p99 create)" "$(non2xx create)" "one-commit inserts" "$ceiling" 2.5
+    if [[ "$LOG_LEVEL" == info ]]; then log_cost "$WORK/log.db"; fi
     acked=$(( $(total create) - $(non2xx create) + 1 ))
     summary="transactions stored after shutdown: $stored, acknowledged: $acked ($( ((stored >= acked)) && echo "every acknowledged create is on disk; the rest were answered after wrk stopped counting" || echo "ACKNOWLEDGED CREATES MISSING"))"
     if ((MEMORY > 0)); then memory_run "$WORK/memory.db"; fi

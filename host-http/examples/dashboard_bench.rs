@@ -814,7 +814,7 @@ async fn plans(db: &Db, args: &Args) -> Result<(), String> {
             }
         }
         Db::Postgres(url) => {
-            use host_http::store::postgres::dashboard::list_statement;
+            use host_http::store::postgres::dashboard::list_statements;
             let client = pg_connect(url).await?;
             // As the service's connections (`store::postgres`): no JIT.
             client
@@ -822,18 +822,21 @@ async fn plans(db: &Db, args: &Args) -> Result<(), String> {
                 .await
                 .map_err(|e| e.to_string())?;
             for scenario in scenarios(&facts) {
-                let (sql, values) = list_statement(&args.provider, scenario.filter.clone());
-                println!("== {}\n{sql}", scenario.name);
+                let (statements, values) = list_statements(&args.provider, scenario.filter.clone());
                 let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = values
                     .iter()
                     .map(|value| value.as_ref() as &(dyn tokio_postgres::types::ToSql + Sync))
                     .collect();
-                let rows = client
-                    .query(&format!("EXPLAIN (ANALYZE, BUFFERS) {sql}"), &params)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                for row in rows {
-                    println!("  {}", row.get::<_, String>(0));
+                // Each statement the store may run, whether or not the first filled the page.
+                for sql in statements {
+                    println!("== {}\n{sql}", scenario.name);
+                    let rows = client
+                        .query(&format!("EXPLAIN (ANALYZE, BUFFERS) {sql}"), &params)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    for row in rows {
+                        println!("  {}", row.get::<_, String>(0));
+                    }
                 }
             }
         }

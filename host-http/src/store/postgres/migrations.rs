@@ -548,12 +548,12 @@ CREATE TABLE credential_usage (
         description: "the dashboard's transaction list: a trigram search index",
         // The search ("contains", in reference, title and customer e-mail) reads one
         // expression (`super::dashboard::SEARCH_TEXT`, the same text) through a GIN index of
-        // its trigrams (pg_trgm) beside the provider (btree_gin), so that a rare text costs its
-        // matches and another provider's matches are never read; a common text is read in
-        // list order through `transactions_provider` and stops at the page's end (the planner
-        // chooses). Both extensions ship with PostgreSQL and are trusted (a database owner may
-        // create them); where they cannot be created the migration warns and the search reads
-        // the list in order.
+        // its trigrams (pg_trgm) beside the provider, status and currency (btree_gin), so that
+        // a rare text, or a common one with a rare status or currency, costs its matches, and
+        // another provider's matches are never read. A common text is read in list order
+        // (`super::dashboard::list_statements`). Both extensions ship with PostgreSQL and are
+        // trusted (a database owner may create them); where they cannot be created the
+        // migration warns and the search reads the list in order.
         sql: r#"
 DO $$
 BEGIN
@@ -566,7 +566,7 @@ DO $$
 BEGIN
     IF (SELECT count(*) FROM pg_extension WHERE extname IN ('pg_trgm', 'btree_gin')) = 2 THEN
         CREATE INDEX transactions_search ON transactions USING gin (
-            provider_id,
+            provider_id, status, currency,
             (lower(reference) || chr(31) || lower(title) || chr(31)
              || coalesce(lower(payment -> 'customer' ->> 'email'), '')) gin_trgm_ops
         );
