@@ -202,8 +202,12 @@ dst = sqlite3.connect(target, isolation_level=None)
 dst.execute("PRAGMA journal_mode=WAL")
 dst.execute("PRAGMA synchronous=FULL")
 dst.execute("PRAGMA foreign_keys=OFF")
+# A virtual table makes its own shadow tables (FTS5: _data, _idx, _content, _docsize, _config).
+virtual = [sql.split()[3] for sql in schema if sql.startswith("CREATE VIRTUAL TABLE")]
+shadows = [f"CREATE TABLE '{name}_{suffix}'" for name in virtual
+           for suffix in ("data", "idx", "content", "docsize", "config")]
 for sql in schema:
-    if "CREATE TRIGGER" not in sql:
+    if "CREATE TRIGGER" not in sql and not any(sql.startswith(s) for s in shadows):
         dst.execute(sql)
 statements = {t: f"INSERT INTO {t} ({','.join(n for n in names if n != 'seq')}) VALUES "
                  f"({','.join('?' for n in names if n != 'seq')})"

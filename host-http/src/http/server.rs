@@ -353,7 +353,7 @@ async fn handle(
     if request_log::enabled() {
         request_log::log(request_log::RequestLine {
             at: std::time::SystemTime::now(),
-            request_id: id,
+            request_id: request_log::RequestId::new(&id),
             method,
             route: template,
             status: response.status().as_u16(),

@@ -13,14 +13,13 @@
 //! are rare, so they wait for room rather than being lost. One thread writes everything, so
 //! lines never interleave.
 
-use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 
 /// Lines the queue holds before request lines are dropped: at 40,000 requests a second, over
 /// a second and a half of a stalled stderr.
@@ -51,7 +50,7 @@ pub struct RequestLine {
     /// When it was answered.
     pub at: SystemTime,
     /// Its id (`X-Request-Id`).
-    pub request_id: String,
+    pub request_id: RequestId,
     /// Its method.
     pub method: hyper::Method,
     /// The route template, `-` when none matched.
@@ -60,6 +59,35 @@ pub struct RequestLine {
     pub status: u16,
     /// From arrival to answer.
     pub latency: Duration,
+}
+
+/// A request id held inline (up to 32 bytes; the server's are 19), so that a line costs no
+/// allocation and is freed on no other thread than the one that made it.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestId {
+    bytes: [u8; 32],
+    len: u8,
+}
+
+impl RequestId {
+    /// `id`, cut to 32 bytes (at a character boundary).
+    pub fn new(id: &str) -> RequestId {
+        let mut len = id.len().min(32);
+        while !id.is_char_boundary(len) {
+            len -= 1;
+        }
+        let mut bytes = [0; 32];
+        bytes[..len].copy_from_slice(&id.as_bytes()[..len]);
+        RequestId {
+            bytes,
+            len: u8::try_from(len).unwrap_or(32),
+        }
+    }
+
+    /// The id.
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or("-")
+    }
 }
 
 enum Entry {
@@ -211,28 +239,47 @@ pub fn start_with<W: Write + Send + 'static>(
     )
 }
 
+/// How long the log thread sleeps when it found fewer than [`BUSY`] entries: it never blocks
+/// on the queue, so that a request's `try_send` never has a sleeping thread to wake (a system
+/// call on the request path).
+const IDLE: Duration = Duration::from_millis(10);
+/// Entries taken in one round above which the thread goes on without sleeping.
+const BUSY: usize = 4096;
+
 fn run<W: Write>(receiver: Receiver<Entry>, mut out: W, format: LogFormat) {
     let mut batch = Vec::with_capacity(BATCH_BYTES + 1024);
-    while let Ok(first) = receiver.recv() {
+    let mut clock = Clock::default();
+    loop {
+        let mut taken = 0;
         let mut flushed = Vec::new();
-        let mut next = Some(first);
-        while let Some(entry) = next.take() {
-            match entry {
-                Entry::Request(line) => format_line(&mut batch, &line, format),
-                Entry::Formatted(bytes) => batch.extend_from_slice(&bytes),
-                Entry::Flush(done) => flushed.push(done),
+        let mut ended = false;
+        loop {
+            match receiver.try_recv() {
+                Ok(Entry::Request(line)) => clock.format(&mut batch, &line, format),
+                Ok(Entry::Formatted(bytes)) => batch.extend_from_slice(&bytes),
+                Ok(Entry::Flush(done)) => flushed.push(done),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    ended = true;
+                    break;
+                }
             }
+            taken += 1;
             if batch.len() >= BATCH_BYTES {
                 write_out(&mut out, &mut batch);
             }
-            next = receiver.try_recv().ok();
         }
         write_out(&mut out, &mut batch);
         for done in flushed {
             let _ = done.send(());
         }
+        if ended {
+            return;
+        }
+        if taken < BUSY {
+            std::thread::sleep(IDLE);
+        }
     }
-    write_out(&mut out, &mut batch);
 }
 
 fn write_out<W: Write>(out: &mut W, batch: &mut Vec<u8>) {
@@ -247,34 +294,118 @@ fn write_out<W: Write>(out: &mut W, batch: &mut Vec<u8>) {
 
 /// Appends `line` formatted, with its newline.
 pub fn format_line(into: &mut Vec<u8>, line: &RequestLine, format: LogFormat) {
-    let at = DateTime::<Utc>::from(line.at).to_rfc3339_opts(SecondsFormat::Micros, true);
-    let micros = line.latency.as_micros();
-    let latency = format!("{}.{:03}", micros / 1000, micros % 1000);
-    let mut text = String::with_capacity(160);
-    match format {
-        LogFormat::Text => {
-            let _ = writeln!(
-                text,
-                "{at}  INFO {TARGET}: request request_id={} method={} route={} status={} \
-                 latency_ms={latency}",
-                line.request_id, line.method, line.route, line.status
-            );
+    Clock::default().format(into, line, format);
+}
+
+/// The formatter of request lines: keeps the text of the current second, so that a line's
+/// timestamp costs its microseconds only.
+#[derive(Default)]
+struct Clock {
+    second: Option<u64>,
+    /// `2026-11-26T05:00:00.`
+    prefix: String,
+}
+
+impl Clock {
+    fn format(&mut self, into: &mut Vec<u8>, line: &RequestLine, format: LogFormat) {
+        let since = line
+            .at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        let second = since.as_secs();
+        if self.second != Some(second) {
+            let at = DateTime::<Utc>::from(SystemTime::UNIX_EPOCH + Duration::from_secs(second));
+            self.prefix = at.format("%Y-%m-%dT%H:%M:%S.").to_string();
+            self.second = Some(second);
         }
-        LogFormat::Json => {
-            let quoted = |text: &str| serde_json::to_string(text).unwrap_or_default();
-            let _ = writeln!(
-                text,
-                "{{\"timestamp\":\"{at}\",\"level\":\"INFO\",\"fields\":{{\"message\":\"request\",\
-                 \"request_id\":{},\"method\":{},\"route\":{},\"status\":{},\
-                 \"latency_ms\":{latency}}},\"target\":\"{TARGET}\"}}",
-                quoted(&line.request_id),
-                quoted(line.method.as_str()),
-                quoted(line.route),
-                line.status
+        let json = format == LogFormat::Json;
+        if json {
+            into.extend_from_slice(b"{\"timestamp\":\"");
+        }
+        into.extend_from_slice(self.prefix.as_bytes());
+        push_padded(into, u64::from(since.subsec_micros()), 6);
+        into.push(b'Z');
+        let micros = u64::try_from(line.latency.as_micros()).unwrap_or(u64::MAX);
+        if json {
+            into.extend_from_slice(
+                b"\",\"level\":\"INFO\",\"fields\":{\"message\":\"request\",\"request_id\":",
             );
+            push_json_str(into, line.request_id.as_str());
+            into.extend_from_slice(b",\"method\":");
+            push_json_str(into, line.method.as_str());
+            into.extend_from_slice(b",\"route\":");
+            push_json_str(into, line.route);
+            into.extend_from_slice(b",\"status\":");
+            push_decimal(into, u64::from(line.status));
+            into.extend_from_slice(b",\"latency_ms\":");
+            push_decimal(into, micros / 1000);
+            into.push(b'.');
+            push_padded(into, micros % 1000, 3);
+            into.extend_from_slice(b"},\"target\":\"");
+            into.extend_from_slice(TARGET.as_bytes());
+            into.extend_from_slice(b"\"}\n");
+        } else {
+            into.extend_from_slice(b"  INFO ");
+            into.extend_from_slice(TARGET.as_bytes());
+            into.extend_from_slice(b": request request_id=");
+            into.extend_from_slice(line.request_id.as_str().as_bytes());
+            into.extend_from_slice(b" method=");
+            into.extend_from_slice(line.method.as_str().as_bytes());
+            into.extend_from_slice(b" route=");
+            into.extend_from_slice(line.route.as_bytes());
+            into.extend_from_slice(b" status=");
+            push_decimal(into, u64::from(line.status));
+            into.extend_from_slice(b" latency_ms=");
+            push_decimal(into, micros / 1000);
+            into.push(b'.');
+            push_padded(into, micros % 1000, 3);
+            into.push(b'\n');
         }
     }
-    into.extend_from_slice(text.as_bytes());
+}
+
+/// `value` in decimal.
+fn push_decimal(into: &mut Vec<u8>, value: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = value;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + u8::try_from(rest % 10).unwrap_or(0);
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    into.extend_from_slice(&digits[at..]);
+}
+
+/// `value` in decimal, zero-padded to `width` digits.
+fn push_padded(into: &mut Vec<u8>, value: u64, width: usize) {
+    let start = into.len();
+    push_decimal(into, value);
+    let written = into.len() - start;
+    if written < width {
+        into.splice(start..start, std::iter::repeat_n(b'0', width - written));
+    }
+}
+
+/// `text` as a JSON string.
+fn push_json_str(into: &mut Vec<u8>, text: &str) {
+    if text
+        .bytes()
+        .all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b < 0x7f)
+    {
+        into.push(b'"');
+        into.extend_from_slice(text.as_bytes());
+        into.push(b'"');
+    } else {
+        into.extend_from_slice(
+            serde_json::to_string(text)
+                .unwrap_or_else(|_| "\"\"".to_owned())
+                .as_bytes(),
+        );
+    }
 }
 
 #[cfg(test)]
@@ -284,7 +415,7 @@ mod tests {
     fn line(id: &str) -> RequestLine {
         RequestLine {
             at: SystemTime::UNIX_EPOCH + Duration::from_micros(1_764_133_200_123_456),
-            request_id: id.to_owned(),
+            request_id: RequestId::new(id),
             method: hyper::Method::GET,
             route: "/status/{transactionId}",
             status: 200,
