@@ -1037,38 +1037,52 @@ fn search_statement(
         low.into(),
         high.into(),
         provider_id.to_owned().into(),
+        format!("%{}%", like_escaped(search)).into(),
     ];
-    let mut sql = String::from(
-        "SELECT t.id, t.reference, t.title, t.status, t.currency, t.total, t.refunded_amount, \
-         json_extract(t.payment, '$.customer.email'), t.created_at \
+    let mut filters = String::new();
+    let mut bind = |filters: &mut String, condition: &str, value: String| {
+        values.push(value.into());
+        filters.push_str(&condition.replace('?', &format!("?{}", values.len())));
+    };
+    if let Some(status) = &filter.status {
+        bind(&mut filters, " AND t.status = ?", status.clone());
+    }
+    if let Some(currency) = &filter.currency {
+        bind(&mut filters, " AND t.currency = ?", currency.clone());
+    }
+    if let Some(from) = filter.from {
+        bind(&mut filters, " AND k.created_at >= ?", format_instant(from));
+    }
+    if let Some(until) = filter.until {
+        bind(&mut filters, " AND k.created_at < ?", format_instant(until));
+    }
+    values.push(i64::from(filter.limit).into());
+    let limit = values.len();
+    // Two parts merged newest first: the index, but for the transactions noted since its last
+    // update (`INDEX_PENDING`: its entries for them may be missing or old), and those noted
+    // ones, tested one by one (the writer brings the index up to date every few hundred
+    // milliseconds, so they are few).
+    let columns = "t.id, t.reference, t.title, t.status, t.currency, t.total, \
+                   t.refunded_amount, json_extract(t.payment, '$.customer.email'), t.created_at";
+    let sql = format!(
+        "SELECT {columns}, transaction_search.rowid AS key \
          FROM transaction_search \
          JOIN transaction_search_keys k ON k.key = transaction_search.rowid \
          JOIN transactions t ON t.id = k.transaction_id \
          WHERE transaction_search MATCH ?1 \
          AND transaction_search.rowid > ?2 AND transaction_search.rowid < ?3 \
-         AND t.provider_id = ?4",
+         AND transaction_search.rowid NOT IN (SELECT key FROM transaction_search_pending) \
+         AND t.provider_id = ?4{filters} \
+         UNION ALL \
+         SELECT {columns}, p.key AS key \
+         FROM transaction_search_pending p \
+         JOIN transaction_search_keys k ON k.key = p.key \
+         JOIN transactions t ON t.id = k.transaction_id \
+         WHERE p.key > ?2 AND p.key < ?3 AND t.provider_id = ?4 \
+         AND (lower(t.reference) LIKE ?5 ESCAPE '\\' OR lower(t.title) LIKE ?5 ESCAPE '\\' \
+              OR lower(json_extract(t.payment, '$.customer.email')) LIKE ?5 ESCAPE '\\'){filters} \
+         ORDER BY key DESC LIMIT ?{limit}"
     );
-    let mut bind = |sql: &mut String, condition: &str, value: String| {
-        values.push(value.into());
-        sql.push_str(&condition.replace('?', &format!("?{}", values.len())));
-    };
-    if let Some(status) = &filter.status {
-        bind(&mut sql, " AND t.status = ?", status.clone());
-    }
-    if let Some(currency) = &filter.currency {
-        bind(&mut sql, " AND t.currency = ?", currency.clone());
-    }
-    if let Some(from) = filter.from {
-        bind(&mut sql, " AND k.created_at >= ?", format_instant(from));
-    }
-    if let Some(until) = filter.until {
-        bind(&mut sql, " AND k.created_at < ?", format_instant(until));
-    }
-    values.push(i64::from(filter.limit).into());
-    sql.push_str(&format!(
-        " ORDER BY transaction_search.rowid DESC LIMIT ?{}",
-        values.len()
-    ));
     Ok(Some((sql, values)))
 }
 

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 use tokio::sync::oneshot;
@@ -228,16 +228,24 @@ fn in_savepoint<R>(
     result
 }
 
+/// How often the writer brings the search index up to date (`INDEX_PENDING`, up to 512
+/// transactions), while anything waits for it. Indexing a few hundred transactions at once
+/// costs a fraction per transaction of indexing each batch's few (FTS5 writes a segment each
+/// time).
+const INDEX_EVERY: Duration = Duration::from_millis(50);
+
 fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Message>, signal: &CheckpointSignal) {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
     let mut stopping = false;
+    let mut indexed_at = Instant::now();
     while !stopping {
-        match receiver.recv() {
+        match receiver.recv_timeout(INDEX_EVERY) {
             Ok(Message::Job(job)) => batch.push(job),
-            Ok(Message::Shutdown) | Err(_) => break,
+            Ok(Message::Shutdown) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
         // Everything queued while the previous batch was committing joins this one.
-        while batch.len() < MAX_BATCH {
+        while !batch.is_empty() && batch.len() < MAX_BATCH {
             match receiver.try_recv() {
                 Ok(Message::Job(job)) => batch.push(job),
                 Ok(Message::Shutdown) => {
@@ -247,8 +255,16 @@ fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Message>, signal: &Che
                 Err(_) => break,
             }
         }
-        commit_batch(&conn, &mut batch);
-        signal.committed();
+        if !batch.is_empty() {
+            commit_batch(&conn, &mut batch);
+            signal.committed();
+        }
+        if indexed_at.elapsed() >= INDEX_EVERY {
+            if index_pending(&conn) {
+                signal.committed();
+            }
+            indexed_at = Instant::now();
+        }
     }
     // Jobs queued behind the shutdown message still get their answer.
     while let Ok(message) = receiver.try_recv() {
@@ -259,8 +275,39 @@ fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Message>, signal: &Che
     if !batch.is_empty() {
         commit_batch(&conn, &mut batch);
     }
+    index_pending(&conn);
     if let Err((_, error)) = conn.close() {
         tracing::error!(%error, "closing the database failed");
+    }
+}
+
+/// Brings the search index up to date ([`super::migrations::INDEX_PENDING`]) in a write
+/// transaction of its own, if any transaction waits for it; returns whether it committed.
+/// Should it fail, the noted transactions wait for the next time (searches test them one by
+/// one meanwhile).
+fn index_pending(conn: &Connection) -> bool {
+    let waiting = conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM transaction_search_pending)")
+        .and_then(|mut s| s.query_row([], |r| r.get::<_, bool>(0)));
+    match waiting {
+        Ok(true) => {}
+        Ok(false) => return false,
+        Err(error) => {
+            tracing::error!(%error, "could not read what the search index waits for");
+            return false;
+        }
+    }
+    let indexed = conn
+        .execute_batch("BEGIN IMMEDIATE")
+        .and_then(|()| conn.execute_batch(super::migrations::INDEX_PENDING))
+        .and_then(|()| conn.execute_batch("COMMIT"));
+    match indexed {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::error!(%error, "indexing transactions for search failed; retried later");
+            let _ = conn.execute_batch("ROLLBACK");
+            false
+        }
     }
 }
 
