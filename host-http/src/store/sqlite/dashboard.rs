@@ -1079,8 +1079,8 @@ fn search_statement(
          JOIN transaction_search_keys k ON k.key = p.key \
          JOIN transactions t ON t.id = k.transaction_id \
          WHERE p.key > ?2 AND p.key < ?3 AND t.provider_id = ?4 \
-         AND (lower(t.reference) LIKE ?5 ESCAPE '\\' OR lower(t.title) LIKE ?5 ESCAPE '\\' \
-              OR lower(json_extract(t.payment, '$.customer.email')) LIKE ?5 ESCAPE '\\'){filters} \
+         AND (lower(p.reference) LIKE ?5 ESCAPE '\\' OR lower(p.title) LIKE ?5 ESCAPE '\\' \
+              OR lower(p.email) LIKE ?5 ESCAPE '\\'){filters} \
          ORDER BY key DESC LIMIT ?{limit}"
     );
     Ok(Some((sql, values)))

@@ -393,11 +393,17 @@ CREATE TABLE transaction_search_keys (
     transaction_id  TEXT NOT NULL UNIQUE,
     created_at      TEXT NOT NULL
 );
-CREATE VIRTUAL TABLE transaction_search USING fts5(reference, title, email, tokenize = 'trigram');
+CREATE VIRTUAL TABLE transaction_search USING fts5(reference, title, email, tokenize = 'trigram',
+                                                  content = '', contentless_delete = 1);
+INSERT INTO transaction_search (transaction_search, rank) VALUES ('automerge', 0);
+INSERT INTO transaction_search (transaction_search, rank) VALUES ('crisismerge', 64);
 CREATE TABLE transaction_search_pending (     -- keys whose index entry is to be written
-    seq    INTEGER PRIMARY KEY,                    -- first noted, first indexed
-    key    INTEGER NOT NULL UNIQUE,
-    stale  INTEGER NOT NULL                        -- 1: an entry may exist, to be removed first
+    seq        INTEGER PRIMARY KEY,                -- first noted, first indexed
+    key        INTEGER NOT NULL UNIQUE,
+    stale      INTEGER NOT NULL,                   -- 1: an entry may exist, to be removed first
+    reference  TEXT,                               -- what to index; NULL: the transaction is gone
+    title      TEXT,
+    email      TEXT
 );
 
 INSERT INTO transaction_search_keys (key, transaction_id, created_at)
@@ -419,43 +425,49 @@ BEGIN
                n.number * 1099511627776) + 1,
            NEW.id, NEW.created_at
     FROM search_providers n WHERE n.provider_id = NEW.provider_id;
-    INSERT OR IGNORE INTO transaction_search_pending (key, stale)
-    SELECT key, 0 FROM transaction_search_keys WHERE transaction_id = NEW.id;
+    INSERT INTO transaction_search_pending (key, stale, reference, title, email)
+    SELECT key, 0, NEW.reference, NEW.title, json_extract(NEW.payment, '$.customer.email')
+    FROM transaction_search_keys WHERE transaction_id = NEW.id;
 END;
 CREATE TRIGGER transactions_search_update AFTER UPDATE OF reference, title, payment ON transactions
 WHEN OLD.reference IS NOT NEW.reference OR OLD.title IS NOT NEW.title
      OR OLD.payment IS NOT NEW.payment
 BEGIN
-    INSERT OR IGNORE INTO transaction_search_pending (key, stale)
-    SELECT key, 1 FROM transaction_search_keys WHERE transaction_id = NEW.id;
+    INSERT INTO transaction_search_pending (key, stale, reference, title, email)
+    SELECT key, 1, NEW.reference, NEW.title, json_extract(NEW.payment, '$.customer.email')
+    FROM transaction_search_keys WHERE transaction_id = NEW.id
+    ON CONFLICT (key) DO UPDATE SET reference = excluded.reference, title = excluded.title,
+                                    email = excluded.email;
 END;
 CREATE TRIGGER transactions_search_delete AFTER DELETE ON transactions
 BEGIN
-    INSERT OR IGNORE INTO transaction_search_pending (key, stale)
-    SELECT key, 1 FROM transaction_search_keys WHERE transaction_id = OLD.id;
+    INSERT INTO transaction_search_pending (key, stale, reference, title, email)
+    SELECT key, 1, NULL, NULL, NULL FROM transaction_search_keys WHERE transaction_id = OLD.id
+    ON CONFLICT (key) DO UPDATE SET reference = NULL, title = NULL, email = NULL;
     DELETE FROM transaction_search_keys WHERE transaction_id = OLD.id;
 END;
 "#,
     },
 ];
 
-/// Brings the search index (migration 21) up to date with the first 512 transactions whose
-/// keys the triggers noted: removes their entries where one may exist, writes those of the
-/// ones that still exist, and clears their notes. Run by the writer every 50 ms while notes
+/// Brings the search index (migration 21) up to date with the first 512 transactions the
+/// triggers noted, from the text noted with them (so that it reads no transaction): removes
+/// their entries where one may exist, writes those of the ones that still exist, clears their
+/// notes, and does a bounded step of FTS5's merging (`automerge` is off, so no write stops
+/// for a long merge). Run by the writer every 50 ms while notes
 /// wait, in a write transaction of its own: at most 512 a time keeps the wait of the jobs
 /// queued behind it short, and is still more than creates add in 50 ms.
 pub const INDEX_PENDING: &str = "
-CREATE TEMP TABLE IF NOT EXISTS search_step (seq INTEGER PRIMARY KEY, key INTEGER, stale INTEGER);
-DELETE FROM temp.search_step;
-INSERT INTO temp.search_step
-SELECT seq, key, stale FROM transaction_search_pending ORDER BY seq LIMIT 512;
-DELETE FROM transaction_search WHERE rowid IN (SELECT key FROM temp.search_step WHERE stale);
+DELETE FROM transaction_search WHERE rowid IN (
+    SELECT key FROM (SELECT key, stale FROM transaction_search_pending ORDER BY seq LIMIT 512)
+    WHERE stale);
 INSERT INTO transaction_search (rowid, reference, title, email)
-SELECT k.key, t.reference, t.title, json_extract(t.payment, '$.customer.email')
-FROM temp.search_step p
-JOIN transaction_search_keys k ON k.key = p.key
-JOIN transactions t ON t.id = k.transaction_id;
-DELETE FROM transaction_search_pending WHERE seq IN (SELECT seq FROM temp.search_step);
+SELECT key, reference, title, email FROM (
+    SELECT key, reference, title, email FROM transaction_search_pending ORDER BY seq LIMIT 512)
+WHERE reference IS NOT NULL;
+DELETE FROM transaction_search_pending
+WHERE seq IN (SELECT seq FROM transaction_search_pending ORDER BY seq LIMIT 512);
+INSERT INTO transaction_search (transaction_search, rank) VALUES ('merge', 64);
 ";
 
 /// Why the schema could not be brought up to date.
