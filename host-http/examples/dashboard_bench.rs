@@ -370,6 +370,21 @@ fn seed_sqlite(path: &std::path::Path, args: &Args) -> Result<(), String> {
             .map_err(err)?;
         conn.execute_batch("DROP TABLE bench_template; COMMIT")
             .map_err(err)?;
+        // The triggers noted every row for the search index; the server's writer indexes the
+        // notes 512 at a time every 50 ms (`INDEX_PENDING`). The same, in one step.
+        let indexing = Instant::now();
+        conn.execute_batch(
+            "BEGIN; \
+             INSERT INTO transaction_search (rowid, reference, title, email) \
+             SELECT key, reference, title, email FROM transaction_search_pending \
+             WHERE reference IS NOT NULL; \
+             DELETE FROM transaction_search_pending; COMMIT",
+        )
+        .map_err(err)?;
+        println!(
+            "indexed them for search in {} s",
+            indexing.elapsed().as_secs()
+        );
         println!(
             "seeded {inserted} transactions of {provider} in {} s",
             started.elapsed().as_secs()

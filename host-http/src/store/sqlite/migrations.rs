@@ -395,8 +395,6 @@ CREATE TABLE transaction_search_keys (
 );
 CREATE VIRTUAL TABLE transaction_search USING fts5(reference, title, email, tokenize = 'trigram',
                                                   content = '', contentless_delete = 1);
-INSERT INTO transaction_search (transaction_search, rank) VALUES ('automerge', 0);
-INSERT INTO transaction_search (transaction_search, rank) VALUES ('crisismerge', 64);
 CREATE TABLE transaction_search_pending (     -- keys whose index entry is to be written
     seq        INTEGER PRIMARY KEY,                -- first noted, first indexed
     key        INTEGER NOT NULL UNIQUE,
@@ -453,8 +451,7 @@ END;
 /// Brings the search index (migration 21) up to date with the first 512 transactions the
 /// triggers noted, from the text noted with them (so that it reads no transaction): removes
 /// their entries where one may exist, writes those of the ones that still exist, clears their
-/// notes, and does a bounded step of FTS5's merging (`automerge` is off, so no write stops
-/// for a long merge). Run by the writer every 50 ms while notes
+/// notes. Run by the writer every 50 ms while notes
 /// wait, in a write transaction of its own: at most 512 a time keeps the wait of the jobs
 /// queued behind it short, and is still more than creates add in 50 ms.
 pub const INDEX_PENDING: &str = "
@@ -467,7 +464,6 @@ SELECT key, reference, title, email FROM (
 WHERE reference IS NOT NULL;
 DELETE FROM transaction_search_pending
 WHERE seq IN (SELECT seq FROM transaction_search_pending ORDER BY seq LIMIT 512);
-INSERT INTO transaction_search (transaction_search, rank) VALUES ('merge', 64);
 ";
 
 /// Why the schema could not be brought up to date.
