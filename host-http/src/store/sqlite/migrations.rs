@@ -375,7 +375,7 @@ CREATE TABLE credential_usage (
         // by one. FTS5 writes a segment each time it is written to (at every savepoint, and
         // the writer runs each job in one; at every commit): indexed by the triggers, or once
         // per batch of a few creates, it cost 40-60 us a create (creates fell from 9,000/s to
-        // 5,500-5,900/s); a few hundred at once cost about 10 us each.
+        // 5,500-5,900/s); a few hundred at once cost about 20 us each, notes included.
         sql: r#"
 DROP INDEX transactions_provider;
 CREATE INDEX transactions_list ON transactions(provider_id, created_at, id, status, currency);
