@@ -1085,7 +1085,7 @@ const TRIGRAM: usize = 3;
 /// rows) answers, else the last. Public for the benchmark's query plans.
 ///
 /// A search of three characters or more is two statements. The first reads the newest
-/// [`SEARCH_WINDOW`] transactions of the date range in list order and tests each: a common
+/// `SEARCH_WINDOW` transactions of the date range in list order and tests each: a common
 /// text fills the page there. Otherwise the second finds every match of the text, status and
 /// currency through the trigram index (migration 18) and sorts them; `OFFSET 0` keeps the
 /// planner from choosing the list order for it, which it would from an estimate of matches
