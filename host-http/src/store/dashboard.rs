@@ -155,6 +155,10 @@ pub struct TransactionFilter {
     pub limit: u32,
 }
 
+/// Searches of fewer characters have no trigram to look up in either store's search index:
+/// they read the list in order instead, where a text that short is found quickly.
+pub const TRIGRAM: usize = 3;
+
 /// One line of the transaction list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransactionSummary {

@@ -338,9 +338,7 @@ impl Clock {
             into.extend_from_slice(b",\"status\":");
             push_decimal(into, u64::from(line.status));
             into.extend_from_slice(b",\"latency_ms\":");
-            push_decimal(into, micros / 1000);
-            into.push(b'.');
-            push_padded(into, micros % 1000, 3);
+            push_millis(into, micros);
             into.extend_from_slice(b"},\"target\":\"");
             into.extend_from_slice(TARGET.as_bytes());
             into.extend_from_slice(b"\"}\n");
@@ -356,9 +354,7 @@ impl Clock {
             into.extend_from_slice(b" status=");
             push_decimal(into, u64::from(line.status));
             into.extend_from_slice(b" latency_ms=");
-            push_decimal(into, micros / 1000);
-            into.push(b'.');
-            push_padded(into, micros % 1000, 3);
+            push_millis(into, micros);
             into.push(b'\n');
         }
     }
@@ -378,6 +374,13 @@ fn push_decimal(into: &mut Vec<u8>, value: u64) {
         }
     }
     into.extend_from_slice(&digits[at..]);
+}
+
+/// `micros` as milliseconds with three decimals (`1.234`).
+fn push_millis(into: &mut Vec<u8>, micros: u64) {
+    push_decimal(into, micros / 1000);
+    into.push(b'.');
+    push_padded(into, micros % 1000, 3);
 }
 
 /// `value` in decimal, zero-padded to `width` digits.

@@ -10,7 +10,7 @@ use tokio_postgres::types::ToSql;
 use super::PgStore;
 use crate::store::StoreError;
 use crate::store::admin::{CredentialListing, NewCredential};
-use crate::store::dashboard::{AttemptRow, RefundRow};
+use crate::store::dashboard::{AttemptRow, RefundRow, TRIGRAM};
 use crate::store::dashboard::{
     AuditRow, DashboardStore, DeliveryRow, EventDelivery, Invited, NewAudit, NewSession, NewUser,
     OverviewRows, ProviderUpdate, RecentDelivery, SessionRow, TransactionFilter,
@@ -1076,9 +1076,6 @@ pub type Statements = (Vec<String>, Vec<Box<dyn ToSql + Sync + Send>>);
 /// the rows fills a page there (8 ms at a million rows); a rarer one costs the index fewer than
 /// 0.6 % of the provider's rows.
 const SEARCH_WINDOW: u32 = 8192;
-
-/// Searches shorter than this many characters have no trigram: they read the list in order.
-const TRIGRAM: usize = 3;
 
 /// The statements that list `filter`'s page of the provider's transactions, newest first, with
 /// the columns of [`TransactionSummary`] in its order: the first that fills the page (`limit`

@@ -7,7 +7,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::{SqliteStore, decimal, parse_instant as instant};
 use crate::store::admin::{CredentialListing, NewCredential};
-use crate::store::dashboard::{AttemptRow, RefundRow};
+use crate::store::dashboard::{AttemptRow, RefundRow, TRIGRAM};
 use crate::store::dashboard::{
     AuditRow, DashboardStore, DeliveryRow, EventDelivery, Invited, NewAudit, NewSession, NewUser,
     OverviewRows, ProviderUpdate, RecentDelivery, SessionRow, TransactionFilter,
@@ -920,10 +920,6 @@ impl DashboardStore for SqliteStore {
 /// One provider's range of search keys (migration 21): its number times this.
 const SEARCH_KEY_RANGE: i64 = 1 << 40;
 
-/// Searches shorter than this many characters cannot use the trigram index (no trigram to
-/// look up): they read the list in order instead, where a text that short is found quickly.
-const TRIGRAM: usize = 3;
-
 fn list_transactions(
     conn: &Connection,
     provider_id: &str,
@@ -959,22 +955,7 @@ pub fn list_statement(
          FROM transactions WHERE provider_id = ?1",
     );
     let mut values: Vec<rusqlite::types::Value> = vec![provider_id.to_owned().into()];
-    let mut bind = |sql: &mut String, condition: &str, value: String| {
-        values.push(value.into());
-        sql.push_str(&condition.replace('?', &format!("?{}", values.len())));
-    };
-    if let Some(status) = &filter.status {
-        bind(&mut sql, " AND status = ?", status.clone());
-    }
-    if let Some(currency) = &filter.currency {
-        bind(&mut sql, " AND currency = ?", currency.clone());
-    }
-    if let Some(from) = filter.from {
-        bind(&mut sql, " AND created_at >= ?", format_instant(from));
-    }
-    if let Some(until) = filter.until {
-        bind(&mut sql, " AND created_at < ?", format_instant(until));
-    }
+    sql.push_str(&filter_conditions(filter, "", "", &mut values));
     if let Some(search) = &filter.search {
         let pattern = format!("%{}%", like_escaped(search));
         values.push(pattern.into());
@@ -1039,23 +1020,7 @@ fn search_statement(
         provider_id.to_owned().into(),
         format!("%{}%", like_escaped(search)).into(),
     ];
-    let mut filters = String::new();
-    let mut bind = |filters: &mut String, condition: &str, value: String| {
-        values.push(value.into());
-        filters.push_str(&condition.replace('?', &format!("?{}", values.len())));
-    };
-    if let Some(status) = &filter.status {
-        bind(&mut filters, " AND t.status = ?", status.clone());
-    }
-    if let Some(currency) = &filter.currency {
-        bind(&mut filters, " AND t.currency = ?", currency.clone());
-    }
-    if let Some(from) = filter.from {
-        bind(&mut filters, " AND k.created_at >= ?", format_instant(from));
-    }
-    if let Some(until) = filter.until {
-        bind(&mut filters, " AND k.created_at < ?", format_instant(until));
-    }
+    let filters = filter_conditions(filter, "t.", "k.", &mut values);
     values.push(i64::from(filter.limit).into());
     let limit = values.len();
     // Two parts merged newest first: the index, but for the transactions noted since its last
@@ -1085,6 +1050,34 @@ fn search_statement(
          ORDER BY key DESC LIMIT ?{limit}"
     );
     Ok(Some((sql, values)))
+}
+
+/// ` AND …` for the filter's status, currency and date range, its values bound after those in
+/// `values`; `row` qualifies the status and currency columns, `created` the creation instant.
+fn filter_conditions(
+    filter: &TransactionFilter,
+    row: &str,
+    created: &str,
+    values: &mut Vec<rusqlite::types::Value>,
+) -> String {
+    let mut conditions = String::new();
+    let mut bind = |condition: String, value: String| {
+        values.push(value.into());
+        conditions.push_str(&format!("{condition} ?{}", values.len()));
+    };
+    if let Some(status) = &filter.status {
+        bind(format!(" AND {row}status ="), status.clone());
+    }
+    if let Some(currency) = &filter.currency {
+        bind(format!(" AND {row}currency ="), currency.clone());
+    }
+    if let Some(from) = filter.from {
+        bind(format!(" AND {created}created_at >="), format_instant(from));
+    }
+    if let Some(until) = filter.until {
+        bind(format!(" AND {created}created_at <"), format_instant(until));
+    }
+    conditions
 }
 
 /// Runs a list query whose columns are those of [`TransactionSummary`], in its order.

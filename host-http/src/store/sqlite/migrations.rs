@@ -371,8 +371,8 @@ CREATE TABLE credential_usage (
         // first page of them, and another provider's matches are never read.
         //
         // The triggers only note which keys changed (`transaction_search_pending`); the writer
-        // indexes them every 50 ms, 512 at a time ([`INDEX_PENDING`]), and a search tests the noted ones one
-        // by one. FTS5 writes a segment each time it is written to (at every savepoint, and
+        // indexes them every 50 ms, 512 at a time ([`INDEX_PENDING`]), and a search tests the
+        // noted ones one by one. FTS5 writes a segment each time it is written to (at every savepoint, and
         // the writer runs each job in one; at every commit): indexed by the triggers, or once
         // per batch of a few creates, it cost 40-60 us a create (creates fell from 9,000/s to
         // 5,500-5,900/s); a few hundred at once cost about 20 us each, notes included.
