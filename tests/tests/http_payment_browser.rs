@@ -226,6 +226,28 @@ impl Browser {
         }
     }
 
+    /// Clicks the element `css` names, which submits a form, and waits until the answer has
+    /// replaced the page: where the answer has the page's own heading, waiting for the heading
+    /// alone could read the old page.
+    async fn submit(&self, css: &str) {
+        let old = self.client.find(Locator::Css("html")).await.expect("page");
+        self.client
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("{css}: {e}"))
+            .click()
+            .await
+            .expect("click");
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while old.tag_name().await.is_ok() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the answer to {css} did not replace the page"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Runs axe-core on the page as it is; panics listing every WCAG 2.1 A/AA violation.
     async fn assert_accessible(&self, state: &str) {
         self.assert_accessible_except(state, None).await;
@@ -918,14 +940,7 @@ async fn the_dashboard_signs_in_finds_a_trip_and_cancels_an_item_accessibly() {
         .assert_accessible("the webhooks, without endpoints")
         .await;
     browser.fill(&[("url", "http://127.0.0.1:9/hooks")]).await;
-    browser
-        .client
-        .find(Locator::Css("form.panel button[type=submit]"))
-        .await
-        .expect("add endpoint")
-        .click()
-        .await
-        .expect("click");
+    browser.submit("form.panel button[type=submit]").await;
     browser.wait_for_h1("Webhooks").await;
     let secret = browser
         .attribute("#new-secret", "value")
@@ -947,14 +962,7 @@ async fn the_dashboard_signs_in_finds_a_trip_and_cancels_an_item_accessibly() {
         .await;
     browser.wait_for_h1("Default policy").await;
     browser.fill(&[("amount_0", "50"), ("offset_0", "2")]).await;
-    browser
-        .client
-        .find(Locator::Css("button[value=preview]"))
-        .await
-        .expect("show the terms")
-        .click()
-        .await
-        .expect("click");
+    browser.submit("button[value=preview]").await;
     browser.wait_for_h1("Default policy").await;
     let terms = browser.texts(".preview .terms li").await;
     assert_eq!(terms.len(), 2, "{terms:?}");
@@ -977,14 +985,7 @@ async fn the_dashboard_signs_in_finds_a_trip_and_cancels_an_item_accessibly() {
     browser.open(&server, "/dashboard/security?lang=en").await;
     browser.wait_for_h1("Two-step sign-in").await;
     browser.assert_accessible("the security page").await;
-    browser
-        .client
-        .find(Locator::Css("main form button[type=submit]"))
-        .await
-        .expect("set up")
-        .click()
-        .await
-        .expect("click");
+    browser.submit("main form button[type=submit]").await;
     browser.wait_for_h1("Two-step sign-in").await;
     assert_eq!(browser.texts("svg.qr").await.len(), 1);
     let key = browser.attribute("#totp-key", "value").await.expect("key");
@@ -995,14 +996,7 @@ async fn the_dashboard_signs_in_finds_a_trip_and_cancels_an_item_accessibly() {
     let code = host_http::app::second_factor::code_at(&key, "ada@example.com", chrono::Utc::now())
         .expect("code");
     browser.fill(&[("code", &code)]).await;
-    browser
-        .client
-        .find(Locator::Css("main form button[type=submit]"))
-        .await
-        .expect("turn on")
-        .click()
-        .await
-        .expect("click");
+    browser.submit("main form button[type=submit]").await;
     browser.wait_for_h1("Two-step sign-in").await;
     assert_eq!(browser.texts(".recovery-codes li").await.len(), 10);
     browser.assert_accessible("the recovery codes").await;
@@ -1053,14 +1047,7 @@ async fn the_dashboard_refuses_in_the_browser_what_it_must() {
     let globex = server.provider("Globex");
     let (theirs, _) = trip(&server, &globex).await;
     let click_submit = async |browser: &Browser| {
-        browser
-            .client
-            .find(Locator::Css("main form button[type=submit]"))
-            .await
-            .expect("submit")
-            .click()
-            .await
-            .expect("click");
+        browser.submit("main form button[type=submit]").await;
     };
 
     // Five wrong passwords for an address; the sixth attempt is refused unchecked.
