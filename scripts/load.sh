@@ -4,22 +4,26 @@
 #
 #   SQLite (--db sqlite, the default):
 #     GET /healthz          the hello ceiling: no authentication, no storage
-#     GET /status/{id}      status reads                        target >= 0.60 of hello
-#     GET /status           authentication alone (health check) target >= 0.80 of hello
-#     POST /initialize      durable creates (reply after commit) target >= 2.5x the one-commit
+#     GET /status/{id}      status reads                        target >= 0.75 of hello,
+#                                                                 p99 <= 5 ms
+#     GET /status           authentication alone (health check) target >= 0.90 of hello
+#     POST /initialize      durable creates (reply after commit) target p99 <= 15 ms and, with
+#                           --baseline BIN, >= 2x the creates of BIN (another build of the
+#                           service, e.g. the previous commit's) measured in the same run
 #     one-commit ceiling    the same rows (a transaction, its items, its event) inserted one
-#                           commit each on the same disk, synchronous=FULL, WAL
+#                           commit each on the same disk, synchronous=FULL, WAL (for reference)
 #   PostgreSQL (--db postgres://user@host:port/db, a server where the script may create
 #   databases):
 #     pgbench -S / -N       -c CONNECTIONS -j THREADS, scale 10, on a database of their own
-#     GET /healthz, GET /status, GET /status/{id} (target >= 0.50 of pgbench -S),
-#     POST /initialize (target >= 0.50 of pgbench -N)
+#     GET /healthz, GET /status, GET /status/{id} (target >= 0.90 of pgbench -S, p99 <= 20 ms),
+#     POST /initialize (target >= 0.80 of pgbench -N)
 #
-# With --memory N, then N creates (each followed in the same chunk by status reads) against a
-# fresh server, printing its resident memory after every chunk and the peak (VmHWM).
+# With --memory N, then at least N requests of each route (creates, status reads,
+# authentications, hellos, in chunks) against a fresh server, printing its resident memory after
+# every chunk and the peak (VmHWM).
 #
 # Usage: scripts/load.sh [--db sqlite|postgres://...] [--duration S=10] [--connections N=64]
-#                        [--threads T=2] [--pool N=16] [--memory N]
+#                        [--threads T=2] [--pool N=16] [--memory N] [--baseline BIN]
 # The request log stays at the service's default level (RUST_LOG=info) unless RUST_LOG is set.
 # At info, SQLite runs also measure hello with the request log off (RUST_LOG=warn), at info,
 # and at info as JSON (--log-format json), back to back (target: >= 0.90 of log off).
@@ -32,6 +36,7 @@ CONNECTIONS=64
 THREADS=2
 POOL=16
 MEMORY=0
+BASELINE=""
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --db) DB="$2"; shift 2 ;;
@@ -40,7 +45,8 @@ while [[ $# -gt 0 ]]; do
         --threads) THREADS="$2"; shift 2 ;;
         --pool) POOL="$2"; shift 2 ;;
         --memory) MEMORY="$2"; shift 2 ;;
-        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+        --baseline) BASELINE="$2"; shift 2 ;;
+        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -163,6 +169,12 @@ p99() { awk '$1 == "99%" {print $2}' "$WORK/$1.txt"; }
 non2xx() { awk '/Non-2xx/ {n = $NF} END {print n + 0}' "$WORK/$1.txt"; }
 total() { awk '/requests in/ {print $1}' "$WORK/$1.txt"; }
 
+under_ms() { # wrk latency (e.g. 812.00us, 2.31ms, 1.20s), limit in ms: "met" or "NOT met"
+    awk -v v="$1" -v limit="$2" 'BEGIN {
+        n = v + 0; ms = v ~ /us$/ ? n / 1000 : (v ~ /ms$/ ? n : n * 1000)
+        print (ms <= limit ? "met" : "NOT met") }'
+}
+
 # One line of the result table: label, measured rate, p99, non-2xx, ceiling label, ceiling
 # rate, target ratio.
 RESULTS=()
@@ -269,21 +281,26 @@ sample_memory() { # prints "rss_kib hwm_kib" of the server
     awk '/^VmRSS/ {r = $2} /^VmHWM/ {h = $2} END {print r, h}' "/proc/$SERVER_PID/status"
 }
 
-memory_run() { # db: N creates with reads in between, resident memory after each chunk
-    local db="$1" done_creates=0 id chunk=0
+memory_run() { # db: N requests of each route, resident memory after each chunk
+    local db="$1" done_creates=0 id
     start_server "$db"
     id="$(create_one)"
     echo
-    echo "memory: creates, reads, VmRSS KiB, VmHWM KiB (server pid $SERVER_PID)"
-    printf '%10s %10s %10s %10s\n' creates reads rss hwm
-    local reads=0
-    while ((done_creates < MEMORY)); do
-        DURATION=15 wrk_run "mem-create" /initialize -s "$WORK/post.lua" 2>/dev/null
-        done_creates=$((done_creates + $(total mem-create)))
+    echo "memory: creates, status reads, authentications, hellos, VmRSS KiB, VmHWM KiB (server pid $SERVER_PID)"
+    printf '%10s %10s %10s %10s %10s %10s\n' creates reads auths hellos rss hwm
+    local reads=0 auths=0 hellos=0
+    while ((done_creates < MEMORY || reads < MEMORY || auths < MEMORY || hellos < MEMORY)); do
+        if ((done_creates < MEMORY)); then
+            DURATION=15 wrk_run "mem-create" /initialize -s "$WORK/post.lua" 2>/dev/null
+            done_creates=$((done_creates + $(total mem-create)))
+        fi
         DURATION=5 wrk_run "mem-read" "/status/$id" -H "Authorization: $AUTH" 2>/dev/null
         reads=$((reads + $(total mem-read)))
-        chunk=$((chunk + 1))
-        printf '%10s %10s %10s %10s\n' "$done_creates" "$reads" $(sample_memory)
+        DURATION=3 wrk_run "mem-auth" /status -H "Authorization: $AUTH" 2>/dev/null
+        auths=$((auths + $(total mem-auth)))
+        DURATION=3 wrk_run "mem-hello" /healthz 2>/dev/null
+        hellos=$((hellos + $(total mem-hello)))
+        printf '%10s %10s %10s %10s %10s %10s\n' "$done_creates" "$reads" "$auths" "$hellos" $(sample_memory)
     done
     stop_server
 }
@@ -298,9 +315,21 @@ if [[ "$DB" == sqlite ]]; then
     ceiling="$(one_commit_ceiling "$WORK/load.db")"
     hello="$(rate hello)"
     result "GET /healthz (hello)" "$hello" "$(p99 hello)" "$(non2xx hello)" "itself" "$hello" "-"
-    result "GET /status/{id}" "$(rate status)" "$(p99 status)" "$(non2xx status)" "hello" "$hello" 0.60
-    result "GET /status (auth only)" "$(rate health)" "$(p99 health)" "$(non2xx health)" "hello" "$hello" 0.80
-    result "POST /initialize (durable)" "$(rate create)" "$(p99 create)" "$(non2xx create)" "one-commit inserts" "$ceiling" 2.5
+    result "GET /status/{id}" "$(rate status)" "$(p99 status)" "$(non2xx status)" "hello" "$hello" 0.75
+    result "GET /status (auth only)" "$(rate health)" "$(p99 health)" "$(non2xx health)" "hello" "$hello" 0.90
+    result "POST /initialize (durable)" "$(rate create)" "$(p99 create)" "$(non2xx create)" "one-commit inserts" "$ceiling" "-"
+    if [[ -n "$BASELINE" ]]; then
+        # The same creates against the other build, on a database of its own, right after.
+        current_bin="$BIN"
+        BIN="$BASELINE"
+        start_server "$WORK/baseline.db"
+        wrk_run baseline-create /initialize -s "$WORK/post.lua"
+        stop_server
+        BIN="$current_bin"
+        result "POST /initialize, baseline" "$(rate baseline-create)" "$(p99 baseline-create)" "$(non2xx baseline-create)" "itself" "$(rate baseline-create)" "-"
+        result "POST /initialize (durable)" "$(rate create)" "$(p99 create)" "$(non2xx create)" "baseline creates" "$(rate baseline-create)" 2
+    fi
+    latency_checks="status p99 $(p99 status) (target <= 5 ms: $(under_ms "$(p99 status)" 5)); creates p99 $(p99 create) (target <= 15 ms: $(under_ms "$(p99 create)" 15))"
     if [[ "$LOG_LEVEL" == info ]]; then log_cost "$WORK/log.db"; fi
     acked=$(( $(total create) - $(non2xx create) + 1 ))
     summary="transactions stored after shutdown: $stored, acknowledged: $acked ($( ((stored >= acked)) && echo "every acknowledged create is on disk; the rest were answered after wrk stopped counting" || echo "ACKNOWLEDGED CREATES MISSING"))"
@@ -326,9 +355,10 @@ else
     stored="$(psql "$target" -Atc 'SELECT count(*) FROM transactions')"
     hello="$(rate hello)"
     result "GET /healthz (hello)" "$hello" "$(p99 hello)" "$(non2xx hello)" "itself" "$hello" "-"
-    result "GET /status/{id}" "$(rate status)" "$(p99 status)" "$(non2xx status)" "pgbench -S" "$select_tps" 0.50
+    result "GET /status/{id}" "$(rate status)" "$(p99 status)" "$(non2xx status)" "pgbench -S" "$select_tps" 0.90
     result "GET /status (auth only)" "$(rate health)" "$(p99 health)" "$(non2xx health)" "pgbench -S" "$select_tps" "-"
-    result "POST /initialize (durable)" "$(rate create)" "$(p99 create)" "$(non2xx create)" "pgbench -N" "$write_tps" 0.50
+    result "POST /initialize (durable)" "$(rate create)" "$(p99 create)" "$(non2xx create)" "pgbench -N" "$write_tps" 0.80
+    latency_checks="status p99 $(p99 status) (target <= 20 ms: $(under_ms "$(p99 status)" 20))"
     acked=$(( $(total create) - $(non2xx create) + 1 ))
     summary="transactions stored after shutdown: $stored, acknowledged: $acked ($( ((stored >= acked)) && echo "every acknowledged create is stored" || echo "ACKNOWLEDGED CREATES MISSING")); pool $POOL"
     if ((MEMORY > 0)); then memory_run "$target"; fi
@@ -338,4 +368,5 @@ echo
 echo "store=$DB connections=$CONNECTIONS threads=$THREADS duration=${DURATION}s cores=$(nproc) RUST_LOG=$LOG_LEVEL $(date -u +%FT%TZ)"
 printf '%-28s %11s %9s %7s   %-22s %11s %6s  %5s\n' route rate p99 non-2xx ceiling "ceiling rate" ratio target
 for line in "${RESULTS[@]}"; do echo "$line"; done
+echo "$latency_checks"
 echo "$summary"

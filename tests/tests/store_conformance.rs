@@ -137,6 +137,7 @@ conformance!(
     race_32_reserves_of_one_item_leave_exactly_one_pending_r_4_5_r_4_1,
     race_reserves_of_different_items_never_exceed_paid_r_4_5,
     race_16_claims_of_one_key_claim_it_once_r_9_1,
+    race_creates_together_one_refused_stores_the_others_r_3_1,
     race_concurrent_settles_number_receipts_without_gaps_r_10_2,
     race_two_instances_claiming_pending_refunds_split_them_r_4_8,
     payment_links_failures_and_service_keys,
@@ -3429,6 +3430,65 @@ async fn race_16_claims_of_one_key_claim_it_once_r_9_1(opened: &Stores, db: &Db)
     }
     assert_eq!(claimed, 1, "exactly one request holds the key");
     assert_eq!(key_state(opened, &k).await, Some(IdempotencyState::Running));
+}
+
+/// 32 creates at once, one of them reusing a stored transaction's id, which the store
+/// refuses: the stores gather creates that arrive together into one commit (SQLite's writer,
+/// PostgreSQL's batches), and the refused one fails alone — every other create is stored, with
+/// its own reference, and reads back.
+async fn race_creates_together_one_refused_stores_the_others_r_3_1(opened: &Stores, db: &Db) {
+    const CREATES: usize = 32;
+    const REFUSED: usize = 13;
+    let acme = provider(db, "acme");
+    let taken = create(opened, &acme.provider_id, &["10.00"]).await;
+    let transactions: Vec<NewTransaction> = (0..CREATES)
+        .map(|index| {
+            let mut new = transaction(&acme.provider_id, "EUR", &["1.00", "2.50"]);
+            if index == REFUSED {
+                new.id = taken.clone();
+            }
+            new
+        })
+        .collect();
+    let results = all_at_once(CREATES, |index| {
+        let store = Arc::clone(&opened.store);
+        let new = transactions[index].clone();
+        async move { (new.id.clone(), store.create_transaction(new, None).await) }
+    })
+    .await;
+    let mut references = BTreeSet::new();
+    for (index, (id, result)) in results.into_iter().enumerate() {
+        if index == REFUSED {
+            assert!(
+                result.is_err(),
+                "a second transaction under one id: {result:?}"
+            );
+            continue;
+        }
+        let reference = result.unwrap_or_else(|e| panic!("create {index} failed: {e}"));
+        let record = opened
+            .store
+            .transaction(id.clone())
+            .await
+            .expect("read")
+            .unwrap_or_else(|| panic!("create {index} ({id}) is not stored"));
+        assert_eq!(record.reference, reference);
+        assert_eq!(record.total, dec("3.50"));
+        assert_eq!(record.items.len(), 2);
+        references.insert(reference);
+    }
+    assert_eq!(references.len(), CREATES - 1, "every reference is its own");
+    let first = opened
+        .store
+        .transaction(taken)
+        .await
+        .expect("read")
+        .expect("the first stays");
+    assert_eq!(
+        first.total,
+        dec("10.00"),
+        "the first transaction is unchanged"
+    );
 }
 
 /// receipts of one provider are numbered CR-000001..CR-00000N without gaps or repeats

@@ -574,6 +574,19 @@ BEGIN
 END $$;
 "#,
     },
+    Migration {
+        version: 19,
+        description: "a new transaction's items leave its version at 0",
+        // Items are inserted only with their transaction, in the statement that inserts it
+        // (and its version row): counting each item as a change of a transaction nobody could
+        // see yet updated the version row once per item in every create. Their updates and
+        // deletions still count.
+        sql: r#"
+DROP TRIGGER items_version ON items;
+CREATE TRIGGER items_version AFTER UPDATE OR DELETE ON items
+    FOR EACH ROW EXECUTE FUNCTION transaction_part_changed();
+"#,
+    },
 ];
 
 /// Latest schema version this build knows.

@@ -9,6 +9,7 @@
 //! echoed as written, `json`.
 
 pub mod admin;
+mod batch;
 pub mod cancellation;
 pub mod dashboard;
 pub mod ledger;
@@ -258,6 +259,10 @@ fn build_pool(url: &str, settings: &PoolSettings) -> Result<Pool, StoreError> {
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: Pool,
+    /// The access epoch and transactions' versions that requests check their caches against.
+    versions: batch::Batcher<Option<String>, EpochAndVersion>,
+    /// New transactions to store.
+    creates: batch::Batcher<PendingCreate, CreateAnswer>,
 }
 
 impl PgStore {
@@ -268,7 +273,14 @@ impl PgStore {
         let pool = build_pool(url, settings)?;
         // One connection now, so that a wrong URL or a database that is down fails the start.
         drop(pool.get().await.map_err(pool_error)?);
-        Ok(Arc::new(PgStore { pool }))
+        // A quarter of the pool for each kind of batch (at most 4 lanes): the rest stays for
+        // everything else.
+        let lanes = (settings.max_connections / 4).clamp(1, 4);
+        Ok(Arc::new(PgStore {
+            versions: batch::Batcher::start(pool.clone(), lanes, BATCH, versions_batch),
+            creates: batch::Batcher::start(pool.clone(), lanes, BATCH, create_batch),
+            pool,
+        }))
     }
 
     /// A connection from the pool.
@@ -681,6 +693,315 @@ pub(super) async fn hold_claim(
     }
 }
 
+/// Stores a new transaction, its items, the idempotent answer of its key and its
+/// `transaction.created` event (with its deliveries and e-mail) in one statement: the
+/// data-modifying parts of one `WITH` run in one round trip. Every part reads the inserted
+/// transaction, so a reference taken by another transaction (R-3.2: the unique index settles
+/// it) inserts nothing at all and is tried again with another. Answers how many transactions
+/// were inserted (0 or 1) and whether the idempotency key's claim (if any) is still this
+/// request's (R-9.1).
+const INSERT_TRANSACTION: &str = "WITH c AS ( \
+                   SELECT 1 FROM idempotency_keys WHERE provider_id = $2 AND key = $24 \
+                   AND state = 'running' \
+                   AND ($35::timestamptz IS NULL OR created_at = $35) FOR UPDATE), \
+                 t AS ( \
+                   INSERT INTO transactions (id, provider_id, reference, status, title, \
+                   currency, ref_ids, note, attachments, email, payload, total, \
+                   refunded_amount, created_at, updated_at, time_zone, pay_token_hash, \
+                   pay_expires_at) SELECT $1::text, $2::text, $3::text, 'PENDING', $4::text, \
+                   $5::text, $6::text::json, $7::text, $8::text::jsonb, $9::text::jsonb, \
+                   $10::text, $11::numeric, 0, $12::timestamptz, $12::timestamptz, $13::text, \
+                   $14::bytea, $15::timestamptz \
+                   WHERE $24::text IS NULL OR EXISTS (SELECT 1 FROM c) \
+                   ON CONFLICT (reference) DO NOTHING RETURNING id), \
+                 i AS ( \
+                   INSERT INTO items (transaction_id, order_no, name, category, total, policy, \
+                   period, status, refunded) \
+                   SELECT t.id, x.order_no, x.name, x.category, x.total::numeric, \
+                   x.policy::jsonb, x.period::jsonb, 'ACTIVE', 0 \
+                   FROM t, unnest($16::int4[], $17::text[], $18::text[], $19::text[], \
+                   $20::text[], $21::text[]) AS x(order_no, name, category, total, policy, \
+                   period)), \
+                 k AS ( \
+                   UPDATE idempotency_keys SET state = 'done', status_code = $22, \
+                   response_body = $23 \
+                   WHERE provider_id = $2 AND key = $24 AND EXISTS (SELECT 1 FROM t)), \
+                 e AS ( \
+                   INSERT INTO events (id, provider_id, transaction_id, type, payload, \
+                   created_at) SELECT $25::text, $2, t.id, $26::text, $27::text, $28::timestamptz \
+                   FROM t RETURNING seq), \
+                 d AS ( \
+                   INSERT INTO webhook_deliveries (event_seq, endpoint_id, transaction_id, \
+                   status, attempts, next_attempt_at, created_at) \
+                   SELECT e.seq, w.id, $1::text, 'QUEUED', 0, $28, $28 FROM e, webhook_endpoints w \
+                   WHERE w.provider_id = $2 AND w.removed_at IS NULL \
+                   AND (w.event_types IS NULL \
+                        OR ',' || w.event_types || ',' LIKE '%,' || $26 || ',%')), \
+                 m AS ( \
+                   INSERT INTO email_messages (id, event_seq, provider_id, transaction_id, \
+                   kind, receipt_number, recipients, message_id, status, attempts, \
+                   next_attempt_at, created_at, updated_at, snapshot) \
+                   SELECT $29::text, e.seq, $2, $1, $30::text, $31::text, $32::text::jsonb, \
+                   $33::text, 'QUEUED', 0, \
+                   $28, $28, $28, $34::text::jsonb FROM e WHERE $30::text IS NOT NULL) \
+                 SELECT (SELECT count(*) FROM t), \
+                 $24::text IS NULL OR EXISTS (SELECT 1 FROM c)";
+
+/// The most requests one batch takes.
+const BATCH: usize = 64;
+
+/// The access epoch, and a transaction's owner and version when it exists.
+type EpochAndVersion = (u64, Option<super::OwnerAndVersion>);
+
+/// Reads the access epoch and, for each id given, its transaction's owner and version, in one
+/// statement (one snapshot, one round trip) for the whole batch.
+fn versions_batch<'a>(
+    pool: &'a Pool,
+    ids: &'a [Option<String>],
+) -> BoxFuture<'a, Result<Vec<Option<EpochAndVersion>>, StoreError>> {
+    Box::pin(async move {
+        let client = pool.get().await.map_err(pool_error)?;
+        let statement = client
+            .prepare_cached(
+                // One index lookup per id (the `LIMIT` keeps the planner from joining the
+                // whole table by hash, which it would do for an array of unknown length).
+                "SELECT e.value, v.provider_id, v.version \
+                 FROM unnest($1::text[]) WITH ORDINALITY AS x(id, n) \
+                 CROSS JOIN access_epoch e LEFT JOIN LATERAL ( \
+                   SELECT t.provider_id, t.version FROM transaction_versions t \
+                   WHERE t.id = x.id LIMIT 1) v ON true \
+                 WHERE e.id = 1 ORDER BY x.n",
+            )
+            .await?;
+        let rows = client.query(&statement, &[&ids]).await?;
+        rows.iter()
+            .map(|row| {
+                let epoch = u64::try_from(row.try_get::<_, i64>(0)?).unwrap_or_default();
+                let owner: Option<String> = row.try_get(1)?;
+                let version: Option<i64> = row.try_get(2)?;
+                Ok(Some((
+                    epoch,
+                    owner.zip(version.map(|v| u64::try_from(v).unwrap_or_default())),
+                )))
+            })
+            .collect()
+    })
+}
+
+/// A create's answer: its reference, or why nothing was stored.
+type CreateAnswer = Result<String, StoreError>;
+
+/// A create waiting for its batch.
+struct PendingCreate {
+    transaction: NewTransaction,
+    response: Option<IdempotentResponse>,
+}
+
+/// What [`INSERT_TRANSACTION`] did with one create.
+enum Inserted {
+    /// Stored, under the reference drawn.
+    Stored,
+    /// Nothing stored: the idempotency key's claim is no longer this request's (R-9.1).
+    ClaimLost,
+    /// Nothing stored: the reference drawn was taken; to be drawn again.
+    Taken,
+}
+
+/// One create's parameters of [`INSERT_TRANSACTION`], computed once; the reference and what
+/// shows it (the event, its e-mail) are drawn again after a collision.
+struct CreateRow<'a> {
+    transaction: &'a NewTransaction,
+    ref_ids: String,
+    attachments: String,
+    email: Option<String>,
+    total: Numeric,
+    token_hash: Option<&'a [u8]>,
+    order_nos: Vec<i32>,
+    names: Vec<Option<&'a str>>,
+    categories: Vec<Option<&'static str>>,
+    totals: Vec<String>,
+    policies: Vec<Option<String>>,
+    periods: Vec<Option<String>>,
+    status_code: Option<i32>,
+    response_body: Option<&'a str>,
+    key: Option<&'a str>,
+    claimed_at: Option<DateTime<Utc>>,
+    reference: String,
+    event: events::NewEvent,
+    mail_kind: Option<&'static str>,
+    receipt_number: Option<String>,
+    recipients: String,
+    mail_id: Option<String>,
+    message_id: Option<String>,
+}
+
+impl<'a> CreateRow<'a> {
+    fn new(
+        transaction: &'a NewTransaction,
+        response: Option<&'a IdempotentResponse>,
+    ) -> Result<CreateRow<'a>, StoreError> {
+        let count = transaction.items.len();
+        let mut order_nos = Vec::with_capacity(count);
+        let mut names = Vec::with_capacity(count);
+        let mut categories = Vec::with_capacity(count);
+        let mut totals = Vec::with_capacity(count);
+        let mut policies = Vec::with_capacity(count);
+        let mut periods = Vec::with_capacity(count);
+        for (index, item) in transaction.items.iter().enumerate() {
+            order_nos.push(i32::try_from(index + 1).unwrap_or(i32::MAX));
+            names.push(item.name.as_deref());
+            categories.push(item.category.map(Category::as_str));
+            // As text, so that numeric keeps the amount's scale (R-1.4).
+            totals.push(item.total.to_string());
+            policies.push(item.policy.as_ref().map(to_json).transpose()?);
+            periods.push(item.period.as_ref().map(to_json).transpose()?);
+        }
+        let mut row = CreateRow {
+            transaction,
+            ref_ids: to_json(&transaction.ref_ids)?,
+            attachments: to_json(&transaction.attachments)?,
+            email: transaction.email.as_ref().map(to_json).transpose()?,
+            total: Numeric(transaction.total),
+            token_hash: transaction
+                .payment_link
+                .token_hash
+                .as_ref()
+                .map(<[u8; 32]>::as_slice),
+            order_nos,
+            names,
+            categories,
+            totals,
+            policies,
+            periods,
+            status_code: response.map(|r| i32::from(r.status_code)),
+            response_body: response.map(|r| r.body.as_str()),
+            key: response.map(|r| r.key.key.as_str()),
+            claimed_at: response.and_then(|r| r.key.claimed_at),
+            reference: String::new(),
+            event: events::created(transaction, "")?,
+            mail_kind: None,
+            receipt_number: None,
+            recipients: String::new(),
+            mail_id: None,
+            message_id: None,
+        };
+        row.draw()?;
+        Ok(row)
+    }
+
+    /// Draws a new reference (R-3.2) and makes the event and e-mail that show it.
+    fn draw(&mut self) -> Result<(), StoreError> {
+        self.reference = super::new_reference(self.transaction.created_at);
+        self.event = events::created(self.transaction, &self.reference)?;
+        let (mail_kind, receipt_number) = match &self.event.mail {
+            Some((kind, receipt_number)) => (Some(*kind), receipt_number.clone()),
+            None => (None, None),
+        };
+        self.mail_kind = mail_kind;
+        self.receipt_number = receipt_number;
+        self.recipients = serde_json::to_string(&self.event.recipients)
+            .map_err(|e| corrupt("email_messages.recipients", e.to_string()))?;
+        self.mail_id = mail_kind.map(|_| format!("mail_{}", uuid::Uuid::now_v7().simple()));
+        self.message_id = mail_kind.map(|kind| events::message_id(&self.event.id, kind));
+        Ok(())
+    }
+
+    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 35] {
+        let transaction = self.transaction;
+        [
+            &transaction.id,
+            &transaction.provider_id,
+            &self.reference,
+            &transaction.title,
+            &transaction.currency,
+            &self.ref_ids,
+            &transaction.note,
+            &self.attachments,
+            &self.email,
+            &transaction.payload,
+            &self.total,
+            &transaction.created_at,
+            &transaction.time_zone,
+            &self.token_hash,
+            &transaction.payment_link.expires_at,
+            &self.order_nos,
+            &self.names,
+            &self.categories,
+            &self.totals,
+            &self.policies,
+            &self.periods,
+            &self.status_code,
+            &self.response_body,
+            &self.key,
+            &self.event.id,
+            &self.event.event_type,
+            &self.event.payload,
+            &self.event.at,
+            &self.mail_id,
+            &self.mail_kind,
+            &self.receipt_number,
+            &self.recipients,
+            &self.message_id,
+            &self.event.mail_snapshot,
+            &self.claimed_at,
+        ]
+    }
+
+    /// What the statement's answer says of this create.
+    fn inserted(answer: &Row) -> Result<Inserted, StoreError> {
+        // R-9.1: the key's claim is no longer this request's (it went stale and a newer
+        // request took it over): nothing was inserted, and nothing may be.
+        if !answer.try_get::<_, bool>(1)? {
+            return Ok(Inserted::ClaimLost);
+        }
+        Ok(match answer.try_get::<_, i64>(0)? {
+            1 => Inserted::Stored,
+            _ => Inserted::Taken,
+        })
+    }
+}
+
+/// Runs a batch of creates in one database transaction, their statements sent together (one
+/// round trip, one commit). A create whose reference was taken is handed back to be stored
+/// alone; a statement the database refuses fails the batch, whose creates then each run alone.
+fn create_batch<'a>(
+    pool: &'a Pool,
+    creates: &'a [PendingCreate],
+) -> BoxFuture<'a, Result<Vec<Option<CreateAnswer>>, StoreError>> {
+    Box::pin(async move {
+        let client = pool.get().await.map_err(pool_error)?;
+        let insert = client.prepare_cached(INSERT_TRANSACTION).await?;
+        let rows = creates
+            .iter()
+            .map(|pending| CreateRow::new(&pending.transaction, pending.response.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let params: Vec<_> = rows.iter().map(CreateRow::params).collect();
+        // `BEGIN`, the statements and `COMMIT` go together, one round trip: a statement that
+        // fails aborts the transaction, whose `COMMIT` then rolls back, and its error fails
+        // the batch.
+        let (_, answers, _) = futures_util::future::try_join3(
+            client.batch_execute("BEGIN"),
+            futures_util::future::try_join_all(
+                params
+                    .iter()
+                    .map(|params| client.query_one(&insert, params)),
+            ),
+            client.batch_execute("COMMIT"),
+        )
+        .await?;
+        rows.iter()
+            .zip(&answers)
+            .map(|(row, answer)| {
+                Ok(match CreateRow::inserted(answer)? {
+                    Inserted::Stored => Some(Ok(row.reference.clone())),
+                    Inserted::ClaimLost => Some(Err(StoreError::ClaimLost)),
+                    Inserted::Taken => None,
+                })
+            })
+            .collect()
+    })
+}
+
 impl PgStore {
     async fn claim(
         &self,
@@ -738,162 +1059,68 @@ impl PgStore {
         ))
     }
 
-    /// Stores a new transaction, its items, the idempotent answer of its key and its
-    /// `transaction.created` event (with its deliveries and e-mail) in one statement: the
-    /// data-modifying parts of one `WITH` run in one implicit transaction and one round trip,
-    /// where a `BEGIN`, one statement per row and a `COMMIT` took seven. Every part reads the
-    /// inserted transaction, so a reference taken by another transaction (R-3.2: the unique
-    /// index settles it) inserts nothing at all and is tried again with another.
+    /// The access epoch and the transaction's owner and version, read in the next batch of
+    /// such reads ([`versions_batch`]); alone when that batch failed.
+    async fn epoch_and_version(&self, id: Option<String>) -> Result<EpochAndVersion, StoreError> {
+        let id = match self.versions.run(id).await {
+            batch::Batched::Done(answer) => return Ok(answer),
+            batch::Batched::Alone(id) => id,
+            batch::Batched::Lost => {
+                return Err(StoreError::Unavailable(
+                    "the batch of reads ended without an answer".to_owned(),
+                ));
+            }
+        };
+        versions_batch(&self.pool, std::slice::from_ref(&id))
+            .await?
+            .pop()
+            .flatten()
+            .ok_or_else(|| corrupt("access_epoch", "no row"))
+    }
+
+    /// Stores a new transaction (see [`INSERT_TRANSACTION`]) in the next batch of creates;
+    /// alone, by [`PgStore::insert_transaction`], when that batch failed as a whole or the
+    /// reference it drew was taken.
+    async fn create(
+        &self,
+        transaction: NewTransaction,
+        response: Option<IdempotentResponse>,
+    ) -> Result<String, StoreError> {
+        let pending = PendingCreate {
+            transaction,
+            response,
+        };
+        let pending = match self.creates.run(pending).await {
+            batch::Batched::Done(answer) => return answer,
+            batch::Batched::Alone(pending) => pending,
+            batch::Batched::Lost => {
+                return Err(StoreError::Unavailable(
+                    "the batch of creates ended without an answer".to_owned(),
+                ));
+            }
+        };
+        self.insert_transaction(&pending.transaction, pending.response.as_ref())
+            .await
+    }
+
+    /// Stores a new transaction by [`INSERT_TRANSACTION`] alone, one commit of its own, drawing
+    /// references until one is free (R-3.2).
     async fn insert_transaction(
         &self,
         transaction: &NewTransaction,
         response: Option<&IdempotentResponse>,
     ) -> Result<String, StoreError> {
         let client = self.client().await?;
-        let insert = client
-            .prepare_cached(
-                "WITH c AS ( \
-                   SELECT 1 FROM idempotency_keys WHERE provider_id = $2 AND key = $24 \
-                   AND state = 'running' \
-                   AND ($35::timestamptz IS NULL OR created_at = $35) FOR UPDATE), \
-                 t AS ( \
-                   INSERT INTO transactions (id, provider_id, reference, status, title, \
-                   currency, ref_ids, note, attachments, email, payload, total, \
-                   refunded_amount, created_at, updated_at, time_zone, pay_token_hash, \
-                   pay_expires_at) SELECT $1::text, $2::text, $3::text, 'PENDING', $4::text, \
-                   $5::text, $6::text::json, $7::text, $8::text::jsonb, $9::text::jsonb, \
-                   $10::text, $11::numeric, 0, $12::timestamptz, $12::timestamptz, $13::text, \
-                   $14::bytea, $15::timestamptz \
-                   WHERE $24::text IS NULL OR EXISTS (SELECT 1 FROM c) \
-                   ON CONFLICT (reference) DO NOTHING RETURNING id), \
-                 i AS ( \
-                   INSERT INTO items (transaction_id, order_no, name, category, total, policy, \
-                   period, status, refunded) \
-                   SELECT t.id, x.order_no, x.name, x.category, x.total::numeric, \
-                   x.policy::jsonb, x.period::jsonb, 'ACTIVE', 0 \
-                   FROM t, unnest($16::int4[], $17::text[], $18::text[], $19::text[], \
-                   $20::text[], $21::text[]) AS x(order_no, name, category, total, policy, \
-                   period)), \
-                 k AS ( \
-                   UPDATE idempotency_keys SET state = 'done', status_code = $22, \
-                   response_body = $23 \
-                   WHERE provider_id = $2 AND key = $24 AND EXISTS (SELECT 1 FROM t)), \
-                 e AS ( \
-                   INSERT INTO events (id, provider_id, transaction_id, type, payload, \
-                   created_at) SELECT $25::text, $2, t.id, $26::text, $27::text, $28::timestamptz \
-                   FROM t RETURNING seq), \
-                 d AS ( \
-                   INSERT INTO webhook_deliveries (event_seq, endpoint_id, transaction_id, \
-                   status, attempts, next_attempt_at, created_at) \
-                   SELECT e.seq, w.id, $1::text, 'QUEUED', 0, $28, $28 FROM e, webhook_endpoints w \
-                   WHERE w.provider_id = $2 AND w.removed_at IS NULL \
-                   AND (w.event_types IS NULL \
-                        OR ',' || w.event_types || ',' LIKE '%,' || $26 || ',%')), \
-                 m AS ( \
-                   INSERT INTO email_messages (id, event_seq, provider_id, transaction_id, \
-                   kind, receipt_number, recipients, message_id, status, attempts, \
-                   next_attempt_at, created_at, updated_at, snapshot) \
-                   SELECT $29::text, e.seq, $2, $1, $30::text, $31::text, $32::text::jsonb, \
-                   $33::text, 'QUEUED', 0, \
-                   $28, $28, $28, $34::text::jsonb FROM e WHERE $30::text IS NOT NULL) \
-                 SELECT (SELECT count(*) FROM t), \
-                 $24::text IS NULL OR EXISTS (SELECT 1 FROM c)",
-            )
-            .await?;
-        let ref_ids = to_json(&transaction.ref_ids)?;
-        let attachments = to_json(&transaction.attachments)?;
-        let email = transaction.email.as_ref().map(to_json).transpose()?;
-        let mut order_nos = Vec::with_capacity(transaction.items.len());
-        let mut names = Vec::with_capacity(transaction.items.len());
-        let mut categories = Vec::with_capacity(transaction.items.len());
-        let mut totals = Vec::with_capacity(transaction.items.len());
-        let mut policies = Vec::with_capacity(transaction.items.len());
-        let mut periods = Vec::with_capacity(transaction.items.len());
-        for (index, item) in transaction.items.iter().enumerate() {
-            order_nos.push(i32::try_from(index + 1).unwrap_or(i32::MAX));
-            names.push(item.name.clone());
-            categories.push(item.category.map(Category::as_str));
-            // As text, so that numeric keeps the amount's scale (R-1.4).
-            totals.push(item.total.to_string());
-            policies.push(item.policy.as_ref().map(to_json).transpose()?);
-            periods.push(item.period.as_ref().map(to_json).transpose()?);
-        }
-        let (status_code, response_body, key, claimed_at) = match response {
-            Some(response) => (
-                Some(i32::from(response.status_code)),
-                Some(response.body.as_str()),
-                Some(response.key.key.as_str()),
-                response.key.claimed_at,
-            ),
-            None => (None, None, None, None),
-        };
+        let insert = client.prepare_cached(INSERT_TRANSACTION).await?;
+        let mut row = CreateRow::new(transaction, response)?;
         loop {
-            // 25 random bits per second (R-3.2): a collision is rare, and the unique index
-            // settles it.
-            let reference = super::new_reference(transaction.created_at);
-            let event = events::created(transaction, &reference)?;
-            let (mail_kind, receipt_number) = match &event.mail {
-                Some((kind, receipt_number)) => (Some(*kind), receipt_number.as_deref()),
-                None => (None, None),
-            };
-            let recipients = serde_json::to_string(&event.recipients)
-                .map_err(|e| corrupt("email_messages.recipients", e.to_string()))?;
-            let mail_id = mail_kind.map(|_| format!("mail_{}", uuid::Uuid::now_v7().simple()));
-            let message_id = mail_kind.map(|kind| events::message_id(&event.id, kind));
-            let row = client
-                .query_one(
-                    &insert,
-                    &[
-                        &transaction.id,
-                        &transaction.provider_id,
-                        &reference,
-                        &transaction.title,
-                        &transaction.currency,
-                        &ref_ids,
-                        &transaction.note,
-                        &attachments,
-                        &email,
-                        &transaction.payload,
-                        &Numeric(transaction.total),
-                        &transaction.created_at,
-                        &transaction.time_zone,
-                        &transaction
-                            .payment_link
-                            .token_hash
-                            .as_ref()
-                            .map(<[u8; 32]>::as_slice),
-                        &transaction.payment_link.expires_at,
-                        &order_nos,
-                        &names,
-                        &categories,
-                        &totals,
-                        &policies,
-                        &periods,
-                        &status_code,
-                        &response_body,
-                        &key,
-                        &event.id,
-                        &event.event_type,
-                        &event.payload,
-                        &event.at,
-                        &mail_id,
-                        &mail_kind,
-                        &receipt_number,
-                        &recipients,
-                        &message_id,
-                        &event.mail_snapshot,
-                        &claimed_at,
-                    ],
-                )
-                .await?;
-            let inserted: i64 = row.try_get(0)?;
-            // R-9.1: the key's claim is no longer this request's (it went stale and a newer
-            // request took it over): nothing was inserted, and nothing may be.
-            if !row.try_get::<_, bool>(1)? {
-                return Err(StoreError::ClaimLost);
-            }
-            if inserted == 1 {
-                return Ok(reference);
+            let answer = client.query_one(&insert, &row.params()).await?;
+            match CreateRow::inserted(&answer)? {
+                Inserted::Stored => return Ok(row.reference),
+                Inserted::ClaimLost => return Err(StoreError::ClaimLost),
+                // 25 random bits per second (R-3.2): a collision is rare, and the unique
+                // index settles it.
+                Inserted::Taken => row.draw()?,
             }
         }
     }
@@ -1047,35 +1274,12 @@ impl Store for PgStore {
         &self,
         id: String,
     ) -> BoxFuture<'_, Result<(u64, Option<super::OwnerAndVersion>), StoreError>> {
-        Box::pin(async move {
-            let client = self.client().await?;
-            // One statement, one snapshot: both values as the two reads would give them.
-            let statement = client
-                .prepare_cached(
-                    "SELECT e.value, v.provider_id, v.version FROM access_epoch e \
-                     LEFT JOIN transaction_versions v ON v.id = $1 WHERE e.id = 1",
-                )
-                .await?;
-            let row = client.query_one(&statement, &[&id]).await?;
-            let epoch = u64::try_from(row.try_get::<_, i64>(0)?).unwrap_or_default();
-            let owner: Option<String> = row.try_get(1)?;
-            let version: Option<i64> = row.try_get(2)?;
-            Ok((
-                epoch,
-                owner.zip(version.map(|v| u64::try_from(v).unwrap_or_default())),
-            ))
-        })
+        // One statement, one snapshot: both values as the two reads would give them.
+        Box::pin(self.epoch_and_version(Some(id)))
     }
 
     fn access_epoch(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
-        Box::pin(async move {
-            let client = self.client().await?;
-            let statement = client
-                .prepare_cached("SELECT value FROM access_epoch WHERE id = 1")
-                .await?;
-            let value: i64 = client.query_one(&statement, &[]).await?.try_get(0)?;
-            Ok(u64::try_from(value).unwrap_or_default())
-        })
+        Box::pin(async move { Ok(self.epoch_and_version(None).await?.0) })
     }
 
     fn idempotency(
@@ -1108,10 +1312,7 @@ impl Store for PgStore {
         transaction: NewTransaction,
         response: Option<IdempotentResponse>,
     ) -> BoxFuture<'_, Result<String, StoreError>> {
-        Box::pin(async move {
-            self.insert_transaction(&transaction, response.as_ref())
-                .await
-        })
+        Box::pin(async move { self.create(transaction, response).await })
     }
 
     fn transaction_owner(&self, id: String) -> BoxFuture<'_, Result<Option<String>, StoreError>> {

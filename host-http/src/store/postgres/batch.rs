@@ -1,0 +1,140 @@
+//! Gathering the requests that arrive together into one round trip.
+//!
+//! A [`Batcher`] takes requests of one kind (the access epoch and a transaction's version; a
+//! new transaction to store) from every request task and runs them together: while a batch is
+//! on its way to the database, the requests that arrive wait in a queue and go together in the
+//! next one. Nothing waits for a timer: a request that finds a lane free goes at once, alone.
+//! At most `lanes` batches are in flight, each on a connection of the pool.
+//!
+//! A batch that fails as a whole hands every request back to its caller, which then runs it
+//! on its own by the direct path: the failure of one request (a statement the database
+//! refuses) never fails the others of its batch, and each caller gets its own error.
+//!
+//! A request joins a batch only after it arrived, and a batch's statement starts only after
+//! every request of it joined: what a batch reads is at least as new as what the same request
+//! would have read alone, and a batch's commit answers each of its writes as its own commit
+//! would have.
+
+use std::sync::Arc;
+
+use deadpool_postgres::Pool;
+use futures_util::future::BoxFuture;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use super::super::StoreError;
+
+/// What a batch does with its requests: one answer per request, in their order (`None`: this
+/// request is handed back, to be run alone), or an error for the whole batch.
+pub(super) type BatchFn<I, O> =
+    for<'a> fn(&'a Pool, &'a [I]) -> BoxFuture<'a, Result<Vec<Option<O>>, StoreError>>;
+
+/// A request's answer, or the request handed back for the direct path.
+type Reply<I, O> = oneshot::Sender<Result<O, I>>;
+
+/// How many requests wait for a lane at most: beyond it, callers wait to join the queue (every
+/// connection of the service holds at most one request, so this is seldom reached).
+const QUEUE: usize = 4_096;
+
+/// A queue of requests of one kind and the task that runs them in batches.
+pub(super) struct Batcher<I, O> {
+    sender: mpsc::Sender<(I, Reply<I, O>)>,
+}
+
+impl<I, O> std::fmt::Debug for Batcher<I, O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batcher")
+            .field("waiting", &(QUEUE - self.sender.capacity()))
+            .finish()
+    }
+}
+
+impl<I, O> Clone for Batcher<I, O> {
+    fn clone(&self) -> Self {
+        Batcher {
+            sender: self.sender.clone(),
+        }
+    }
+}
+
+/// What became of a request given to [`Batcher::run`].
+pub(super) enum Batched<I, O> {
+    /// The batch answered it.
+    Done(O),
+    /// The batch failed as a whole or handed it back, or the batcher is gone: the request, to
+    /// be run alone.
+    Alone(I),
+    /// The batch's task ended without an answer (it panicked): whether the request took
+    /// effect is unknown.
+    Lost,
+}
+
+impl<I: Send + Sync + 'static, O: Send + 'static> Batcher<I, O> {
+    /// Starts the task; it ends when the last clone of the batcher is dropped.
+    pub(super) fn start(pool: Pool, lanes: usize, most: usize, run: BatchFn<I, O>) -> Self {
+        let (sender, receiver) = mpsc::channel(QUEUE);
+        tokio::spawn(gather(
+            receiver,
+            pool,
+            Arc::new(Semaphore::new(lanes.max(1))),
+            most.max(1),
+            run,
+        ));
+        Batcher { sender }
+    }
+
+    /// Runs `input` in the next batch.
+    pub(super) async fn run(&self, input: I) -> Batched<I, O> {
+        let (reply, answer) = oneshot::channel();
+        if let Err(mpsc::error::SendError((input, _))) = self.sender.send((input, reply)).await {
+            return Batched::Alone(input);
+        }
+        match answer.await {
+            Ok(Ok(output)) => Batched::Done(output),
+            Ok(Err(input)) => Batched::Alone(input),
+            Err(_) => Batched::Lost,
+        }
+    }
+}
+
+async fn gather<I: Send + Sync + 'static, O: Send + 'static>(
+    mut receiver: mpsc::Receiver<(I, Reply<I, O>)>,
+    pool: Pool,
+    lanes: Arc<Semaphore>,
+    most: usize,
+    run: BatchFn<I, O>,
+) {
+    while let Some(first) = receiver.recv().await {
+        // Wait for a lane first: the requests that arrive meanwhile join this batch.
+        let Ok(lane) = Arc::clone(&lanes).acquire_owned().await else {
+            return;
+        };
+        let mut batch = vec![first];
+        while batch.len() < most {
+            match receiver.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let (inputs, replies): (Vec<I>, Vec<Reply<I, O>>) = batch.into_iter().unzip();
+            let outcome = run(&pool, &inputs).await;
+            drop(lane);
+            match outcome {
+                Ok(outputs) if outputs.len() == inputs.len() => {
+                    for ((reply, output), input) in replies.into_iter().zip(outputs).zip(inputs) {
+                        let _ = reply.send(output.ok_or(input));
+                    }
+                }
+                outcome => {
+                    if let Err(error) = outcome {
+                        tracing::debug!(%error, requests = inputs.len(), "batch failed; each request runs alone");
+                    }
+                    for (reply, input) in replies.into_iter().zip(inputs) {
+                        let _ = reply.send(Err(input));
+                    }
+                }
+            }
+        });
+    }
+}
