@@ -7,6 +7,7 @@
 //! The flood's size is `CHECKOUT_TEST_STALLED_CONNECTIONS` (default 20,000, with at most
 //! [`WINDOW`] of them open at once so that the test process's own descriptors suffice).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -221,6 +222,7 @@ async fn a_provider_over_its_in_flight_limit_is_shed_and_others_are_served() {
     // Bounded by time, not by a count of polls: on a fast machine a thousand polls could end
     // before the four were authenticated (PostgreSQL reads the credential first).
     let mut refused = None;
+    let mut seen = BTreeMap::new();
     let deadline = tokio::time::Instant::now() + GUARD / 4;
     while tokio::time::Instant::now() < deadline {
         let reply = server.get("/status", &acme).await;
@@ -228,9 +230,12 @@ async fn a_provider_over_its_in_flight_limit_is_shed_and_others_are_served() {
             refused = Some(reply);
             break;
         }
+        *seen.entry(reply.status).or_insert(0) += 1;
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    let refused = refused.expect("a fifth request of the provider was not refused");
+    let refused = refused.unwrap_or_else(|| {
+        panic!("a fifth request of the provider was not refused; answers (status: count): {seen:?}")
+    });
     refused.expect_error(503);
     assert_eq!(refused.header("retry-after"), Some("1"));
     assert_eq!(server.get("/status", &other).await.status, 200);
