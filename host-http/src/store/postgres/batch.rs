@@ -8,7 +8,9 @@
 //!
 //! A batch that fails as a whole hands every request back to its caller, which then runs it
 //! on its own by the direct path: the failure of one request (a statement the database
-//! refuses) never fails the others of its batch, and each caller gets its own error.
+//! refuses) never fails the others of its batch, and each caller gets its own error. When the
+//! database itself cannot be reached (no connection, a connection lost), every request of the
+//! batch is answered so at once rather than waiting for it again alone.
 //!
 //! A request joins a batch only after it arrived, and a batch's statement starts only after
 //! every request of it joined: what a batch reads is at least as new as what the same request
@@ -28,8 +30,31 @@ use super::super::StoreError;
 pub(super) type BatchFn<I, O> =
     for<'a> fn(&'a Pool, &'a [I]) -> BoxFuture<'a, Result<Vec<Option<O>>, StoreError>>;
 
-/// A request's answer, or the request handed back for the direct path.
-type Reply<I, O> = oneshot::Sender<Result<O, I>>;
+/// What the batch sends back to one request's caller.
+enum Answer<I, O> {
+    /// The batch's answer to it.
+    Done(O),
+    /// The request, handed back for the direct path.
+    Alone(I),
+    /// The database could not be reached ([`unreachable`]): running each request alone
+    /// would only wait for it again.
+    Unavailable(String),
+}
+
+/// Whether a batch failed for want of the database (no connection could be had, or the
+/// connection broke) rather than for one of its statements. A statement cancelled by the
+/// statement timeout is not such a failure: it may be one request's own (a lock it waited
+/// for), and the others of its batch run alone.
+fn unreachable(error: &StoreError) -> bool {
+    match error {
+        StoreError::Unavailable(_) => true,
+        StoreError::Postgres(error) => super::is_connection_error(error),
+        _ => false,
+    }
+}
+
+/// Where a request's answer goes.
+type Reply<I, O> = oneshot::Sender<Answer<I, O>>;
 
 /// How many requests wait for a lane at most: beyond it, callers wait to join the queue (every
 /// connection of the service holds at most one request, so this is seldom reached).
@@ -63,6 +88,9 @@ pub(super) enum Batched<I, O> {
     /// The batch failed as a whole or handed it back, or the batcher is gone: the request, to
     /// be run alone.
     Alone(I),
+    /// The database is unavailable; the message says why (to be answered as
+    /// `StoreError::Unavailable`).
+    Unavailable(String),
     /// The batch's task ended without an answer (it panicked): whether the request took
     /// effect is unknown.
     Lost,
@@ -89,8 +117,9 @@ impl<I: Send + Sync + 'static, O: Send + 'static> Batcher<I, O> {
             return Batched::Alone(input);
         }
         match answer.await {
-            Ok(Ok(output)) => Batched::Done(output),
-            Ok(Err(input)) => Batched::Alone(input),
+            Ok(Answer::Done(output)) => Batched::Done(output),
+            Ok(Answer::Alone(input)) => Batched::Alone(input),
+            Ok(Answer::Unavailable(why)) => Batched::Unavailable(why),
             Err(_) => Batched::Lost,
         }
     }
@@ -123,7 +152,19 @@ async fn gather<I: Send + Sync + 'static, O: Send + 'static>(
             match outcome {
                 Ok(outputs) if outputs.len() == inputs.len() => {
                     for ((reply, output), input) in replies.into_iter().zip(outputs).zip(inputs) {
-                        let _ = reply.send(output.ok_or(input));
+                        let _ = reply.send(match output {
+                            Some(output) => Answer::Done(output),
+                            None => Answer::Alone(input),
+                        });
+                    }
+                }
+                Err(error) if unreachable(&error) => {
+                    let why = match error {
+                        StoreError::Unavailable(why) => why,
+                        other => other.to_string(),
+                    };
+                    for reply in replies {
+                        let _ = reply.send(Answer::Unavailable(why.clone()));
                     }
                 }
                 outcome => {
@@ -131,7 +172,7 @@ async fn gather<I: Send + Sync + 'static, O: Send + 'static>(
                         tracing::debug!(%error, requests = inputs.len(), "batch failed; each request runs alone");
                     }
                     for (reply, input) in replies.into_iter().zip(inputs) {
-                        let _ = reply.send(Err(input));
+                        let _ = reply.send(Answer::Alone(input));
                     }
                 }
             }

@@ -1065,6 +1065,7 @@ impl PgStore {
         let id = match self.versions.run(id).await {
             batch::Batched::Done(answer) => return Ok(answer),
             batch::Batched::Alone(id) => id,
+            batch::Batched::Unavailable(why) => return Err(StoreError::Unavailable(why)),
             batch::Batched::Lost => {
                 return Err(StoreError::Unavailable(
                     "the batch of reads ended without an answer".to_owned(),
@@ -1093,6 +1094,7 @@ impl PgStore {
         let pending = match self.creates.run(pending).await {
             batch::Batched::Done(answer) => return answer,
             batch::Batched::Alone(pending) => pending,
+            batch::Batched::Unavailable(why) => return Err(StoreError::Unavailable(why)),
             batch::Batched::Lost => {
                 return Err(StoreError::Unavailable(
                     "the batch of creates ended without an answer".to_owned(),
