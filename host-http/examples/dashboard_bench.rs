@@ -445,8 +445,8 @@ async fn seed_postgres(url: &str, args: &Args) -> Result<(), String> {
                           $2::bigint + i * ({SPAN_MS} / $1::bigint) \
                             + ((i * 2654435761) % 4294967296) % 997 AS ms \
                    FROM generate_series(0::bigint, $1::bigint - 1) AS i), \
-             v AS (SELECT i, h, c, ms, {status} AS status, {email} AS cust_email FROM k) \
-             INSERT INTO transactions (id, provider_id, reference, status, title, currency, \
+             v AS (SELECT i, h, c, ms, {status} AS status, {email} AS cust_email FROM k), \
+             s AS (INSERT INTO transactions (id, provider_id, reference, status, title, currency, \
                  ref_ids, note, attachments, email, payload, time_zone, total, paid_amount, \
                  refunded_amount, paid_at, payment, created_at, updated_at, pay_token_hash, \
                  pay_expires_at) \
@@ -466,7 +466,8 @@ async fn seed_postgres(url: &str, args: &Args) -> Result<(), String> {
                          THEN decode(md5('a' || $4::bigint || ':' || i) \
                                      || md5('b' || $4::bigint || ':' || i), 'hex') END, \
                     CASE WHEN v.status = 'PENDING' THEN {created_at} END \
-             FROM v, transactions t WHERE t.id = $5",
+             FROM v, transactions t WHERE t.id = $5 RETURNING id, provider_id) \
+             INSERT INTO transaction_versions (id, provider_id) SELECT id, provider_id FROM s",
             status = row.status,
             currency = row.currency,
             title = row.title,

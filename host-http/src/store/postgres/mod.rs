@@ -714,6 +714,9 @@ const INSERT_TRANSACTION: &str = "WITH c AS ( \
                    $14::bytea, $15::timestamptz \
                    WHERE $24::text IS NULL OR EXISTS (SELECT 1 FROM c) \
                    ON CONFLICT (reference) DO NOTHING RETURNING id), \
+                 v AS ( \
+                   INSERT INTO transaction_versions (id, provider_id) \
+                   SELECT t.id, $2::text FROM t), \
                  i AS ( \
                    INSERT INTO items (transaction_id, order_no, name, category, total, policy, \
                    period, status, refunded) \
