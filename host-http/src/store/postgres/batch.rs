@@ -81,19 +81,13 @@ impl<I, O> Clone for Batcher<I, O> {
     }
 }
 
-/// What became of a request given to [`Batcher::run`].
+/// What became of a request given to [`Batcher::run`] that the batch did not refuse.
 pub(super) enum Batched<I, O> {
     /// The batch answered it.
     Done(O),
     /// The batch failed as a whole or handed it back, or the batcher is gone: the request, to
     /// be run alone.
     Alone(I),
-    /// The database is unavailable; the message says why (to be answered as
-    /// `StoreError::Unavailable`).
-    Unavailable(String),
-    /// The batch's task ended without an answer (it panicked): whether the request took
-    /// effect is unknown.
-    Lost,
 }
 
 impl<I: Send + Sync + 'static, O: Send + 'static> Batcher<I, O> {
@@ -110,17 +104,21 @@ impl<I: Send + Sync + 'static, O: Send + 'static> Batcher<I, O> {
         Batcher { sender }
     }
 
-    /// Runs `input` in the next batch.
-    pub(super) async fn run(&self, input: I) -> Batched<I, O> {
+    /// Runs `input` in the next batch. `StoreError::Unavailable` when the database could not
+    /// be reached, or when the batch's task ended without an answer (it panicked: whether the
+    /// request took effect is unknown).
+    pub(super) async fn run(&self, input: I) -> Result<Batched<I, O>, StoreError> {
         let (reply, answer) = oneshot::channel();
         if let Err(mpsc::error::SendError((input, _))) = self.sender.send((input, reply)).await {
-            return Batched::Alone(input);
+            return Ok(Batched::Alone(input));
         }
         match answer.await {
-            Ok(Answer::Done(output)) => Batched::Done(output),
-            Ok(Answer::Alone(input)) => Batched::Alone(input),
-            Ok(Answer::Unavailable(why)) => Batched::Unavailable(why),
-            Err(_) => Batched::Lost,
+            Ok(Answer::Done(output)) => Ok(Batched::Done(output)),
+            Ok(Answer::Alone(input)) => Ok(Batched::Alone(input)),
+            Ok(Answer::Unavailable(why)) => Err(StoreError::Unavailable(why)),
+            Err(_) => Err(StoreError::Unavailable(
+                "the batch ended without an answer".to_owned(),
+            )),
         }
     }
 }

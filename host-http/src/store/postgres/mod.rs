@@ -829,6 +829,12 @@ struct CreateRow<'a> {
     response_body: Option<&'a str>,
     key: Option<&'a str>,
     claimed_at: Option<DateTime<Utc>>,
+    drawn: Drawn,
+}
+
+/// A create's reference and what shows it: its `transaction.created` event and that
+/// event's e-mail. Drawn again after a collision.
+struct Drawn {
     reference: String,
     event: events::NewEvent,
     mail_kind: Option<&'static str>,
@@ -836,6 +842,28 @@ struct CreateRow<'a> {
     recipients: String,
     mail_id: Option<String>,
     message_id: Option<String>,
+}
+
+impl Drawn {
+    fn new(transaction: &NewTransaction) -> Result<Drawn, StoreError> {
+        let reference = super::new_reference(transaction.created_at);
+        let event = events::created(transaction, &reference)?;
+        let (mail_kind, receipt_number) = match &event.mail {
+            Some((kind, receipt_number)) => (Some(*kind), receipt_number.clone()),
+            None => (None, None),
+        };
+        let recipients = serde_json::to_string(&event.recipients)
+            .map_err(|e| corrupt("email_messages.recipients", e.to_string()))?;
+        Ok(Drawn {
+            mail_id: mail_kind.map(|_| format!("mail_{}", uuid::Uuid::now_v7().simple())),
+            message_id: mail_kind.map(|kind| events::message_id(&event.id, kind)),
+            reference,
+            event,
+            mail_kind,
+            receipt_number,
+            recipients,
+        })
+    }
 }
 
 impl<'a> CreateRow<'a> {
@@ -859,7 +887,7 @@ impl<'a> CreateRow<'a> {
             policies.push(item.policy.as_ref().map(to_json).transpose()?);
             periods.push(item.period.as_ref().map(to_json).transpose()?);
         }
-        let mut row = CreateRow {
+        Ok(CreateRow {
             transaction,
             ref_ids: to_json(&transaction.ref_ids)?,
             attachments: to_json(&transaction.attachments)?,
@@ -880,41 +908,17 @@ impl<'a> CreateRow<'a> {
             response_body: response.map(|r| r.body.as_str()),
             key: response.map(|r| r.key.key.as_str()),
             claimed_at: response.and_then(|r| r.key.claimed_at),
-            reference: String::new(),
-            event: events::created(transaction, "")?,
-            mail_kind: None,
-            receipt_number: None,
-            recipients: String::new(),
-            mail_id: None,
-            message_id: None,
-        };
-        row.draw()?;
-        Ok(row)
-    }
-
-    /// Draws a new reference and makes the event and e-mail that show it.
-    fn draw(&mut self) -> Result<(), StoreError> {
-        self.reference = super::new_reference(self.transaction.created_at);
-        self.event = events::created(self.transaction, &self.reference)?;
-        let (mail_kind, receipt_number) = match &self.event.mail {
-            Some((kind, receipt_number)) => (Some(*kind), receipt_number.clone()),
-            None => (None, None),
-        };
-        self.mail_kind = mail_kind;
-        self.receipt_number = receipt_number;
-        self.recipients = serde_json::to_string(&self.event.recipients)
-            .map_err(|e| corrupt("email_messages.recipients", e.to_string()))?;
-        self.mail_id = mail_kind.map(|_| format!("mail_{}", uuid::Uuid::now_v7().simple()));
-        self.message_id = mail_kind.map(|kind| events::message_id(&self.event.id, kind));
-        Ok(())
+            drawn: Drawn::new(transaction)?,
+        })
     }
 
     fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 35] {
         let transaction = self.transaction;
+        let drawn = &self.drawn;
         [
             &transaction.id,
             &transaction.provider_id,
-            &self.reference,
+            &drawn.reference,
             &transaction.title,
             &transaction.currency,
             &self.ref_ids,
@@ -936,16 +940,16 @@ impl<'a> CreateRow<'a> {
             &self.status_code,
             &self.response_body,
             &self.key,
-            &self.event.id,
-            &self.event.event_type,
-            &self.event.payload,
-            &self.event.at,
-            &self.mail_id,
-            &self.mail_kind,
-            &self.receipt_number,
-            &self.recipients,
-            &self.message_id,
-            &self.event.mail_snapshot,
+            &drawn.event.id,
+            &drawn.event.event_type,
+            &drawn.event.payload,
+            &drawn.event.at,
+            &drawn.mail_id,
+            &drawn.mail_kind,
+            &drawn.receipt_number,
+            &drawn.recipients,
+            &drawn.message_id,
+            &drawn.event.mail_snapshot,
             &self.claimed_at,
         ]
     }
@@ -996,7 +1000,7 @@ fn create_batch<'a>(
             .zip(&answers)
             .map(|(row, answer)| {
                 Ok(match CreateRow::inserted(answer)? {
-                    Inserted::Stored => Some(Ok(row.reference.clone())),
+                    Inserted::Stored => Some(Ok(row.drawn.reference.clone())),
                     Inserted::ClaimLost => Some(Err(StoreError::ClaimLost)),
                     Inserted::Taken => None,
                 })
@@ -1065,15 +1069,9 @@ impl PgStore {
     /// The access epoch and the transaction's owner and version, read in the next batch of
     /// such reads ([`versions_batch`]); alone when that batch failed.
     async fn epoch_and_version(&self, id: Option<String>) -> Result<EpochAndVersion, StoreError> {
-        let id = match self.versions.run(id).await {
+        let id = match self.versions.run(id).await? {
             batch::Batched::Done(answer) => return Ok(answer),
             batch::Batched::Alone(id) => id,
-            batch::Batched::Unavailable(why) => return Err(StoreError::Unavailable(why)),
-            batch::Batched::Lost => {
-                return Err(StoreError::Unavailable(
-                    "the batch of reads ended without an answer".to_owned(),
-                ));
-            }
         };
         versions_batch(&self.pool, std::slice::from_ref(&id))
             .await?
@@ -1094,15 +1092,9 @@ impl PgStore {
             transaction,
             response,
         };
-        let pending = match self.creates.run(pending).await {
+        let pending = match self.creates.run(pending).await? {
             batch::Batched::Done(answer) => return answer,
             batch::Batched::Alone(pending) => pending,
-            batch::Batched::Unavailable(why) => return Err(StoreError::Unavailable(why)),
-            batch::Batched::Lost => {
-                return Err(StoreError::Unavailable(
-                    "the batch of creates ended without an answer".to_owned(),
-                ));
-            }
         };
         self.insert_transaction(&pending.transaction, pending.response.as_ref())
             .await
@@ -1121,11 +1113,11 @@ impl PgStore {
         loop {
             let answer = client.query_one(&insert, &row.params()).await?;
             match CreateRow::inserted(&answer)? {
-                Inserted::Stored => return Ok(row.reference),
+                Inserted::Stored => return Ok(row.drawn.reference),
                 Inserted::ClaimLost => return Err(StoreError::ClaimLost),
                 // 25 random bits per second: a collision is rare, and the unique
                 // index settles it.
-                Inserted::Taken => row.draw()?,
+                Inserted::Taken => row.drawn = Drawn::new(transaction)?,
             }
         }
     }
