@@ -18,9 +18,10 @@
 #     GET /healthz, GET /status, GET /status/{id} (target >= 0.90 of pgbench -S, p99 <= 20 ms),
 #     POST /initialize (target >= 0.80 of pgbench -N)
 #
-# With --memory N, then at least N requests of each route (creates, status reads,
-# authentications, hellos, in chunks) against a fresh server, printing its resident memory after
-# every chunk and the peak (VmHWM).
+# With --memory N, then N requests of every route of the service (the API, the payment page,
+# the files, the dashboard's pages; memory_run lists them and what the Stripe and sign-in
+# routes get instead) against a fresh server, in 5 rounds, printing each route's answers by
+# status and the server's resident memory (VmRSS, VmHWM) after every round.
 #
 # Usage: scripts/load.sh [--db sqlite|postgres://...] [--duration S=10] [--connections N=64]
 #                        [--threads T=2] [--pool N=16] [--memory N] [--baseline BIN]
@@ -281,26 +282,164 @@ sample_memory() { # prints "rss_kib hwm_kib" of the server
     awk '/^VmRSS/ {r = $2} /^VmHWM/ {h = $2} END {print r, h}' "/proc/$SERVER_PID/status"
 }
 
-memory_run() { # db: N requests of each route, resident memory after each chunk
-    local db="$1" done_creates=0 id
-    start_server "$db"
-    id="$(create_one)"
-    echo
-    echo "memory: creates, status reads, authentications, hellos, VmRSS KiB, VmHWM KiB (server pid $SERVER_PID)"
-    printf '%10s %10s %10s %10s %10s %10s\n' creates reads auths hellos rss hwm
-    local reads=0 auths=0 hellos=0
-    while ((done_creates < MEMORY || reads < MEMORY || auths < MEMORY || hellos < MEMORY)); do
-        if ((done_creates < MEMORY)); then
-            DURATION=15 wrk_run "mem-create" /initialize -s "$WORK/post.lua" 2>/dev/null
-            done_creates=$((done_creates + $(total mem-create)))
+# --memory: every route of the service, N requests each (MEMORY), in ROUNDS rounds; the
+# resident memory after each round. Routes that change a transaction take one transaction
+# each from the creates of their round: two creates per round's share (one set paid by the
+# sandbox API, then cancelled by JSON and by the invoice form; one paid on the payment page,
+# then cancelled by the form without id).
+ROUNDS=5
+route_run() { # name, method, path, count, [list], [body file], [capture prefix], [pattern]
+    local name="$1" method="$2" path="$3" count="$4" list="${5:-}" body="${6:-}"
+    local capture="${7:-}" pattern="${8:-}" headers="${ROUTE_HEADERS_EXTRA:-}"
+    local out="$WORK/mem-${name//[^A-Za-z0-9]/_}.txt"
+    rm -f "$out".done.*
+    ROUTE_METHOD="$method" ROUTE_PATH="$path" ROUTE_COUNT="$count" ROUTE_LIST="$list" \
+        ROUTE_BODY="$body" ROUTE_CAPTURE="$capture" ROUTE_PATTERN="$pattern" \
+        ROUTE_HEADERS="$headers" THREADS_IN_RUN="$THREADS" ROUTE_DONE="$out.done" \
+        wrk -t"$THREADS" -c"$CONNECTIONS" -d1800s -s "$ROOT/scripts/load-routes.lua" \
+        "http://127.0.0.1:$PORT/" >"$out" 2>&1 &
+    local wrk_pid=$!
+    # wrk runs for its whole -d even when every thread has stopped: end it (it reports on
+    # SIGINT) once each thread has left its marker.
+    # (wrk ignores SIGINT until its threads run: sent again until it ends.)
+    while kill -0 "$wrk_pid" 2>/dev/null; do
+        if (( $(find "$WORK" -maxdepth 1 -name "${out##*/}.done.*" | wc -l) >= THREADS )); then
+            kill -INT "$wrk_pid" 2>/dev/null || true
         fi
-        DURATION=5 wrk_run "mem-read" "/status/$id" -H "Authorization: $AUTH" 2>/dev/null
-        reads=$((reads + $(total mem-read)))
-        DURATION=3 wrk_run "mem-auth" /status -H "Authorization: $AUTH" 2>/dev/null
-        auths=$((auths + $(total mem-auth)))
-        DURATION=3 wrk_run "mem-hello" /healthz 2>/dev/null
-        hellos=$((hellos + $(total mem-hello)))
-        printf '%10s %10s %10s %10s %10s %10s\n' "$done_creates" "$reads" "$auths" "$hellos" $(sample_memory)
+        sleep 0.1
+    done
+    wait "$wrk_pid" || { echo "wrk failed on $name:" >&2; cat "$out" >&2; exit 1; }
+    local statuses seconds
+    statuses="$(awk '/^statuses:/ {$1 = ""; print substr($0, 2)}' "$out")"
+    seconds="$(awk '/requests in/ {print $4}' "$out")"
+    printf '  %-34s %8s in %-8s %s\n' "$name" "$count" "$seconds" "$statuses"
+}
+
+multipart() { # file, then name=value fields; a field "file" becomes a small text file part
+    python3 - "$@" <<'PY'
+import sys
+path, fields = sys.argv[1], sys.argv[2:]
+parts = []
+for field in fields:
+    name, value = field.split("=", 1)
+    if name == "file":
+        parts.append('--loadboundary\r\nContent-Disposition: form-data; name="file"; '
+                     'filename="invoice.txt"\r\nContent-Type: text/plain\r\n\r\n' + value + '\r\n')
+    else:
+        parts.append('--loadboundary\r\nContent-Disposition: form-data; name="%s"\r\n\r\n%s\r\n'
+                     % (name, value))
+with open(path, "w", newline="") as f:
+    f.write("".join(parts) + "--loadboundary--\r\n")
+PY
+}
+
+memory_run() { # db: every route MEMORY times, resident memory after each round
+    local db="$1" json='Content-Type: application/json' form='Content-Type: multipart/form-data; boundary=loadboundary'
+    local origin="Origin: http://127.0.0.1:$PORT"
+    start_server "$db" --public-url "http://127.0.0.1:$PORT"
+    local api="Authorization: $AUTH"
+    # What the fixed requests read: a pending transaction, a paid one with an item left,
+    # a receipt, a stored file, a dashboard session.
+    local pending paid receipt upload file_id file_token provider invitation cookie
+    pending="$(create_one)"
+    paid="$(create_one)"
+    curl -fsS -X POST -H "$api" -H "$json" -d '{}' \
+        "http://127.0.0.1:$PORT/sandbox/transactions/$paid/pay" >/dev/null
+    receipt="$(curl -fsS -X PATCH -H "$api" -H "$json" -d '{"itemsOrder":[1]}' \
+        "http://127.0.0.1:$PORT/cancel/$paid" |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["receiptNumber"])')"
+    upload="$(curl -fsS -H "$api" -F 'file=@-;filename=terms.txt;type=text/plain' \
+        "http://127.0.0.1:$PORT/files" <<<'The terms of the trip.')"
+    file_id="$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["fileId"])' "$upload")"
+    file_token="$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["token"])' "$upload")"
+    provider="$(curl -fsS -H "$api" "http://127.0.0.1:$PORT/status" |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["provider"])')"
+    invitation="$("$BIN" provider invite-user --db "$db" --provider "$provider" \
+        --email load@example.com --role admin --public-url "http://127.0.0.1:$PORT" |
+        python3 -c 'import json,sys,urllib.parse as u; print(u.urlsplit(json.load(sys.stdin)["url"]).path)')"
+    cookie="$(curl -sS -o /dev/null -D - -H "$origin" \
+        --data-urlencode 'password=correct horse battery staple' \
+        --data-urlencode 'password_repeat=correct horse battery staple' \
+        "http://127.0.0.1:$PORT$invitation" |
+        awk -F'[=;]' 'tolower($0) ~ /^set-cookie: checkout_session=/ {print $2; exit}')"
+    [[ -n "$cookie" ]] || { echo "no dashboard session" >&2; exit 1; }
+    local session="Cookie: checkout_session=$cookie"
+
+    printf '%s' "$BODY" >"$WORK/create.json"
+    printf '%s' '{"title":"Load trip, renamed","note":"Changed by the memory run."}' >"$WORK/update.json"
+    printf '%s' '{}' >"$WORK/empty.json"
+    printf '%s' '{"itemsOrder":[1]}' >"$WORK/cancel.json"
+    printf '%s' '{"itemsOrder":[2]}' >"$WORK/quote-cancel.json"
+    multipart "$WORK/invoice.form" itemsOrder=2 invoiceTitle=Invoice invoiceNumber=INV-1 file=invoice
+    multipart "$WORK/cancel.form" 'transactionId={1}' itemsOrder=1 file=invoice
+    multipart "$WORK/upload.form" 'file=The terms of the trip.'
+    printf '%s' 'name_on_card=Load+Test&card_number=4242424242424242&expiry=12%2F30&cvc=123&first_name=Load&last_name=Test&email=load%40example.com&billing_name=Load+Test&form_token={2}' >"$WORK/pay.form"
+
+    local share=$(( (MEMORY + ROUNDS - 1) / ROUNDS )) round
+    echo
+    echo "memory: every route, $share requests each per round, $ROUNDS rounds (server pid $SERVER_PID)"
+    for round in $(seq 1 "$ROUNDS"); do
+        local r="$WORK/round$round"
+        echo "round $round:"
+        ROUTE_HEADERS_EXTRA="$api"$'\n'"$json" route_run "POST /initialize" POST /initialize "$share" "" \
+            "$WORK/create.json" "$r.a" '"transactionId":"([^"]+)"'$'\n''/pay/([^"]+)"'
+        ROUTE_HEADERS_EXTRA="$api"$'\n'"$json" route_run "POST /transactions" POST /transactions "$share" "" \
+            "$WORK/create.json" "$r.b" '"transactionId":"([^"]+)"'$'\n''/pay/([^"]+)"'
+        cat "$r".a.* >"$r.a"
+        cat "$r".b.* >"$r.b"
+        ROUTE_HEADERS_EXTRA="Accept-Language: en" route_run "GET /pay/{token}" GET '/pay/{2}' "$share" "$r.b" \
+            "" "$r.p" 'action="/pay/([^"/]+)"'$'\n''name="form_token" value="([^"]+)"'
+        cat "$r".p.* >"$r.p"
+        ROUTE_HEADERS_EXTRA="$origin"$'\n''Content-Type: application/x-www-form-urlencoded' \
+            route_run "POST /pay/{token}" POST '/pay/{1}' "$share" "$r.p" "$WORK/pay.form"
+        ROUTE_HEADERS_EXTRA="$api"$'\n'"$json" route_run "POST /sandbox/…/pay" POST \
+            '/sandbox/transactions/{1}/pay' "$share" "$r.a" "$WORK/empty.json"
+        ROUTE_HEADERS_EXTRA="$api"$'\n'"$json" route_run "PATCH /cancel/{id}" PATCH '/cancel/{1}' \
+            "$share" "$r.a" "$WORK/cancel.json"
+        ROUTE_HEADERS_EXTRA="$api"$'\n'"$form" route_run "PATCH /cancel/{id}/invoice" PATCH \
+            '/cancel/{1}/invoice' "$share" "$r.a" "$WORK/invoice.form"
+        ROUTE_HEADERS_EXTRA="$api"$'\n'"$form" route_run "PATCH /cancel" PATCH /cancel \
+            "$share" "$r.b" "$WORK/cancel.form"
+        ROUTE_HEADERS_EXTRA="$api"$'\n'"$form" route_run "POST /files" POST /files "$share" "" \
+            "$WORK/upload.form" "$r.f" '"fileId":"([^"]+)"'
+        cat "$r".f.* >"$r.f"
+        ROUTE_HEADERS_EXTRA="$api" route_run "DELETE /files/{id}" DELETE '/files/{1}' "$share" "$r.f"
+        ROUTE_HEADERS_EXTRA="" route_run "GET /healthz" GET /healthz "$share"
+        ROUTE_HEADERS_EXTRA="$api" route_run "GET /status" GET /status "$share"
+        ROUTE_HEADERS_EXTRA="$api" route_run "GET /status/{id}" GET "/status/$pending" "$share"
+        ROUTE_HEADERS_EXTRA="$api"$'\n'"$json" route_run "PUT /{id}" PUT "/$pending" "$share" "" \
+            "$WORK/update.json"
+        ROUTE_HEADERS_EXTRA="$api"$'\n'"$json" route_run "POST /quote" POST /quote "$share" "" \
+            "$WORK/create.json"
+        ROUTE_HEADERS_EXTRA="$api"$'\n'"$json" route_run "POST /cancel/{id}/quote" POST \
+            "/cancel/$paid/quote" "$share" "" "$WORK/quote-cancel.json"
+        ROUTE_HEADERS_EXTRA="$api" route_run "GET /receipts/{number}" GET "/receipts/$receipt" "$share"
+        ROUTE_HEADERS_EXTRA="$api" route_run "GET /files/{id}" GET "/files/$file_id" "$share"
+        ROUTE_HEADERS_EXTRA="$api" route_run "POST /files/{id}/renew" POST "/files/$file_id/renew" "$share"
+        ROUTE_HEADERS_EXTRA="" route_run "GET /files/shared/{token}" GET "/files/shared/$file_token" "$share"
+        ROUTE_HEADERS_EXTRA="$api" route_run "GET /events" GET '/events?limit=100' "$share"
+        ROUTE_HEADERS_EXTRA="" route_run "GET /openapi.json" GET /openapi.json "$share"
+        ROUTE_HEADERS_EXTRA="" route_run "GET /assets/checkout.css" GET /assets/checkout.css "$share"
+        ROUTE_HEADERS_EXTRA="" route_run "GET /assets/stripe-checkout.js" GET /assets/stripe-checkout.js "$share"
+        # Each sign-in hashes the password (Argon2id, tens of milliseconds by design): a
+        # thousandth of the others' count.
+        printf 'email=load%%40example.com&password=correct+horse+battery+staple' >"$WORK/sign-in.form"
+        ROUTE_HEADERS_EXTRA="$origin"$'\n''Content-Type: application/x-www-form-urlencoded' \
+            route_run "POST /dashboard/sign-in" POST /dashboard/sign-in $(( share / 1000 + 1 )) "" \
+            "$WORK/sign-in.form"
+        # The overview sums the last 32 days' payments and refunds, which every round adds to
+        # by the thousand: a hundredth of the others' count.
+        ROUTE_HEADERS_EXTRA="$session"$'\n''Accept-Language: en' \
+            route_run "GET /dashboard/overview" GET /dashboard/overview $(( share / 100 + 1 ))
+        local page
+        for page in sign-in transactions "transactions/{id}=transactions/$pending" \
+            "transactions/{id}/cancel=transactions/$paid/cancel?item=2" audit users api security \
+            policies "policies/{scope}=policies/FLIGHT" webhooks assets/dashboard.css \
+            assets/dashboard.js; do
+            ROUTE_HEADERS_EXTRA="$session"$'\n''Accept-Language: en' \
+                route_run "GET /dashboard/${page%%=*}" GET "/dashboard/${page#*=}" "$share"
+        done
+        printf 'after round %s: VmRSS, VmHWM (KiB): %s\n' "$round" "$(sample_memory)"
     done
     stop_server
 }

@@ -628,11 +628,15 @@ impl DashboardStore for PgStore {
                 .try_get(0)?;
             let failing: i64 = client
                 .query_one(
-                    "SELECT count(DISTINCT e.id) FROM webhook_endpoints e \
-                     JOIN webhook_deliveries d ON d.endpoint_id = e.id \
+                    // One probe of each endpoint into the partial indexes of retried and failed
+                    // deliveries (migration 21), not a read of all its deliveries.
+                    "SELECT count(*) FROM webhook_endpoints e \
                      WHERE e.provider_id = $1 AND e.removed_at IS NULL \
-                     AND ((d.status = 'QUEUED' AND d.attempts > 0) \
-                          OR (d.status = 'FAILED' AND d.last_attempt_at >= $2))",
+                     AND (EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.endpoint_id = e.id \
+                                  AND d.status = 'QUEUED' AND d.attempts > 0) \
+                          OR EXISTS (SELECT 1 FROM webhook_deliveries d \
+                                     WHERE d.endpoint_id = e.id AND d.status = 'FAILED' \
+                                     AND d.last_attempt_at >= $2))",
                     &[&provider_id, &failing_since],
                 )
                 .await?

@@ -599,6 +599,25 @@ CREATE TRIGGER transactions_version AFTER UPDATE OR DELETE ON transactions
     FOR EACH ROW EXECUTE FUNCTION transaction_changed();
 "#,
     },
+    Migration {
+        version: 21,
+        description: "the dashboard's overview and transaction page read by index",
+        // As SQLite's migration 22: the overview read every transaction of the provider, every
+        // cancellation and every delivery of each endpoint; only paid transactions, succeeded
+        // cancellations and retried or failed deliveries enter these indexes. A transaction's
+        // page read the events of the whole provider to find the transaction's.
+        sql: r#"
+CREATE INDEX transactions_paid ON transactions(provider_id, paid_at)
+    INCLUDE (currency, paid_amount) WHERE paid_at IS NOT NULL;
+CREATE INDEX cancellations_succeeded ON cancellations(provider_id, created_at)
+    INCLUDE (transaction_id, refund) WHERE outcome = 'SUCCESS';
+CREATE INDEX webhook_deliveries_retried ON webhook_deliveries(endpoint_id)
+    WHERE status = 'QUEUED' AND attempts > 0;
+CREATE INDEX webhook_deliveries_failed ON webhook_deliveries(endpoint_id, last_attempt_at)
+    WHERE status = 'FAILED';
+CREATE INDEX events_transaction ON events(transaction_id, seq);
+"#,
+    },
 ];
 
 /// Latest schema version this build knows.

@@ -118,6 +118,39 @@ fn invitation(
     .transpose()
 }
 
+/// The dashboard overview's payments of the last 32 days: a range of the partial index
+/// `transactions_paid` (migration 22), which carries the columns read.
+const OVERVIEW_PAYMENTS: &str = "SELECT currency, paid_amount, paid_at FROM transactions \
+     WHERE provider_id = ?1 AND paid_at >= ?2 AND paid_amount IS NOT NULL";
+
+/// The overview's refunds of the last 32 days (`cancellations_succeeded`), each with its
+/// transaction's currency.
+const OVERVIEW_REFUNDS: &str = "SELECT t.currency, c.refund, c.created_at FROM cancellations c \
+     JOIN transactions t ON t.id = c.transaction_id \
+     WHERE c.provider_id = ?1 AND c.created_at >= ?2 AND c.outcome = 'SUCCESS'";
+
+/// The overview's count of refunds pending at the gateway (`cancellations_pending`: the few
+/// pending ones of every provider).
+const OVERVIEW_PENDING_REFUNDS: &str =
+    "SELECT count(*) FROM cancellations WHERE provider_id = ?1 AND outcome = 'PENDING'";
+
+/// The overview's count of failing endpoints: one probe of each endpoint into the partial
+/// indexes of retried and failed deliveries (migration 22), not a read of all its deliveries.
+const OVERVIEW_FAILING_ENDPOINTS: &str = "SELECT count(*) FROM webhook_endpoints e \
+     WHERE e.provider_id = ?1 AND e.removed_at IS NULL \
+     AND (EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.endpoint_id = e.id \
+                  AND d.status = 'QUEUED' AND d.attempts > 0) \
+          OR EXISTS (SELECT 1 FROM webhook_deliveries d \
+                     WHERE d.endpoint_id = e.id AND d.status = 'FAILED' \
+                     AND d.last_attempt_at >= ?2))";
+
+/// A transaction's events with their deliveries (`events_transaction`, migration 22).
+const TRANSACTION_EVENTS: &str = "SELECT e.seq, e.id, e.type, e.created_at, d.endpoint_id, \
+     w.url, d.status, d.attempts, d.last_result, d.last_attempt_at, e.transaction_id \
+     FROM events e LEFT JOIN webhook_deliveries d ON d.event_seq = e.seq \
+     LEFT JOIN webhook_endpoints w ON w.id = d.endpoint_id \
+     WHERE e.provider_id = ?1 AND e.transaction_id = ?2 ORDER BY e.seq, d.endpoint_id";
+
 impl DashboardStore for SqliteStore {
     fn invite_user(
         &self,
@@ -514,31 +547,13 @@ impl DashboardStore for SqliteStore {
                 }
                 Ok(list)
             };
-            let payments = amounts(
-                "SELECT currency, paid_amount, paid_at FROM transactions \
-                 WHERE provider_id = ?1 AND paid_at >= ?2 AND paid_amount IS NOT NULL",
-                "transactions.paid_amount",
-            )?;
-            let refunds = amounts(
-                "SELECT t.currency, c.refund, c.created_at FROM cancellations c \
-                 JOIN transactions t ON t.id = c.transaction_id \
-                 WHERE c.provider_id = ?1 AND c.created_at >= ?2 AND c.outcome = 'SUCCESS'",
-                "cancellations.refund",
-            )?;
+            let payments = amounts(OVERVIEW_PAYMENTS, "transactions.paid_amount")?;
+            let refunds = amounts(OVERVIEW_REFUNDS, "cancellations.refund")?;
             let pending_refunds: i64 = conn
-                .prepare_cached(
-                    "SELECT count(*) FROM cancellations WHERE provider_id = ?1 \
-                     AND outcome = 'PENDING'",
-                )?
+                .prepare_cached(OVERVIEW_PENDING_REFUNDS)?
                 .query_row([&provider_id], |r| r.get(0))?;
             let failing_endpoints: i64 = conn
-                .prepare_cached(
-                    "SELECT count(DISTINCT e.id) FROM webhook_endpoints e \
-                     JOIN webhook_deliveries d ON d.endpoint_id = e.id \
-                     WHERE e.provider_id = ?1 AND e.removed_at IS NULL \
-                     AND ((d.status = 'QUEUED' AND d.attempts > 0) \
-                          OR (d.status = 'FAILED' AND d.last_attempt_at >= ?2))",
-                )?
+                .prepare_cached(OVERVIEW_FAILING_ENDPOINTS)?
                 .query_row(params![provider_id, format_instant(failing_since)], |r| {
                     r.get(0)
                 })?;
@@ -558,13 +573,7 @@ impl DashboardStore for SqliteStore {
         transaction_id: String,
     ) -> BoxFuture<'_, Result<Vec<EventDelivery>, StoreError>> {
         let result = self.read(|conn| {
-            let mut statement = conn.prepare_cached(
-                "SELECT e.seq, e.id, e.type, e.created_at, d.endpoint_id, w.url, d.status, \
-                 d.attempts, d.last_result, d.last_attempt_at, e.transaction_id \
-                 FROM events e LEFT JOIN webhook_deliveries d ON d.event_seq = e.seq \
-                 LEFT JOIN webhook_endpoints w ON w.id = d.endpoint_id \
-                 WHERE e.provider_id = ?1 AND e.transaction_id = ?2 ORDER BY e.seq, d.endpoint_id",
-            )?;
+            let mut statement = conn.prepare_cached(TRANSACTION_EVENTS)?;
             let rows = statement.query_map(params![provider_id, transaction_id], event_delivery)?;
             let mut list = Vec::new();
             for row in rows {
@@ -1128,4 +1137,56 @@ pub(crate) fn like_escaped(text: &str) -> String {
         escaped.push(c);
     }
     escaped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every table the overview's statements and a transaction's page read is reached by an
+    /// index (migration 22), so the overview costs the last month's payments and refunds and a
+    /// transaction's page its own events, not the provider's whole history.
+    #[test]
+    fn the_overview_reads_by_index_only() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        super::super::migrations::migrate(&mut conn).unwrap();
+        for (sql, expected) in [
+            (OVERVIEW_PAYMENTS, &["transactions_paid"][..]),
+            (
+                OVERVIEW_REFUNDS,
+                &["COVERING INDEX cancellations_succeeded"][..],
+            ),
+            (OVERVIEW_PENDING_REFUNDS, &["cancellations_pending"][..]),
+            (TRANSACTION_EVENTS, &["events_transaction"][..]),
+            (
+                OVERVIEW_FAILING_ENDPOINTS,
+                &[
+                    "webhook_endpoints_provider",
+                    "webhook_deliveries_retried",
+                    "webhook_deliveries_failed",
+                ][..],
+            ),
+        ] {
+            let mut statement = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+            let plan: Vec<String> = statement
+                .query_map(
+                    rusqlite::params_from_iter(
+                        ["p1", "2026-01-01T00:00:00Z"]
+                            .into_iter()
+                            .take(statement.parameter_count()),
+                    ),
+                    |r| r.get(3),
+                )
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            let text = plan.join("\n");
+            for line in &plan {
+                assert!(!line.starts_with("SCAN"), "a full scan:\n{text}\n{sql}");
+            }
+            for index in expected {
+                assert!(text.contains(index), "{index} not used:\n{text}\n{sql}");
+            }
+        }
+    }
 }
