@@ -286,7 +286,10 @@ sample_memory() { # prints "rss_kib hwm_kib" of the server
 # resident memory after each round. Routes that change a transaction take one transaction
 # each from the creates of their round: two creates per round's share (one set paid by the
 # sandbox API, then cancelled by JSON and by the invoice form; one paid on the payment page,
-# then cancelled by the form without id).
+# then cancelled by the form without id). Not sent: the Stripe routes (they need a Stripe
+# account; localstripe answers a few hundred requests a second) and the dashboard's forms that
+# change settings (credentials, users, webhooks, policies, second factor); sign-ins and the
+# overview get a thousandth and a hundredth of N (see below).
 ROUNDS=5
 route_run() { # name, method, path, count, [list], [body file], [capture prefix], [pattern]
     local name="$1" method="$2" path="$3" count="$4" list="${5:-}" body="${6:-}"

@@ -605,7 +605,8 @@ CREATE TRIGGER transactions_version AFTER UPDATE OR DELETE ON transactions
         // As SQLite's migration 22: the overview read every transaction of the provider, every
         // cancellation and every delivery of each endpoint; only paid transactions, succeeded
         // cancellations and retried or failed deliveries enter these indexes. A transaction's
-        // page read the events of the whole provider to find the transaction's.
+        // page read the events of the whole provider to find the transaction's, and each
+        // deletion of a file its foreign-key check read every cancellation.
         sql: r#"
 CREATE INDEX transactions_paid ON transactions(provider_id, paid_at)
     INCLUDE (currency, paid_amount) WHERE paid_at IS NOT NULL;
@@ -616,6 +617,8 @@ CREATE INDEX webhook_deliveries_retried ON webhook_deliveries(endpoint_id)
 CREATE INDEX webhook_deliveries_failed ON webhook_deliveries(endpoint_id, last_attempt_at)
     WHERE status = 'FAILED';
 CREATE INDEX events_transaction ON events(transaction_id, seq);
+CREATE INDEX cancellations_invoice_file ON cancellations(invoice_file_id)
+    WHERE invoice_file_id IS NOT NULL;
 "#,
     },
 ];

@@ -456,7 +456,9 @@ END;
         // of each endpoint. Only paid transactions, succeeded cancellations and retried or
         // failed deliveries enter those indexes, so creates do not write them. A transaction's
         // page read the events of the whole provider to find the transaction's:
-        // `events_transaction` finds them directly, at one index entry per event.
+        // `events_transaction` finds them directly, at one index entry per event. And each
+        // deletion of a file had its foreign-key check (`cancellations.invoice_file_id`) read
+        // every cancellation: 10,000 deletions took minutes at 30,000 cancellations.
         sql: r#"
 CREATE INDEX transactions_paid ON transactions(provider_id, paid_at, currency, paid_amount)
     WHERE paid_at IS NOT NULL;
@@ -468,6 +470,7 @@ CREATE INDEX webhook_deliveries_retried ON webhook_deliveries(endpoint_id)
 CREATE INDEX webhook_deliveries_failed ON webhook_deliveries(endpoint_id, last_attempt_at)
     WHERE status = 'FAILED';
 CREATE INDEX events_transaction ON events(transaction_id, seq);
+CREATE INDEX cancellations_invoice_file ON cancellations(invoice_file_id);
 "#,
     },
 ];
@@ -752,6 +755,64 @@ mod tests {
             })
             .unwrap();
         assert_eq!(fk_problems, 0);
+    }
+
+    /// A deletion of a parent row checks each foreign key pointing at it: without an index on
+    /// the referencing column that check reads the whole child table (a file's deletion read
+    /// every cancellation before migration 22).
+    #[test]
+    fn every_foreign_key_of_a_deletable_parent_is_indexed() {
+        // Parents that are never deleted: their children's columns need no index.
+        const NEVER_DELETED: [&str; 2] = ["events", "webhook_deliveries"];
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        let tables: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let mut checked = 0;
+        for table in &tables {
+            // The first column of each index, and of the primary key.
+            let mut leading: Vec<String> = conn
+                .prepare(&format!(
+                    "SELECT ii.name FROM pragma_index_list('{table}') il, \
+                     pragma_index_info(il.name) ii WHERE ii.seqno = 0"
+                ))
+                .unwrap()
+                .query_map([], |r| r.get(0))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            leading.extend(
+                conn.prepare(&format!(
+                    "SELECT name FROM pragma_table_info('{table}') WHERE pk = 1"
+                ))
+                .unwrap()
+                .query_map([], |r| r.get::<_, String>(0))
+                .unwrap()
+                .map(Result::unwrap),
+            );
+            let keys: Vec<(String, String)> = conn
+                .prepare(&format!(
+                    "SELECT \"table\", \"from\" FROM pragma_foreign_key_list('{table}')"
+                ))
+                .unwrap()
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            for (parent, column) in keys {
+                checked += 1;
+                assert!(
+                    NEVER_DELETED.contains(&parent.as_str()) || leading.contains(&column),
+                    "{table}.{column} references {parent} without an index"
+                );
+            }
+        }
+        assert!(checked > 10, "only {checked} foreign keys found");
     }
 
     #[test]
