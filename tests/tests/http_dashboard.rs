@@ -2320,3 +2320,48 @@ async fn a_viewer_is_refused_every_changing_route_with_403_and_nothing_changes()
     }
     assert_eq!(fingerprint(&server), before, "a viewer changed nothing");
 }
+
+/// A transaction's page shows its latest 50 events, and says when there are earlier ones:
+/// a transaction updated a million times must not make a page of a million lines.
+#[tokio::test]
+async fn a_transactions_page_shows_its_latest_fifty_events() {
+    let server = TestServer::start().await;
+    let acme = server.provider("Acme Travel");
+    let id = server.create(&acme, &checkout_body("Acme trip")).await;
+    let browser = member(&server, &acme, "ada@example.com", "viewer").await;
+    let path = format!("/dashboard/transactions/{id}");
+    let page = html(&browser.get(&path).await);
+    assert_eq!(page.matches("<code>transaction.created</code>").count(), 1);
+    assert!(!page.contains("Only the latest 50 events"), "{page}");
+
+    for n in 0..49 {
+        let body = format!(r#"{{"title":"Acme trip {n}"}}"#);
+        let updated = server
+            .json(Method::PUT, &format!("/{id}"), &acme, &body)
+            .await;
+        assert_eq!(updated.status, StatusCode::OK);
+    }
+    // 50 events: all shown.
+    let page = html(&browser.get(&path).await);
+    assert_eq!(page.matches("<code>transaction.created</code>").count(), 1);
+    assert_eq!(page.matches("<code>transaction.updated</code>").count(), 49);
+    assert!(!page.contains("Only the latest 50 events"), "{page}");
+
+    let updated = server
+        .json(
+            Method::PUT,
+            &format!("/{id}"),
+            &acme,
+            r#"{"title":"Acme trip, last"}"#,
+        )
+        .await;
+    assert_eq!(updated.status, StatusCode::OK);
+    // 51 events: the latest 50, and a word on the one left out.
+    let page = html(&browser.get(&path).await);
+    assert_eq!(page.matches("<code>transaction.created</code>").count(), 0);
+    assert_eq!(page.matches("<code>transaction.updated</code>").count(), 50);
+    assert!(
+        page.contains("Only the latest 50 events are shown; GET /events lists every event."),
+        "{page}"
+    );
+}

@@ -76,6 +76,9 @@ pub const ADDRESS_FAILURES: usize = 20;
 const TOUCH_EVERY: chrono::Duration = chrono::Duration::minutes(1);
 /// Transactions per page of the list.
 pub const PAGE_SIZE: u32 = 50;
+/// How many of a transaction's events its page shows, the latest: a transaction changed a
+/// million times must not make a page of a million lines (`GET /events` lists them all).
+pub const EVENTS_SHOWN: u32 = 50;
 
 /// A user's role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1335,20 +1338,34 @@ impl Services {
         })
     }
 
-    /// A transaction's events with their webhook deliveries (the session's provider's only).
+    /// A transaction's latest [`EVENTS_SHOWN`] events with their webhook deliveries (the
+    /// session's provider's only), oldest first, and whether it has earlier ones.
     pub async fn dashboard_deliveries(
         &self,
         session: &Session,
         transaction_id: &str,
-    ) -> Result<Vec<EventDelivery>, Error> {
-        Ok(self
+    ) -> Result<(Vec<EventDelivery>, bool), Error> {
+        // One more than shown tells whether there are earlier ones.
+        let mut rows = self
             .dashboard
-            .event_deliveries(session.provider_id.clone(), transaction_id.to_owned())
-            .await?)
+            .event_deliveries(
+                session.provider_id.clone(),
+                transaction_id.to_owned(),
+                EVENTS_SHOWN + 1,
+            )
+            .await?;
+        let mut seqs: Vec<i64> = rows.iter().map(|row| row.event_seq).collect();
+        seqs.dedup();
+        let earlier = seqs.len() > EVENTS_SHOWN as usize;
+        if earlier {
+            // Oldest first: the first event's rows are the one not shown.
+            rows.retain(|row| row.event_seq != seqs[0]);
+        }
+        Ok((rows, earlier))
     }
 
-    /// Every attempt of every webhook delivery of a transaction (the session's provider's
-    /// only), oldest first: its answer and its duration.
+    /// Every attempt of every webhook delivery of a transaction's latest [`EVENTS_SHOWN`]
+    /// events (the session's provider's only), oldest first: its answer and its duration.
     pub async fn delivery_attempts(
         &self,
         session: &Session,
@@ -1356,7 +1373,11 @@ impl Services {
     ) -> Result<Vec<AttemptRow>, Error> {
         Ok(self
             .dashboard
-            .delivery_attempts(session.provider_id.clone(), transaction_id.to_owned())
+            .delivery_attempts(
+                session.provider_id.clone(),
+                transaction_id.to_owned(),
+                EVENTS_SHOWN,
+            )
             .await?)
     }
 

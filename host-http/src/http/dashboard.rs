@@ -195,6 +195,7 @@ pub struct DashTexts {
     not_delivered: &'static str,
     send_again: &'static str,
     sent_again: &'static str,
+    earlier_events: &'static str,
     webhooks: &'static str,
     endpoints: &'static str,
     url: &'static str,
@@ -451,6 +452,7 @@ const EN: DashTexts = DashTexts {
     not_delivered: "no endpoint takes it",
     send_again: "Send again",
     sent_again: "The delivery is queued again and will be sent shortly.",
+    earlier_events: "Only the latest 50 events are shown; GET /events lists every event.",
     webhooks: "Webhooks",
     endpoints: "Endpoints",
     url: "URL",
@@ -707,6 +709,7 @@ const DE: DashTexts = DashTexts {
     not_delivered: "kein Endpunkt nimmt es",
     send_again: "Erneut senden",
     sent_again: "Die Zustellung ist wieder eingereiht und wird gleich gesendet.",
+    earlier_events: "Nur die letzten 50 Ereignisse werden gezeigt; GET /events listet alle.",
     webhooks: "Webhooks",
     endpoints: "Endpunkte",
     url: "URL",
@@ -955,6 +958,8 @@ struct TransactionPage {
     attachments: Vec<(String, String)>,
     notice: Option<String>,
     events: Vec<EventLine>,
+    /// Whether the transaction has events before those shown.
+    earlier_events: bool,
     /// Whether the events table links each line's transaction (not on its own page).
     linked: bool,
     /// For admins of a cancellable transaction: the cancel form's action and the active
@@ -2077,10 +2082,8 @@ impl<'a> Page<'a> {
             })
             .collect();
         let attempts = self.services.delivery_attempts(&session, id).await?;
-        let events = self
-            .services
-            .dashboard_deliveries(&session, id)
-            .await?
+        let (events, earlier_events) = self.services.dashboard_deliveries(&session, id).await?;
+        let events = events
             .into_iter()
             .map(|event| {
                 let key = (
@@ -2125,6 +2128,7 @@ impl<'a> Page<'a> {
         let page = TransactionPage {
             notice,
             events,
+            earlier_events,
             linked: false,
             cancel,
             frame: self.frame(Some(&session)),

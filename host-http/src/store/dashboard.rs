@@ -429,11 +429,13 @@ pub trait DashboardStore: Send + Sync + std::fmt::Debug + 'static {
         failing_since: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<OverviewRows, StoreError>>;
 
-    /// A transaction's events, oldest first, each with each of its webhook deliveries.
+    /// The `latest` most recent events of a transaction, oldest first, each with each of its
+    /// webhook deliveries.
     fn event_deliveries(
         &self,
         provider_id: String,
         transaction_id: String,
+        latest: u32,
     ) -> BoxFuture<'_, Result<Vec<EventDelivery>, StoreError>>;
 
     /// Queues a delivery that was given up again, as new (its attempts counted from zero and
@@ -523,12 +525,13 @@ pub trait DashboardStore: Send + Sync + std::fmt::Debug + 'static {
     /// How many of the user's recovery codes are unused.
     fn recovery_codes_left(&self, user_id: String) -> BoxFuture<'_, Result<u64, StoreError>>;
 
-    /// Every attempt of every webhook delivery of a transaction of the provider's, oldest
-    /// first.
+    /// Every attempt of every webhook delivery of the `latest` most recent events of a
+    /// transaction of the provider's, oldest first.
     fn delivery_attempts(
         &self,
         provider_id: String,
         transaction_id: String,
+        latest: u32,
     ) -> BoxFuture<'_, Result<Vec<AttemptRow>, StoreError>>;
 
     /// The refunds of a transaction of the provider's, one per cancellation, in the order of

@@ -613,8 +613,11 @@ impl DashboardStore for PgStore {
             )
             .await?;
             let refunds = amounts(
-                "SELECT t.currency, c.refund, c.created_at FROM cancellations c \
-                 JOIN transactions t ON t.id = c.transaction_id \
+                // The currency recorded with the cancellation: the transaction's row is read
+                // only for one recorded before cancellations kept it.
+                "SELECT coalesce(c.currency, \
+                 (SELECT t.currency FROM transactions t WHERE t.id = c.transaction_id)), \
+                 c.refund, c.created_at FROM cancellations c \
                  WHERE c.provider_id = $1 AND c.created_at >= $2 AND c.outcome = 'SUCCESS'",
             )
             .await?;
@@ -654,6 +657,7 @@ impl DashboardStore for PgStore {
         &self,
         provider_id: String,
         transaction_id: String,
+        latest: u32,
     ) -> BoxFuture<'_, Result<Vec<EventDelivery>, StoreError>> {
         Box::pin(async move {
             let client = self.client().await?;
@@ -661,14 +665,18 @@ impl DashboardStore for PgStore {
                 .prepare_cached(
                     "SELECT e.seq, e.id, e.type, e.created_at, d.endpoint_id, w.url, d.status, \
                      d.attempts, d.last_result, d.last_attempt_at, e.transaction_id \
-                     FROM events e LEFT JOIN webhook_deliveries d ON d.event_seq = e.seq \
+                     FROM (SELECT * FROM events WHERE provider_id = $1 AND transaction_id = $2 \
+                           ORDER BY seq DESC LIMIT $3) e \
+                     LEFT JOIN webhook_deliveries d ON d.event_seq = e.seq \
                      LEFT JOIN webhook_endpoints w ON w.id = d.endpoint_id \
-                     WHERE e.provider_id = $1 AND e.transaction_id = $2 \
                      ORDER BY e.seq, d.endpoint_id",
                 )
                 .await?;
             client
-                .query(&statement, &[&provider_id, &transaction_id])
+                .query(
+                    &statement,
+                    &[&provider_id, &transaction_id, &i64::from(latest)],
+                )
                 .await?
                 .iter()
                 .map(|row| Ok(event_delivery(row)?.event))
@@ -938,6 +946,7 @@ impl DashboardStore for PgStore {
         &self,
         provider_id: String,
         transaction_id: String,
+        latest: u32,
     ) -> BoxFuture<'_, Result<Vec<AttemptRow>, StoreError>> {
         Box::pin(async move {
             let client = self.client().await?;
@@ -945,12 +954,16 @@ impl DashboardStore for PgStore {
                 .prepare_cached(
                     "SELECT a.event_seq, a.endpoint_id, a.attempt, a.at, a.duration_ms, \
                      a.status_code, a.error FROM webhook_attempts a \
-                     JOIN events e ON e.seq = a.event_seq \
-                     WHERE e.provider_id = $1 AND e.transaction_id = $2 ORDER BY a.id",
+                     WHERE a.event_seq IN (SELECT seq FROM events WHERE provider_id = $1 \
+                                           AND transaction_id = $2 ORDER BY seq DESC LIMIT $3) \
+                     ORDER BY a.id",
                 )
                 .await?;
             client
-                .query(&statement, &[&provider_id, &transaction_id])
+                .query(
+                    &statement,
+                    &[&provider_id, &transaction_id, &i64::from(latest)],
+                )
                 .await?
                 .iter()
                 .map(|row| {

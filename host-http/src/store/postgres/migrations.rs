@@ -611,7 +611,7 @@ CREATE TRIGGER transactions_version AFTER UPDATE OR DELETE ON transactions
 CREATE INDEX transactions_paid ON transactions(provider_id, paid_at)
     INCLUDE (currency, paid_amount) WHERE paid_at IS NOT NULL;
 CREATE INDEX cancellations_succeeded ON cancellations(provider_id, created_at)
-    INCLUDE (transaction_id, refund) WHERE outcome = 'SUCCESS';
+    INCLUDE (refund, currency, transaction_id) WHERE outcome = 'SUCCESS';
 CREATE INDEX webhook_deliveries_retried ON webhook_deliveries(endpoint_id)
     WHERE status = 'QUEUED' AND attempts > 0;
 CREATE INDEX webhook_deliveries_failed ON webhook_deliveries(endpoint_id, last_attempt_at)

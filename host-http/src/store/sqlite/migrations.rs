@@ -462,8 +462,8 @@ END;
         sql: r#"
 CREATE INDEX transactions_paid ON transactions(provider_id, paid_at, currency, paid_amount)
     WHERE paid_at IS NOT NULL;
-CREATE INDEX cancellations_succeeded ON cancellations(provider_id, created_at, transaction_id,
-                                                      refund, outcome)
+CREATE INDEX cancellations_succeeded ON cancellations(provider_id, created_at, refund, currency,
+                                                      transaction_id, outcome)
     WHERE outcome = 'SUCCESS';
 CREATE INDEX webhook_deliveries_retried ON webhook_deliveries(endpoint_id)
     WHERE status = 'QUEUED' AND attempts > 0;
