@@ -1101,6 +1101,76 @@ async fn postgres_event_pages_never_skip_an_event_that_commits_late() {
     env.finish().await;
 }
 
+/// R-4.8, PostgreSQL: the ledger gateway answers a refund that another instance is recording
+/// at the same moment (its recovery task took the lease over) with the refund as recorded,
+/// not with an unknown outcome. The other instance's insert is held open here on a session of
+/// the test's own; the ledger's insert waits for it, and its statement's snapshot, taken
+/// before that commit, cannot see the row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
+async fn postgres_ledger_answers_a_refund_recorded_at_once_elsewhere_r_4_8() {
+    let env = Env::postgres("ledger and a concurrent insert").await;
+    let Db::Postgres(url) = &env.db else {
+        unreachable!("a PostgreSQL environment")
+    };
+    let refund = RefundRequest {
+        refund_id: new_id(),
+        transaction_id: new_id(),
+        payment_reference: None,
+        amount: dec("12.30"),
+        currency: "EUR".to_owned(),
+    };
+    let (mut other, driver) = host_http::store::postgres::connect(url)
+        .await
+        .expect("connect");
+    let held = other.transaction().await.unwrap();
+    held.execute(
+        "INSERT INTO ledger_refunds (refund_id, transaction_id, amount, currency, recorded_at) \
+         VALUES ($1, $2, '12.30', 'EUR', '2026-11-27T00:00:00.000Z')",
+        &[&refund.refund_id, &refund.transaction_id],
+    )
+    .await
+    .expect("the other instance's insert");
+    let ledger = Arc::clone(&env.opened.ledger);
+    let sent = {
+        let refund = refund.clone();
+        tokio::spawn(async move { ledger.send(&refund).await })
+    };
+    // The ledger's statement is waiting for the held insert before it commits.
+    let probe = host_http::store::postgres::connect(url)
+        .await
+        .expect("connect");
+    let mut waited = false;
+    for _ in 0..200 {
+        let row = probe
+            .0
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND wait_event_type = 'Lock' AND query LIKE '%ledger_refunds%'",
+                &[],
+            )
+            .await
+            .expect("pg_stat_activity");
+        if row.get::<_, i64>(0) > 0 {
+            waited = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(waited, "the ledger's insert waits for the held one");
+    held.commit().await.unwrap();
+    assert_eq!(
+        sent.await.expect("send"),
+        GatewayOutcome::Succeeded {
+            gateway_reference: Some(format!("ledger:{}", refund.refund_id)),
+        }
+    );
+    drop(probe);
+    drop(other);
+    let _ = driver.await;
+    env.finish().await;
+}
+
 /// Writes an event row as the stores do, on a session of the test's own.
 async fn insert_event(
     client: &impl tokio_postgres::GenericClient,

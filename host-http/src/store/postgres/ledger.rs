@@ -29,7 +29,7 @@ impl PgLedger {
         let recorded_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         // One statement: the insert, or the row another instance inserted first.
         let row = client
-            .query_one(
+            .query_opt(
                 "WITH inserted AS (INSERT INTO ledger_refunds (refund_id, transaction_id, \
                  amount, currency, recorded_at) VALUES ($1, $2, $3, $4, $5) \
                  ON CONFLICT (refund_id) DO NOTHING RETURNING refund_id, transaction_id, \
@@ -46,6 +46,22 @@ impl PgLedger {
                 ],
             )
             .await?;
+        let row = match row {
+            Some(row) => row,
+            // Another instance sent the same refund at the same moment (a recovery task that
+            // took over the lease): the insert waited for its commit and did nothing, and the
+            // statement's snapshot, taken before that commit, does not see its row. A new
+            // statement does.
+            None => {
+                client
+                    .query_one(
+                        "SELECT refund_id, transaction_id, amount, currency, recorded_at \
+                         FROM ledger_refunds WHERE refund_id = $1",
+                        &[&refund.refund_id],
+                    )
+                    .await?
+            }
+        };
         Ok(LedgerEntry {
             refund_id: row.try_get(0)?,
             transaction_id: row.try_get(1)?,
