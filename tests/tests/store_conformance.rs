@@ -147,6 +147,7 @@ conformance!(
     outbox_a_change_that_rolls_back_leaves_no_event,
     outbox_claims_bound_each_endpoint_over_every_instance,
     processors_are_per_provider_sealed_and_rotated_all_at_once,
+    overview_sums_payments_and_refunds_per_quarter_hour_exactly,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1167,6 +1168,198 @@ async fn postgres_ledger_answers_a_refund_recorded_at_once_elsewhere_r_4_8() {
     );
     drop(probe);
     drop(other);
+    let _ = driver.await;
+    env.finish().await;
+}
+
+/// The dashboard overview reads its sums per quarter hour of UTC and currency: each payment
+/// added at its instant and each successful refund at its request's instant, in exact
+/// decimals; a declined refund, another provider's money and quarter hours before the one
+/// holding `since` are not in them.
+async fn overview_sums_payments_and_refunds_per_quarter_hour_exactly(opened: &Stores, db: &Db) {
+    let acme = provider(db, "acme");
+    let globex = provider(db, "globex");
+    let pay = async |provider_id: &str, currency: &str, totals: &[&str], paid_at| {
+        let new = transaction(provider_id, currency, totals);
+        let id = new.id.clone();
+        opened.store.create_transaction(new, None).await.unwrap();
+        let outcome = opened
+            .store
+            .record_payment(
+                id.clone(),
+                provider_id.to_owned(),
+                payment_details(),
+                paid_at,
+                paid_at,
+            )
+            .await
+            .unwrap();
+        assert!(matches!(outcome, OwnerChecked::Done(PayOutcome::Paid(_))));
+        id
+    };
+    let quarter = |minutes: i64| t0() + Duration::minutes(minutes);
+    // 10:00–10:14:59 is one quarter hour, 10:15 the next.
+    let one = pay(&acme.provider_id, "EUR", &["0.10", "0.20"], quarter(1)).await;
+    pay(
+        &acme.provider_id,
+        "EUR",
+        &["100"],
+        quarter(14) + Duration::seconds(59),
+    )
+    .await;
+    pay(&acme.provider_id, "EUR", &["1.05"], quarter(15)).await;
+    pay(&acme.provider_id, "JPY", &["500"], quarter(16)).await;
+    pay(&acme.provider_id, "EUR", &["7.00"], quarter(-60)).await;
+    pay(&globex.provider_id, "EUR", &["999.99"], quarter(2)).await;
+    // A refund of 0.10 requested at 10:31 and settled at 11:00 counts at 10:30; a declined one
+    // not at all.
+    let refunded = cancellation(
+        &acme.provider_id,
+        &one,
+        true,
+        vec![line(1, "0.10", "0.10")],
+        quarter(31),
+        "instance-a",
+        quarter(32),
+    );
+    let refund_id = refunded.refund_id.clone();
+    reserve_pending(opened, refunded).await;
+    settle(opened, &refund_id, succeeded("R-1"), quarter(60)).await;
+    let declined = cancellation(
+        &acme.provider_id,
+        &one,
+        true,
+        vec![line(2, "0.20", "0.20")],
+        quarter(33),
+        "instance-a",
+        quarter(34),
+    );
+    let declined_id = declined.refund_id.clone();
+    reserve_pending(opened, declined).await;
+    settle(
+        opened,
+        &declined_id,
+        Settlement::Declined {
+            reason: "no".to_owned(),
+        },
+        quarter(61),
+    )
+    .await;
+
+    let rows = opened
+        .dashboard
+        .overview(acme.provider_id.clone(), quarter(-10), quarter(0))
+        .await
+        .unwrap();
+    let sums: Vec<(String, DateTime<Utc>, String, String)> = rows
+        .sums
+        .iter()
+        .map(|s| {
+            (
+                s.currency.clone(),
+                s.bucket,
+                s.paid.to_string(),
+                s.refunded.to_string(),
+            )
+        })
+        .collect();
+    let row = |currency: &str, minutes, paid: &str, refunded: &str| {
+        (
+            currency.to_owned(),
+            quarter(minutes),
+            paid.to_owned(),
+            refunded.to_owned(),
+        )
+    };
+    // The payment at 09:00 lies before the quarter hour holding 09:50.
+    assert_eq!(
+        sums,
+        vec![
+            row("EUR", 0, "100.30", "0"),
+            row("EUR", 15, "1.05", "0"),
+            row("JPY", 15, "500", "0"),
+            row("EUR", 30, "0", "0.10"),
+        ]
+    );
+    assert_eq!(rows.pending_refunds, 0);
+}
+
+/// PostgreSQL: migration 22 fills the overview's sums from the payments and successful refunds
+/// already recorded, in `numeric`, to the rows the stores keep as they record them: the sums
+/// kept are read, the table dropped and the migration run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
+async fn postgres_overview_sums_are_filled_from_what_was_recorded() {
+    let env = Env::postgres("overview sums filled").await;
+    let Db::Postgres(url) = &env.db else {
+        unreachable!("a PostgreSQL environment")
+    };
+    let opened = &env.opened;
+    let (acme, globex) = (provider(&env.db, "acme"), provider(&env.db, "globex"));
+    for (n, (owner, currency, total, minutes)) in [
+        (&acme, "EUR", "0.10", 1),
+        (&acme, "EUR", "0.20", 14),
+        (&acme, "EUR", "1.00", 15),
+        (&acme, "KWD", "1.500", 16),
+        (&globex, "EUR", "5.00", 2),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let new = transaction(&owner.provider_id, currency, &[total, "2.00"]);
+        let id = new.id.clone();
+        opened.store.create_transaction(new, None).await.unwrap();
+        let paid_at = t0() + Duration::minutes(minutes);
+        opened
+            .store
+            .record_payment(
+                id.clone(),
+                owner.provider_id.clone(),
+                payment_details(),
+                paid_at,
+                paid_at,
+            )
+            .await
+            .unwrap();
+        if n % 2 == 0 {
+            let mut c = paid_cancellation(&owner.provider_id, &id, vec![line(1, total, total)]);
+            c.currency = currency.to_owned();
+            c.refund = dec(total);
+            c.requested_at = paid_at + Duration::minutes(20);
+            let refund_id = c.refund_id.clone();
+            reserve_pending(opened, c).await;
+            settle(opened, &refund_id, succeeded("R"), paid_at).await;
+        }
+    }
+    let (client, driver) = host_http::store::postgres::connect(url)
+        .await
+        .expect("connect");
+    let sums = async || -> Vec<String> {
+        client
+            .query(
+                "SELECT concat_ws(' ', provider_id, bucket, currency, paid, refunded) \
+                 FROM overview_sums ORDER BY 1",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect()
+    };
+    let kept = sums().await;
+    assert_eq!(kept.len(), 6, "{kept:?}");
+    client
+        .batch_execute(
+            "DROP TABLE overview_sums; DELETE FROM schema_migrations WHERE version = 22;",
+        )
+        .await
+        .unwrap();
+    host_http::store::postgres::migrations::migrate_url(url)
+        .await
+        .expect("migrated again");
+    assert_eq!(sums().await, kept);
+    drop(client);
     let _ = driver.await;
     env.finish().await;
 }

@@ -1320,27 +1320,20 @@ impl Services {
             use chrono::Datelike as _;
             day.year() == today.year() && day.month() == today.month()
         };
-        for (currency, amount, at) in &rows.payments {
-            let day = at.with_timezone(&zone).date_naive();
-            let line = entry(&mut currencies, currency, days.len());
+        // Each quarter hour lies within one day of the zone (`OVERVIEW_BUCKET_SECONDS`).
+        for sum in &rows.sums {
+            let day = sum.bucket.with_timezone(&zone).date_naive();
+            let line = entry(&mut currencies, &sum.currency, days.len());
             if day == today {
-                line.paid_today += *amount;
+                line.paid_today += sum.paid;
+                line.refunded_today += sum.refunded;
             }
             if same_month(day) {
-                line.paid_month += *amount;
+                line.paid_month += sum.paid;
+                line.refunded_month += sum.refunded;
             }
             if let Some(index) = days.iter().position(|d| *d == day) {
-                line.paid_per_day[index] += *amount;
-            }
-        }
-        for (currency, amount, at) in &rows.refunds {
-            let day = at.with_timezone(&zone).date_naive();
-            let line = entry(&mut currencies, currency, days.len());
-            if day == today {
-                line.refunded_today += *amount;
-            }
-            if same_month(day) {
-                line.refunded_month += *amount;
+                line.paid_per_day[index] += sum.paid;
             }
         }
         Ok(Overview {

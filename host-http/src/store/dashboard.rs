@@ -182,15 +182,40 @@ pub struct TransactionSummary {
     pub created_at: DateTime<Utc>,
 }
 
-/// What the overview page sums: the provider's payments and successful refunds since an
-/// instant, each with its currency, amount and instant (summed in decimal by the caller, never
-/// in the database's floating point), and two counts.
+/// The span of time one row of the overview's sums covers: a quarter hour of UTC. Every time
+/// zone in use today is a whole number of quarter hours from UTC, so each quarter hour lies
+/// within one day of the provider's zone, whichever zone that is and however often it changes.
+pub const OVERVIEW_BUCKET_SECONDS: i64 = 15 * 60;
+
+/// The start of the overview's quarter hour ([`OVERVIEW_BUCKET_SECONDS`]) that holds `at`.
+pub fn overview_bucket(at: DateTime<Utc>) -> DateTime<Utc> {
+    let seconds = at.timestamp().div_euclid(OVERVIEW_BUCKET_SECONDS) * OVERVIEW_BUCKET_SECONDS;
+    DateTime::from_timestamp(seconds, 0).unwrap_or(at)
+}
+
+/// One currency's payments and successful refunds of one quarter hour, summed exactly as
+/// they are recorded (a payment at its instant, a refund at the instant its cancellation was
+/// requested): what the overview reads, a row per quarter hour and currency rather than per
+/// payment, so that it costs the same however much a provider sells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverviewSum {
+    /// ISO 4217 code.
+    pub currency: String,
+    /// The quarter hour's start ([`overview_bucket`]).
+    pub bucket: DateTime<Utc>,
+    /// Paid in it.
+    pub paid: Decimal,
+    /// Refunded in it.
+    pub refunded: Decimal,
+}
+
+/// What the overview page sums: the provider's sums of payments and successful refunds per
+/// quarter hour and currency since an instant (exact decimals, never the database's floating
+/// point), and two counts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OverviewRows {
-    /// (currency, amount paid, paid at).
-    pub payments: Vec<(String, Decimal, DateTime<Utc>)>,
-    /// (currency, amount refunded, cancelled at).
-    pub refunds: Vec<(String, Decimal, DateTime<Utc>)>,
+    /// The quarter hours with a payment or a successful refund, oldest first.
+    pub sums: Vec<OverviewSum>,
     /// Cancellations whose refund the gateway has not settled yet.
     pub pending_refunds: u64,
     /// Active webhook endpoints with a delivery being retried, or failed since the instant
@@ -420,8 +445,8 @@ pub trait DashboardStore: Send + Sync + std::fmt::Debug + 'static {
         audit: NewAudit,
     ) -> BoxFuture<'_, Result<bool, StoreError>>;
 
-    /// The overview's rows: payments and successful refunds since `since`, pending refunds,
-    /// and the endpoints failing since `failing_since`.
+    /// The overview's rows: the sums of the quarter hours from the one holding `since`,
+    /// pending refunds, and the endpoints failing since `failing_since`.
     fn overview(
         &self,
         provider_id: String,

@@ -355,6 +355,18 @@ async fn succeed(
             ],
         )
         .await?;
+    let requested_at = chrono::DateTime::parse_from_rfc3339(&view.requested_at)
+        .map_err(|e| corrupt("cancellations.created_at", e.to_string()))?
+        .with_timezone(&Utc);
+    super::dashboard::add_to_overview(
+        client,
+        &view.provider_id,
+        &view.currency,
+        requested_at,
+        Decimal::ZERO,
+        view.refund,
+    )
+    .await?;
     let view = must_view(client, refund_id).await?;
     finish_key(client, &view).await?;
     settled_events(client, &view, now).await?;

@@ -1204,6 +1204,15 @@ impl PgStore {
             &[&id, &Numeric(paid), &paid_at, &details, &now],
         )
         .await?;
+        dashboard::add_to_overview(
+            &tx,
+            provider_id,
+            &locked.currency,
+            paid_at,
+            paid,
+            Decimal::ZERO,
+        )
+        .await?;
         let summary = outbox::summary(&tx, id).await?;
         for kind in emitted(Change::Paid) {
             outbox::write_event(&tx, &events::changed(kind, &summary, now)?).await?;

@@ -397,6 +397,14 @@ fn succeed(
         gateway_reference,
         now
     ])?;
+    super::dashboard::add_to_overview(
+        conn,
+        &view.provider_id,
+        &view.currency,
+        super::parse_instant("cancellations.created_at", &view.requested_at)?,
+        Decimal::ZERO,
+        view.refund,
+    )?;
     let view =
         read_view(conn, refund_id)?.ok_or_else(|| corrupt("cancellations", "refund missing"))?;
     finish_key(conn, &view)?;

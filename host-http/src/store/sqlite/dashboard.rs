@@ -4,10 +4,11 @@
 use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 use rusqlite::{Connection, OptionalExtension, Row, params};
+use rust_decimal::Decimal;
 
 use super::{SqliteStore, decimal, parse_instant as instant};
 use crate::store::admin::{CredentialListing, NewCredential};
-use crate::store::dashboard::{AttemptRow, RefundRow, TRIGRAM};
+use crate::store::dashboard::{AttemptRow, OverviewSum, RefundRow, TRIGRAM, overview_bucket};
 use crate::store::dashboard::{
     AuditRow, DashboardStore, DeliveryRow, EventDelivery, Invited, NewAudit, NewSession, NewUser,
     OverviewRows, ProviderUpdate, RecentDelivery, SessionRow, TransactionFilter,
@@ -118,19 +119,117 @@ fn invitation(
     .transpose()
 }
 
-/// The dashboard overview's payments of the last 32 days: a range of the partial index
-/// `transactions_paid` (migration 22), which carries the columns read.
-const OVERVIEW_PAYMENTS: &str = "SELECT currency, paid_amount, paid_at FROM transactions \
-     WHERE provider_id = ?1 AND paid_at >= ?2 AND paid_amount IS NOT NULL";
+/// The dashboard overview's sums of the last 32 days: a range of `overview_sums`' key
+/// (migration 23), a row per quarter hour and currency.
+const OVERVIEW_SUMS: &str = "SELECT currency, bucket, paid, refunded FROM overview_sums \
+     WHERE provider_id = ?1 AND bucket >= ?2 ORDER BY bucket, currency";
 
-/// The overview's refunds of the last 32 days (`cancellations_succeeded`, which carries the
-/// currency recorded with each cancellation). A transaction is read only for a cancellation
-/// recorded before cancellations kept their currency: each such read costs a page of the
-/// transactions' table (their rows are kilobytes), 15 us a refund.
-const OVERVIEW_REFUNDS: &str = "SELECT coalesce(c.currency, \
-     (SELECT t.currency FROM transactions t WHERE t.id = c.transaction_id)), \
-     c.refund, c.created_at FROM cancellations c \
-     WHERE c.provider_id = ?1 AND c.created_at >= ?2 AND c.outcome = 'SUCCESS'";
+/// Adds a payment (`paid`) or a successful refund (`refunded`) at `at` to the overview's sum of
+/// its quarter hour and currency (migration 23), in the caller's write transaction: read and
+/// written back as exact decimals (R-1.1), which SQLite's arithmetic is not.
+pub(super) fn add_to_overview(
+    conn: &Connection,
+    provider_id: &str,
+    currency: &str,
+    at: DateTime<Utc>,
+    paid: Decimal,
+    refunded: Decimal,
+) -> Result<(), StoreError> {
+    let bucket = format_instant(overview_bucket(at));
+    let current: Option<(String, String)> = conn
+        .prepare_cached(
+            "SELECT paid, refunded FROM overview_sums \
+             WHERE provider_id = ?1 AND bucket = ?2 AND currency = ?3",
+        )?
+        .query_row(params![provider_id, bucket, currency], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .optional()?;
+    let (paid, refunded) = match current {
+        None => (paid, refunded),
+        Some((was_paid, was_refunded)) => {
+            let sum = |column: &'static str, was: &str, add: Decimal| {
+                decimal(column, was)?
+                    .checked_add(add)
+                    .ok_or_else(|| StoreError::Corrupt {
+                        column,
+                        detail: "sum overflows".to_owned(),
+                    })
+            };
+            (
+                sum("overview_sums.paid", &was_paid, paid)?,
+                sum("overview_sums.refunded", &was_refunded, refunded)?,
+            )
+        }
+    };
+    conn.prepare_cached(
+        "INSERT INTO overview_sums (provider_id, bucket, currency, paid, refunded) \
+         VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (provider_id, bucket, currency) \
+         DO UPDATE SET paid = excluded.paid, refunded = excluded.refunded",
+    )?
+    .execute(params![
+        provider_id,
+        bucket,
+        currency,
+        paid.to_string(),
+        refunded.to_string()
+    ])?;
+    Ok(())
+}
+
+/// Migration 23's step that SQL cannot take: the overview's sums of every payment and every
+/// successful refund already recorded, summed in exact decimals.
+pub(super) fn backfill_overview_sums(conn: &Connection) -> Result<(), StoreError> {
+    type Key = (String, DateTime<Utc>, String);
+    let mut sums: std::collections::BTreeMap<Key, (Decimal, Decimal)> = Default::default();
+    let mut add = |sql: &str, column: &'static str, refund: bool| -> Result<(), StoreError> {
+        let mut statement = conn.prepare(sql)?;
+        let mut rows = statement.query([])?;
+        while let Some(row) = rows.next()? {
+            let (provider_id, currency): (String, String) = (row.get(0)?, row.get(1)?);
+            let (amount, at): (String, String) = (row.get(2)?, row.get(3)?);
+            let (amount, at) = (decimal(column, &amount)?, instant(column, &at)?);
+            let entry = sums
+                .entry((provider_id, overview_bucket(at), currency))
+                .or_insert((Decimal::ZERO, Decimal::ZERO));
+            let slot = if refund { &mut entry.1 } else { &mut entry.0 };
+            *slot = slot
+                .checked_add(amount)
+                .ok_or_else(|| StoreError::Corrupt {
+                    column,
+                    detail: "sum overflows".to_owned(),
+                })?;
+        }
+        Ok(())
+    };
+    add(
+        "SELECT provider_id, currency, paid_amount, paid_at FROM transactions \
+         WHERE paid_at IS NOT NULL AND paid_amount IS NOT NULL",
+        "transactions.paid_amount",
+        false,
+    )?;
+    add(
+        "SELECT c.provider_id, coalesce(c.currency, \
+         (SELECT t.currency FROM transactions t WHERE t.id = c.transaction_id)), \
+         c.refund, c.created_at FROM cancellations c WHERE c.outcome = 'SUCCESS'",
+        "cancellations.refund",
+        true,
+    )?;
+    let mut insert = conn.prepare(
+        "INSERT INTO overview_sums (provider_id, bucket, currency, paid, refunded) \
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?;
+    for ((provider_id, bucket, currency), (paid, refunded)) in sums {
+        insert.execute(params![
+            provider_id,
+            format_instant(bucket),
+            currency,
+            paid.to_string(),
+            refunded.to_string()
+        ])?;
+    }
+    Ok(())
+}
 
 /// The overview's count of refunds pending at the gateway (`cancellations_pending`: the few
 /// pending ones of every provider).
@@ -542,25 +641,20 @@ impl DashboardStore for SqliteStore {
         failing_since: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<OverviewRows, StoreError>> {
         let result = self.read(|conn| {
-            let since = format_instant(since);
-            let amounts = |sql: &str, column: &'static str| -> Result<_, StoreError> {
-                let mut statement = conn.prepare_cached(sql)?;
-                let rows = statement.query_map(params![provider_id, since], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
-                    ))
-                })?;
-                let mut list = Vec::new();
-                for row in rows {
-                    let (currency, amount, at) = row?;
-                    list.push((currency, decimal(column, &amount)?, instant(column, &at)?));
-                }
-                Ok(list)
-            };
-            let payments = amounts(OVERVIEW_PAYMENTS, "transactions.paid_amount")?;
-            let refunds = amounts(OVERVIEW_REFUNDS, "cancellations.refund")?;
+            let mut statement = conn.prepare_cached(OVERVIEW_SUMS)?;
+            let mut rows =
+                statement.query(params![provider_id, format_instant(overview_bucket(since))])?;
+            let mut sums = Vec::new();
+            while let Some(row) = rows.next()? {
+                let (currency, bucket): (String, String) = (row.get(0)?, row.get(1)?);
+                let (paid, refunded): (String, String) = (row.get(2)?, row.get(3)?);
+                sums.push(OverviewSum {
+                    currency,
+                    bucket: instant("overview_sums.bucket", &bucket)?,
+                    paid: decimal("overview_sums.paid", &paid)?,
+                    refunded: decimal("overview_sums.refunded", &refunded)?,
+                });
+            }
             let pending_refunds: i64 = conn
                 .prepare_cached(OVERVIEW_PENDING_REFUNDS)?
                 .query_row([&provider_id], |r| r.get(0))?;
@@ -570,8 +664,7 @@ impl DashboardStore for SqliteStore {
                     r.get(0)
                 })?;
             Ok(OverviewRows {
-                payments,
-                refunds,
+                sums,
                 pending_refunds: u64::try_from(pending_refunds).unwrap_or(0),
                 failing_endpoints: u64::try_from(failing_endpoints).unwrap_or(0),
             })
@@ -1162,11 +1255,7 @@ mod tests {
         let mut conn = Connection::open_in_memory().unwrap();
         super::super::migrations::migrate(&mut conn).unwrap();
         for (sql, expected) in [
-            (OVERVIEW_PAYMENTS, &["transactions_paid"][..]),
-            (
-                OVERVIEW_REFUNDS,
-                &["COVERING INDEX cancellations_succeeded"][..],
-            ),
+            (OVERVIEW_SUMS, &["PRIMARY KEY"][..]),
             (OVERVIEW_PENDING_REFUNDS, &["cancellations_pending"][..]),
             (TRANSACTION_EVENTS, &["events_transaction"][..]),
             (

@@ -748,6 +748,14 @@ fn pay(
         to_json(details)?,
         now
     ])?;
+    dashboard::add_to_overview(
+        conn,
+        provider_id,
+        &currency,
+        parse_instant("transactions.paid_at", paid_at)?,
+        paid,
+        Decimal::ZERO,
+    )?;
     let summary = outbox::summary(conn, id)?;
     let at = events::instant("transactions.updated_at", now)?;
     for kind in emitted(Change::Paid) {
