@@ -1213,38 +1213,25 @@ async fn overview_sums_payments_and_refunds_per_quarter_hour_exactly(opened: &St
     pay(&globex.provider_id, "EUR", &["999.99"], quarter(2)).await;
     // A refund of 0.10 requested at 10:31 and settled at 11:00 counts at 10:30; a declined one
     // not at all.
-    let refunded = cancellation(
-        &acme.provider_id,
-        &one,
-        true,
-        vec![line(1, "0.10", "0.10")],
-        quarter(31),
-        "instance-a",
-        quarter(32),
-    );
-    let refund_id = refunded.refund_id.clone();
-    reserve_pending(opened, refunded).await;
-    settle(opened, &refund_id, succeeded("R-1"), quarter(60)).await;
-    let declined = cancellation(
-        &acme.provider_id,
-        &one,
-        true,
-        vec![line(2, "0.20", "0.20")],
-        quarter(33),
-        "instance-a",
-        quarter(34),
-    );
-    let declined_id = declined.refund_id.clone();
-    reserve_pending(opened, declined).await;
-    settle(
-        opened,
-        &declined_id,
-        Settlement::Declined {
-            reason: "no".to_owned(),
-        },
-        quarter(61),
-    )
-    .await;
+    let refund = async |order: u32, total: &str, minutes: i64, settlement: Settlement| {
+        let c = cancellation(
+            &acme.provider_id,
+            &one,
+            true,
+            vec![line(order, total, total)],
+            quarter(minutes),
+            "instance-a",
+            quarter(minutes + 1),
+        );
+        let refund_id = c.refund_id.clone();
+        reserve_pending(opened, c).await;
+        settle(opened, &refund_id, settlement, quarter(60)).await;
+    };
+    refund(1, "0.10", 31, succeeded("R-1")).await;
+    let no = Settlement::Declined {
+        reason: "no".to_owned(),
+    };
+    refund(2, "0.20", 33, no).await;
 
     let rows = opened
         .dashboard
