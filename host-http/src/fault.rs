@@ -20,6 +20,9 @@ pub const AFTER_CREATION_CLAIM: &str = "after_creation_claim";
 /// Right after the processor approved a card payment on the payment page, before the payment
 /// is recorded: a point to pause at, so that a test can pay the transaction another way first.
 pub const AFTER_CHARGE: &str = "after_charge";
+/// Right before a cancellation records its refund PENDING: a point to pause at, so that a test
+/// can make a request reach its reservation as late as a slow invoice upload would.
+pub const BEFORE_RESERVE: &str = "before_reserve";
 /// Environment variable naming a point to pause at and for how long: `<point>:<milliseconds>`.
 pub const PAUSE_ENV: &str = "CHECKOUT_FAULT_PAUSE";
 

@@ -775,6 +775,72 @@ async fn an_idempotency_key_sent_to_two_instances_executes_once_r_9_1() {
     assert_eq!(record["cancellations"].as_array().map(Vec::len), Some(1));
 }
 
+/// a refund's lease runs from the moment the refund is recorded, not from the request's
+/// arrival. A request that reaches its reservation later than a lease after it arrived (an
+/// invoice upload may take minutes; leases last 30 s, here 300 ms) keeps its refund while it
+/// waits for the gateway: no recovery task, of either instance, sends the refund beside the
+/// request's own call. Before, the lease ran out at its birth and the other instance sent it
+/// within a scan (100 ms here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
+async fn a_refund_reserved_late_keeps_its_lease_while_its_request_sends_it_r_4_8() {
+    let gateway = FakeGateway::start().await.expect("fake gateway");
+    let url = gateway.url();
+    let pg = TestDatabase::create("late reservation keeps its lease");
+    let pause = format!("{}:900", host_http::fault::BEFORE_RESERVE);
+    let slow = Launch {
+        db: pg.url(),
+        gateway_url: Some(&url),
+        gateway_read_timeout_ms: Some(1_500),
+        pause: Some(&pause),
+        ..Launch::default()
+    };
+    let other = Launch {
+        db: pg.url(),
+        gateway_url: Some(&url),
+        ..Launch::default()
+    };
+    let (a, b) = (spawn(&slow), spawn(&other));
+    let issued = provider(&Db::Postgres(pg.url().to_owned()), "acme");
+    let http = Http::new(&issued.widget_id, &issued.backend_secret);
+    http.wait_ready(a.addr).await;
+    http.wait_ready(b.addr).await;
+    let id = http.paid_transaction(a.addr, &["100", "50"]).await;
+    // The request's own call hangs until its 1.5 s read timeout.
+    gateway.script([FakeBehavior::Hang]);
+    let path = format!("/cancel/{id}");
+    let cancel = http.send(
+        a.addr,
+        Method::PATCH,
+        &path,
+        Some(json!({"itemsOrder": [1]})),
+    );
+    let calls_while_it_waits = async {
+        for _ in 0..1_000 {
+            if !gateway.requests().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            gateway.requests().len(),
+            1,
+            "the request's call reached the gateway"
+        );
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        gateway.requests().len()
+    };
+    let (answer, calls) = tokio::join!(cancel, calls_while_it_waits);
+    assert_eq!(calls, 1, "only the request's own call while it waits");
+    // Its call timed out: pending, then finished by its instance's recovery task.
+    let (status, body) = answer.expect("answered");
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+    let refund_id = body["refundId"].as_str().expect("refundId").to_owned();
+    http.wait_for(b.addr, &id, |r| r["items"][0]["status"] == "CANCELLED")
+        .await;
+    assert_eq!(gateway.new_refunds_for(&refund_id), 1, "refunded once");
+}
+
 /// An instance dies with a refund in flight (at a fault point, or SIGKILLed while the gateway
 /// hangs); the other instance takes the refund over once its lease has run out and finishes it
 /// without a second refund at the gateway.

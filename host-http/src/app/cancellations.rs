@@ -95,6 +95,7 @@ impl Services {
             }
             crate::fault::point(crate::fault::AFTER_CLAIM);
         }
+        crate::fault::pause(crate::fault::BEFORE_RESERVE).await;
         let invoice_file = c.file.map(|file| NewFile {
             id: uuid::Uuid::now_v7().hyphenated().to_string(),
             provider_id: principal.provider_id.clone(),
@@ -124,7 +125,11 @@ impl Services {
             invoice_file,
             idempotency: c.key.clone(),
             requested_at: now,
-            lease: self.refunds.lease(now),
+            // From the reservation, not the request's arrival: a request may reach this point
+            // long after it arrived (an invoice upload may take minutes), and a lease that ran
+            // out at its birth would let a recovery task send the refund beside this request's
+            // own call.
+            lease: self.refunds.lease(Utc::now()),
         };
         let reserved = match self.cancellations().reserve(new).await {
             Ok(reserved) => reserved,
