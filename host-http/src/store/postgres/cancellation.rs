@@ -355,6 +355,10 @@ async fn succeed(
             ],
         )
         .await?;
+    let view = must_view(client, refund_id).await?;
+    finish_key(client, &view).await?;
+    settled_events(client, &view, now).await?;
+    // Last: the provider's row above already orders one provider's settles.
     let requested_at = chrono::DateTime::parse_from_rfc3339(&view.requested_at)
         .map_err(|e| corrupt("cancellations.created_at", e.to_string()))?
         .with_timezone(&Utc);
@@ -367,9 +371,6 @@ async fn succeed(
         view.refund,
     )
     .await?;
-    let view = must_view(client, refund_id).await?;
-    finish_key(client, &view).await?;
-    settled_events(client, &view, now).await?;
     Ok(view)
 }
 

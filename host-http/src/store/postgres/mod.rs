@@ -1204,6 +1204,12 @@ impl PgStore {
             &[&id, &Numeric(paid), &paid_at, &details, &now],
         )
         .await?;
+        let summary = outbox::summary(&tx, id).await?;
+        for kind in emitted(Change::Paid) {
+            outbox::write_event(&tx, &events::changed(kind, &summary, now)?).await?;
+        }
+        // Last before the commit: payments of one provider in the same quarter hour wait for
+        // each other on this row only as long as a commit takes.
         dashboard::add_to_overview(
             &tx,
             provider_id,
@@ -1213,10 +1219,6 @@ impl PgStore {
             Decimal::ZERO,
         )
         .await?;
-        let summary = outbox::summary(&tx, id).await?;
-        for kind in emitted(Change::Paid) {
-            outbox::write_event(&tx, &events::changed(kind, &summary, now)?).await?;
-        }
         tx.commit().await?;
         Ok(OwnerChecked::Done(PayOutcome::Paid(paid)))
     }
