@@ -51,12 +51,19 @@ async fn two_instances(
         gateway_url,
         ..Launch::default()
     };
-    let (a, b) = (spawn(&launch), spawn(&launch));
+    let (http, a, b) = started(&pg, &launch, &launch).await;
+    (pg, http, a, b)
+}
+
+/// Two instances started at the same moment on `pg` as `a` and `b` say, a provider, and a
+/// client of it, once both answer.
+async fn started(pg: &TestDatabase, a: &Launch<'_>, b: &Launch<'_>) -> (Http, Server, Server) {
+    let (a, b) = (spawn(a), spawn(b));
     let issued = provider(&Db::Postgres(pg.url().to_owned()), "acme");
     let http = Http::new(&issued.widget_id, &issued.backend_secret);
     http.wait_ready(a.addr).await;
     http.wait_ready(b.addr).await;
-    (pg, http, a, b)
+    (http, a, b)
 }
 
 fn is_error_body(body: &Value, status: StatusCode) -> bool {
@@ -717,11 +724,7 @@ async fn an_idempotency_key_sent_to_two_instances_executes_once_r_9_1() {
         gateway_read_timeout_ms: Some(2_000),
         ..Launch::default()
     };
-    let (a, b) = (spawn(&launch), spawn(&launch));
-    let issued = provider(&Db::Postgres(pg.url().to_owned()), "acme");
-    let http = Http::new(&issued.widget_id, &issued.backend_secret);
-    http.wait_ready(a.addr).await;
-    http.wait_ready(b.addr).await;
+    let (http, a, b) = started(&pg, &launch, &launch).await;
     let id = http.paid_transaction(a.addr, &["100", "50"]).await;
     gateway.script([FakeBehavior::Hang]);
     let path = format!("/cancel/{id}");
@@ -800,11 +803,7 @@ async fn a_refund_reserved_late_keeps_its_lease_while_its_request_sends_it_r_4_8
         gateway_url: Some(&url),
         ..Launch::default()
     };
-    let (a, b) = (spawn(&slow), spawn(&other));
-    let issued = provider(&Db::Postgres(pg.url().to_owned()), "acme");
-    let http = Http::new(&issued.widget_id, &issued.backend_secret);
-    http.wait_ready(a.addr).await;
-    http.wait_ready(b.addr).await;
+    let (http, a, b) = started(&pg, &slow, &other).await;
     let id = http.paid_transaction(a.addr, &["100", "50"]).await;
     // The request's own call hangs until its 1.5 s read timeout.
     gateway.script([FakeBehavior::Hang]);
