@@ -480,9 +480,14 @@ CREATE INDEX cancellations_invoice_file ON cancellations(invoice_file_id);
         // at 100,000 payments in the month, and memory for all of them. It reads these sums
         // instead, a row per quarter hour and currency (at most 3,072 per currency), added to
         // in the transaction that records each payment or successful refund. The rows are
-        // filled from those already recorded by `dashboard::backfill_overview_sums`, in this
-        // migration's transaction: SQLite cannot add decimals exactly.
+        // filled from those already recorded by `dashboard::backfill_overview_sums` (its step
+        // in `CODE_STEPS`), in this migration's transaction: SQLite cannot add decimals
+        // exactly. The partial indexes of paid transactions and succeeded cancellations that
+        // migration 22 made for the overview go: nothing reads them now, and each payment and
+        // each refund wrote them.
         sql: r#"
+DROP INDEX transactions_paid;
+DROP INDEX cancellations_succeeded;
 CREATE TABLE overview_sums (
     provider_id TEXT NOT NULL,
     bucket      TEXT NOT NULL,   -- the quarter hour's start, RFC 3339 UTC
@@ -494,6 +499,12 @@ CREATE TABLE overview_sums (
 "#,
     },
 ];
+
+/// A migration's step that SQL cannot take, run after its SQL in its transaction.
+type CodeStep = fn(&Connection) -> Result<(), crate::store::StoreError>;
+
+/// The migrations with a step in code, by version.
+static CODE_STEPS: &[(u32, CodeStep)] = &[(23, super::dashboard::backfill_overview_sums)];
 
 /// Brings the search index (migration 21) up to date with the first 512 transactions the
 /// triggers noted, from the text noted with them (so that it reads no transaction): removes
@@ -553,9 +564,8 @@ pub fn migrate(conn: &mut Connection) -> Result<u32, MigrationError> {
             continue;
         }
         tx.execute_batch(migration.sql)?;
-        if migration.version == 23 {
-            super::dashboard::backfill_overview_sums(&tx)
-                .map_err(|error| MigrationError::Data(error.to_string()))?;
+        for (_, step) in CODE_STEPS.iter().filter(|(v, _)| *v == migration.version) {
+            step(&tx).map_err(|error| MigrationError::Data(error.to_string()))?;
         }
         tx.pragma_update(None, "user_version", migration.version)?;
         tx.commit()?;
@@ -1025,6 +1035,15 @@ mod tests {
                 row("p2", "10:00", "EUR", "5.00", "0"),
             ]
         );
+        let dropped: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'index' \
+                 AND name IN ('transactions_paid', 'cancellations_succeeded')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(dropped, 0, "the indexes only the overview read are gone");
     }
 
     /// Migration 21 gives the transactions already there their search keys, one range per
