@@ -347,6 +347,10 @@ pub enum ProviderCommand {
         /// without it. Host names are checked at each delivery.
         #[arg(long, action = ArgAction::SetTrue)]
         allow_private_webhooks: bool,
+        /// File holding the server's secrets key: the signing secret is stored sealed under it
+        /// (without one, as issued).
+        #[arg(long, env = "CHECKOUT_SECRETS_KEY_FILE")]
+        secrets_key_file: Option<PathBuf>,
     },
     /// Give an endpoint a new secret; the old one signs beside it for 24 hours.
     RotateWebhookSecret {
@@ -355,6 +359,10 @@ pub enum ProviderCommand {
         /// Endpoint id (`ep_…`).
         #[arg(long)]
         endpoint: String,
+        /// File holding the server's secrets key: the new secret is stored sealed under it
+        /// (without one, as issued).
+        #[arg(long, env = "CHECKOUT_SECRETS_KEY_FILE")]
+        secrets_key_file: Option<PathBuf>,
     },
     /// Remove an endpoint; its undelivered events are marked failed.
     RemoveWebhook {
@@ -659,6 +667,13 @@ fn invite_user(
 }
 
 /// `provider rotate-secrets-key`.
+/// The secrets key of `--secrets-key-file`, if given.
+fn read_secrets_key(path: Option<&Path>) -> Result<Option<crate::secrets::SecretsKey>, AdminError> {
+    Ok(path
+        .map(crate::secrets::SecretsKey::from_file)
+        .transpose()?)
+}
+
 fn rotate_secrets_key(db: &Db, old: &Path, new: &Path, now: chrono::DateTime<Utc>) -> ExitCode {
     use crate::secrets::SecretsKey;
     let outcome = (|| {
@@ -783,7 +798,9 @@ pub fn provider(command: ProviderCommand) -> ExitCode {
             url,
             events,
             allow_private_webhooks,
+            secrets_key_file,
         } => {
+            let key = read_secrets_key(secrets_key_file.as_deref())?;
             let events: Vec<String> = events
                 .as_deref()
                 .unwrap_or_default()
@@ -798,12 +815,23 @@ pub fn provider(command: ProviderCommand) -> ExitCode {
                 &url,
                 &events,
                 allow_private_webhooks,
+                key.as_ref(),
                 now,
             )?))
         }
-        ProviderCommand::RotateWebhookSecret { db, endpoint } => Ok(print_json(
-            &providers::rotate_webhook_secret(&db.db, &endpoint, now)?,
-        )),
+        ProviderCommand::RotateWebhookSecret {
+            db,
+            endpoint,
+            secrets_key_file,
+        } => {
+            let key = read_secrets_key(secrets_key_file.as_deref())?;
+            Ok(print_json(&providers::rotate_webhook_secret(
+                &db.db,
+                &endpoint,
+                key.as_ref(),
+                now,
+            )?))
+        }
         ProviderCommand::RemoveWebhook { db, endpoint } => {
             providers::remove_webhook(&db.db, &endpoint, now)?;
             Ok(print_json(

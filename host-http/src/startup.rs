@@ -280,6 +280,22 @@ impl App {
         let opened = store::open(&config.db, &config.pool)
             .await
             .map_err(store_error)?;
+        // Webhook signing secrets: sealed ones must open under this server's key, and those
+        // kept as issued are sealed under it.
+        let webhook_key = secrets.clone();
+        let db = config.db.clone();
+        let sealed = tokio::task::spawn_blocking(move || {
+            app::processors::check_and_seal_webhook_secrets(&db, webhook_key.as_ref())
+        })
+        .await
+        .map_err(|e| StartupError::Config(e.to_string()))?
+        .map_err(|e| StartupError::Config(format!("webhook signing secrets: {e}")))?;
+        if sealed > 0 {
+            tracing::info!(
+                endpoints = sealed,
+                "sealed the webhook signing secrets kept as issued"
+            );
+        }
         let payment_processors = app::processors::Processors {
             store: opened.processors,
             secrets,
@@ -346,7 +362,8 @@ impl App {
             outbox: Arc::clone(&outbox),
             store: Arc::clone(&store),
             cancellations,
-            webhooks: events::WebhookClient::new(config.webhooks),
+            webhooks: events::WebhookClient::new(config.webhooks)
+                .with_secrets_key(payment_processors.secrets.clone()),
             mailer,
             pages: pages.clone(),
             instance: format!("events-{}", uuid::Uuid::now_v7().simple()),

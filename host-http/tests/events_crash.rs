@@ -28,6 +28,7 @@ async fn cut_off_by_sigkill(db: &str) {
         &receiver.url(),
         &[],
         true,
+        None,
         chrono::Utc::now(),
     )
     .expect("endpoint");

@@ -855,6 +855,158 @@ fn stripe_keys_are_set_from_files_sealed_and_needed_by_serve() {
     serve_with(None);
 }
 
+/// Webhook signing secrets at rest: `provider set-webhook` without a secrets key keeps the
+/// secret as issued; a server started with the key seals it; a server without the key (or with
+/// another) then refuses to start, saying what to pass; with the key the commands store new and
+/// rotated secrets sealed; `provider rotate-secrets-key` reseals them under a new key.
+#[test]
+fn webhook_secrets_are_sealed_under_the_secrets_key_and_needed_by_serve() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = |name: &str| dir.path().join(name);
+    let db = path("checkout.db");
+    let db_text = db.to_str().expect("path").to_owned();
+    let key = path("key");
+    std::fs::write(&key, host_http::secrets::SecretsKey::generate()).expect("key");
+    let key = key.to_str().expect("path").to_owned();
+    let new_key = path("new-key");
+    std::fs::write(&new_key, host_http::secrets::SecretsKey::generate()).expect("key");
+    let new_key = new_key.to_str().expect("path").to_owned();
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let output = checkout_server()
+            .args(&args[..2])
+            .args(["--db", &db_text])
+            .args(&args[2..])
+            .envs(env.iter().copied())
+            .output()
+            .expect("run checkout-server");
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).expect("JSON output")
+    };
+    let stored = || -> Vec<(String, Option<String>)> {
+        let conn = rusqlite::Connection::open(&db).expect("open db");
+        let mut statement = conn
+            .prepare("SELECT secret, previous_secret FROM webhook_endpoints ORDER BY id")
+            .expect("prepare");
+        statement
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows")
+    };
+    let provider = run(&["provider", "create", "--name", "Acme"], &[])["providerId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let set_webhook = |env: &[(&str, &str)]| {
+        run(
+            &[
+                "provider",
+                "set-webhook",
+                "--provider",
+                &provider,
+                "--url",
+                "https://127.0.0.1:9/hooks",
+                "--allow-private-webhooks",
+            ],
+            env,
+        )["secret"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let plain = set_webhook(&[]);
+    assert_eq!(
+        stored(),
+        [(plain.clone(), None)],
+        "kept as issued without a key"
+    );
+
+    let serve = |key_file: Option<&str>| {
+        let addr = free_port();
+        let mut command = checkout_server();
+        command
+            .args(["serve", "--listen", &addr.to_string(), "--db", &db_text])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(file) = key_file {
+            command.env("CHECKOUT_SECRETS_KEY_FILE", file);
+        }
+        Running::start(command, addr).stop();
+    };
+    let refused = |key_file: Option<&str>| {
+        let mut command = checkout_server();
+        command.args([
+            "serve",
+            "--listen",
+            &free_port().to_string(),
+            "--db",
+            &db_text,
+        ]);
+        if let Some(file) = key_file {
+            command.env("CHECKOUT_SECRETS_KEY_FILE", file);
+        }
+        let output = command.output().expect("run checkout-server");
+        assert!(!output.status.success());
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    serve(Some(&key));
+    let sealed = stored();
+    assert!(
+        sealed[0].0.starts_with("v1:") && !sealed[0].0.contains(&plain["whsec_".len()..]),
+        "sealed at the start: {sealed:?}"
+    );
+    let stderr = refused(None);
+    assert!(stderr.contains("--secrets-key-file"), "{stderr}");
+    let stderr = refused(Some(&new_key));
+    assert!(stderr.contains("does not open"), "{stderr}");
+
+    // With the key, the commands store sealed secrets, a rotation's previous one included.
+    let with_key = [("CHECKOUT_SECRETS_KEY_FILE", key.as_str())];
+    let second = set_webhook(&with_key);
+    let endpoint = run(&["provider", "list-webhooks"], &[])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["endpointId"].as_str().unwrap().to_owned())
+        .max()
+        .unwrap();
+    let rotated = run(
+        &["provider", "rotate-webhook-secret", "--endpoint", &endpoint],
+        &with_key,
+    )["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let all = stored();
+    assert_eq!(all.len(), 2);
+    let text = format!("{all:?}");
+    for secret in [&plain, &second, &rotated] {
+        assert!(!text.contains(&secret["whsec_".len()..]), "{text}");
+    }
+    assert!(all[1].0.starts_with("v1:"));
+    assert!(all[1].1.as_deref().is_some_and(|p| p.starts_with("v1:")));
+
+    let rotation = run(
+        &[
+            "provider",
+            "rotate-secrets-key",
+            "--secrets-key-file",
+            &key,
+            "--new-secrets-key-file",
+            &new_key,
+        ],
+        &[],
+    );
+    assert_eq!(rotation["webhookEndpoints"], 2);
+    let stderr = refused(Some(&key));
+    assert!(stderr.contains("does not open"), "{stderr}");
+    serve(Some(&new_key));
+}
+
 /// The version line names the time-zone database compiled into the binary, the one chrono-tz
 /// carries.
 #[test]

@@ -1251,6 +1251,7 @@ async fn a_transactions_webhook_deliveries_are_shown_and_a_failed_one_is_sent_ag
         &format!("http://127.0.0.1:{closed}/hooks"),
         &["transaction.created".to_owned()],
         true,
+        None,
         chrono::Utc::now(),
     )
     .expect("endpoint");
@@ -1344,7 +1345,15 @@ fn verifies(delivery: &host_http::events::testing::Delivery, secret: &str) -> bo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admins_add_rotate_and_remove_webhook_endpoints_whose_deliveries_are_listed() {
     let receiver = host_http::events::testing::WebhookReceiver::start(0).await;
-    let server = TestServer::start_configured(|config| config.webhooks.allow_private = true).await;
+    // With a secrets key, the secrets the dashboard issues are stored sealed under it.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let key = dir.path().join("secrets.key");
+    std::fs::write(&key, host_http::secrets::SecretsKey::generate()).expect("key file");
+    let server = TestServer::start_configured(move |config| {
+        config.webhooks.allow_private = true;
+        config.secrets_key_file = Some(key.clone());
+    })
+    .await;
     let acme = server.provider("Acme Travel");
     let globex = server.provider("Globex");
     let mut admin = member(&server, &acme, "ada@example.com", "admin").await;
@@ -1394,6 +1403,13 @@ async fn admins_add_rotate_and_remove_webhook_endpoints_whose_deliveries_are_lis
     let listed = html(&admin.get("/dashboard/webhooks").await);
     assert!(listed.contains(&receiver.url()) && listed.contains(&endpoint));
     assert!(!listed.contains(&secret), "a secret is shown only once");
+    let sealed = |secret: &str| {
+        let stored = server
+            .scalar("SELECT secret FROM webhook_endpoints")
+            .expect("stored");
+        stored.starts_with("v1:") && !stored.contains(secret.trim_start_matches("whsec_"))
+    };
+    assert!(sealed(&secret), "stored sealed");
 
     let id = server.create(&acme, &checkout_body("Acme trip")).await;
     let deliveries = receiver
@@ -1458,6 +1474,7 @@ async fn admins_add_rotate_and_remove_webhook_endpoints_whose_deliveries_are_lis
     assert_eq!(rotated.status, StatusCode::OK, "{}", html(&rotated));
     let new_secret = shown_value(&html(&rotated), "new-secret");
     assert_ne!(new_secret, secret);
+    assert!(sealed(&new_secret), "stored sealed");
     assert!(html(&rotated).contains("Previous secret signs until"));
     server.create(&acme, &checkout_body("Second trip")).await;
     let deliveries = receiver
@@ -2204,6 +2221,7 @@ async fn provider_with_everything(server: &TestServer) -> (Creds, String, String
         &format!("http://127.0.0.1:{closed}/hooks"),
         &[],
         true,
+        None,
         chrono::Utc::now(),
     )
     .expect("endpoint")

@@ -28,6 +28,7 @@ fn endpoint(server: &TestServer, creds: &Creds, url: &str, events: &[&str]) -> S
         url,
         &events,
         true,
+        None,
         chrono::Utc::now(),
     )
     .expect("endpoint added")
@@ -235,7 +236,8 @@ async fn an_endpoint_gets_only_the_types_it_asked_for_and_rotation_signs_twice()
         .endpoint_id
         .clone();
     let rotated =
-        providers::rotate_webhook_secret(&server.db, &endpoint_id, chrono::Utc::now()).unwrap();
+        providers::rotate_webhook_secret(&server.db, &endpoint_id, None, chrono::Utc::now())
+            .unwrap();
     let id = create(&server, &acme, &trip(&[])).await;
     pay_and_cancel(&server, &acme, &id).await;
     let deliveries = receiver.wait_for(1, WAIT).await;
@@ -1008,4 +1010,78 @@ async fn a_refund_the_gateway_declines_is_a_cancellation_failed_event() {
     let emails = status["emails"].as_array().unwrap();
     assert_eq!(emails.len(), 1);
     assert_eq!(emails[0]["kind"], "CONTRACT");
+}
+
+/// A webhook signing secret must be used again, so it is stored sealed under the server's
+/// secrets key rather than as issued: the stored value is neither the secret nor anything
+/// that signs, and the deliveries the server signs with it verify with the reference library,
+/// after a rotation with both secrets. Secrets kept as issued by a server without a key are
+/// sealed when a server with one starts (`serve_start`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_stored_sealed_sign_deliveries_that_verify() {
+    use host_http::secrets::SecretsKey;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let key_file = dir.path().join("secrets.key");
+    std::fs::write(&key_file, SecretsKey::generate()).expect("key file");
+    let key = SecretsKey::from_file(&key_file).expect("key");
+    let receiver = WebhookReceiver::start(0).await;
+    let server = TestServer::start_configured(move |config| {
+        config.webhooks.allow_private = true;
+        config.secrets_key_file = Some(key_file.clone());
+    })
+    .await;
+    let acme = server.provider("acme");
+    let issued = providers::set_webhook(
+        &server.db,
+        &acme.provider_id,
+        &receiver.url(),
+        &["transaction.created".to_owned()],
+        true,
+        Some(&key),
+        chrono::Utc::now(),
+    )
+    .expect("endpoint added");
+    let stored = || {
+        host_http::store::processor_admin(&server.db)
+            .expect("admin")
+            .webhook_secrets()
+            .expect("secrets")
+    };
+    let first = stored();
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].endpoint_id, issued.endpoint_id);
+    let bare = issued.secret.trim_start_matches("whsec_");
+    assert!(
+        first[0].secret.starts_with("v1:") && !first[0].secret.contains(bare),
+        "stored as issued: {first:?}"
+    );
+    create(&server, &acme, &trip(&[])).await;
+    let deliveries = receiver.wait_for(1, WAIT).await;
+    verify(&deliveries[0], &issued.secret);
+
+    let rotated = providers::rotate_webhook_secret(
+        &server.db,
+        &issued.endpoint_id,
+        Some(&key),
+        chrono::Utc::now(),
+    )
+    .expect("rotated");
+    let second = stored();
+    let previous = second[0].previous_secret.as_deref().expect("previous kept");
+    assert_eq!(
+        previous, first[0].secret,
+        "the sealed secret moves as it is"
+    );
+    assert!(second[0].secret.starts_with("v1:"));
+    assert!(
+        !second[0]
+            .secret
+            .contains(rotated.secret.trim_start_matches("whsec_"))
+    );
+    create(&server, &acme, &trip(&[])).await;
+    let deliveries = receiver.wait_for(2, WAIT).await;
+    let signature = deliveries[1].header("webhook-signature").unwrap();
+    assert_eq!(signature.split(' ').count(), 2, "{signature}");
+    verify(&deliveries[1], &rotated.secret);
+    verify(&deliveries[1], &issued.secret);
 }

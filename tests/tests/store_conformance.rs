@@ -321,6 +321,7 @@ async fn outbox_events_deliveries_and_mails_in_order(opened: &Stores, db: &Db) {
         "https://127.0.0.1:9/all",
         &[],
         true,
+        None,
         t0(),
     )
     .expect("endpoint");
@@ -330,6 +331,7 @@ async fn outbox_events_deliveries_and_mails_in_order(opened: &Stores, db: &Db) {
         "https://127.0.0.1:9/paid",
         &[types::PAID.to_owned()],
         true,
+        None,
         t0(),
     )
     .expect("endpoint");
@@ -560,7 +562,7 @@ async fn outbox_events_deliveries_and_mails_in_order(opened: &Stores, db: &Db) {
     );
 
     // Rotation: both secrets sign until the overlap ends.
-    let rotated = providers::rotate_webhook_secret(db, &all.endpoint_id, at(0)).unwrap();
+    let rotated = providers::rotate_webhook_secret(db, &all.endpoint_id, None, at(0)).unwrap();
     providers::remove_webhook(db, &paid_only.endpoint_id, at(0)).unwrap();
     let stats = outbox.outbox_stats(at(60)).await.unwrap();
     assert!(stats.deliveries_queued >= 5, "{stats:?}");
@@ -641,6 +643,7 @@ async fn outbox_claims_bound_each_endpoint_over_every_instance(opened: &Stores, 
         "https://127.0.0.1:9/slow",
         &[],
         true,
+        None,
         t0(),
     )
     .expect("endpoint");
@@ -650,6 +653,7 @@ async fn outbox_claims_bound_each_endpoint_over_every_instance(opened: &Stores, 
         "https://127.0.0.1:9/quick",
         &[],
         true,
+        None,
         t0(),
     )
     .expect("endpoint");
@@ -752,11 +756,12 @@ async fn outbox_rotated_secret_signs_for_24_hours_only(opened: &Stores, db: &Db)
         "https://127.0.0.1:9/in",
         &[],
         true,
+        None,
         t0(),
     )
     .expect("endpoint");
     create(opened, &acme.provider_id, &["10.00"]).await;
-    let rotated = providers::rotate_webhook_secret(db, &hook.endpoint_id, at(0)).unwrap();
+    let rotated = providers::rotate_webhook_secret(db, &hook.endpoint_id, None, at(0)).unwrap();
     let overlap_ends = at(0) + Duration::hours(24);
     let lease = |now: DateTime<Utc>| Lease {
         owner: "a".to_owned(),
@@ -811,6 +816,7 @@ async fn outbox_stats_count_pending_refunds_and_age_the_oldest_entry(opened: &St
         "https://127.0.0.1:9/in",
         &[],
         true,
+        None,
         t0(),
     )
     .expect("endpoint");
@@ -886,6 +892,7 @@ async fn outbox_a_change_that_rolls_back_leaves_no_event(opened: &Stores, db: &D
         "https://127.0.0.1:9/in",
         &[],
         true,
+        None,
         t0(),
     )
     .expect("endpoint");
@@ -4006,12 +4013,55 @@ async fn processors_are_per_provider_sealed_and_rotated_all_at_once(opened: &Sto
         .await
         .unwrap();
 
-    // Rotation reseals every configuration and second factor; the old key no longer opens
-    // them.
+    // Webhook endpoints' signing secrets: one stored sealed under the key, one kept as
+    // issued (set without a key).
+    let sealed_hook = providers::set_webhook(
+        db,
+        &acme.provider_id,
+        "https://127.0.0.1:9/sealed",
+        &[],
+        true,
+        Some(&key),
+        at(59),
+    )
+    .unwrap();
+    let plain_hook = providers::set_webhook(
+        db,
+        &acme.provider_id,
+        "https://127.0.0.1:9/plain",
+        &[],
+        true,
+        None,
+        at(59),
+    )
+    .unwrap();
+
+    // Rotation reseals every configuration, second factor and webhook secret (sealing the one
+    // kept as issued); the old key no longer opens them.
     let new_key = SecretsKey::from_bytes([9; 32]);
     let rotation = procs::rotate_secrets_key(db, &key, &new_key, at(60)).unwrap();
     assert_eq!(rotation.resealed, 1);
     assert_eq!(rotation.second_factors, 1);
+    assert_eq!(rotation.webhook_endpoints, 2);
+    let hooks = host_http::store::processor_admin(db)
+        .unwrap()
+        .webhook_secrets()
+        .unwrap();
+    for issued in [&sealed_hook, &plain_hook] {
+        let stored = hooks
+            .iter()
+            .find(|h| h.endpoint_id == issued.endpoint_id)
+            .expect("stored");
+        let open = |k: &SecretsKey| {
+            host_http::app::webhook_endpoints::open_secret(
+                Some(k),
+                &stored.endpoint_id,
+                &stored.secret,
+            )
+        };
+        assert_eq!(open(&new_key), Ok(issued.secret.clone()));
+        assert!(open(&key).is_err());
+    }
     let sealed = host_http::store::processor_admin(db)
         .unwrap()
         .sealed_totp()

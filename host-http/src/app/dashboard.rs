@@ -1455,6 +1455,7 @@ impl Services {
             url.trim(),
             events,
             self.allow_private_webhooks,
+            self.processors.secrets.as_ref(),
             now,
         )
         .map_err(|error| match error {
@@ -1491,7 +1492,11 @@ impl Services {
         let secret = super::webhook_endpoints::new_secret();
         let change = WebhookChange::Rotate {
             endpoint_id: endpoint_id.to_owned(),
-            secret: secret.clone(),
+            secret: super::webhook_endpoints::stored_secret(
+                self.processors.secrets.as_ref(),
+                endpoint_id,
+                &secret,
+            ),
             previous_until: now + super::webhook_endpoints::ROTATION_OVERLAP,
         };
         let audit = session.audit(

@@ -16,7 +16,7 @@ use serde::Serialize;
 use super::Error;
 use crate::processors::stripe::{StripeSettings, key_kind};
 use crate::secrets::{Secret, SecretsError, SecretsKey, last4};
-use crate::store::processors::{ProcessorStore, StripeRow};
+use crate::store::processors::{ProcessorAdmin, ProcessorStore, StoredWebhookSecret, StripeRow};
 use crate::store::{self, Db, StoreError, format_instant};
 
 /// Name of the sandbox processor.
@@ -77,6 +77,9 @@ pub enum ProcessorAdminError {
     /// Another command changed the configurations while they were resealed.
     #[error("the processor configurations changed during the rotation; run it again")]
     Concurrent,
+    /// A webhook endpoint's stored secret that does not open under the key given.
+    #[error("{0}")]
+    WebhookSecret(String),
 }
 
 /// Reads a key from a file (first line, surrounding whitespace dropped), so that no secret is
@@ -227,6 +230,9 @@ pub struct Rotation {
     pub resealed: usize,
     /// Dashboard users' second-factor secrets resealed.
     pub second_factors: usize,
+    /// Webhook endpoints whose signing secrets were resealed (or sealed, where kept as issued
+    /// by a server without a key).
+    pub webhook_endpoints: usize,
     /// Fingerprint of the new key.
     pub key_fingerprint: String,
 }
@@ -273,14 +279,106 @@ pub fn rotate_secrets_key(
         };
         totp.push((sealed, resealed));
     }
-    if !admin.reseal_all(&pairs, &totp)? {
+    // So are webhook endpoints' signing secrets; those kept as issued are sealed now.
+    let webhooks = resealed_webhook_secrets(&*admin, Some(old), new)?;
+    if !admin.reseal_all(&pairs, &totp, &webhooks)? {
         return Err(ProcessorAdminError::Concurrent);
     }
     Ok(Rotation {
+        webhook_endpoints: webhooks.len(),
         second_factors: totp.len(),
         resealed: pairs.len(),
         key_fingerprint: new.fingerprint(),
     })
+}
+
+/// Every webhook endpoint's secrets, as read and as they are to be stored under `new`.
+fn resealed_webhook_secrets(
+    admin: &dyn ProcessorAdmin,
+    old: Option<&SecretsKey>,
+    new: &SecretsKey,
+) -> Result<Vec<(StoredWebhookSecret, StoredWebhookSecret)>, ProcessorAdminError> {
+    use super::webhook_endpoints::reseal_secret;
+    admin
+        .webhook_secrets()?
+        .into_iter()
+        .map(|stored| {
+            let endpoint = &stored.endpoint_id;
+            let resealed = StoredWebhookSecret {
+                endpoint_id: endpoint.clone(),
+                secret: reseal_secret(old, new, endpoint, &stored.secret)
+                    .map_err(ProcessorAdminError::WebhookSecret)?,
+                previous_secret: stored
+                    .previous_secret
+                    .as_deref()
+                    .map(|previous| reseal_secret(old, new, endpoint, previous))
+                    .transpose()
+                    .map_err(ProcessorAdminError::WebhookSecret)?,
+            };
+            Ok((stored, resealed))
+        })
+        .collect()
+}
+
+/// Checks, at every start, that the webhook signing secrets can sign: a sealed one needs this
+/// server's key (refused without it, or with another: every delivery to its endpoint would
+/// fail). With a key, the secrets kept as issued (by a server run without one, or stored before
+/// secrets were sealed) are sealed under it. Answers how many endpoints it sealed.
+pub fn check_and_seal_webhook_secrets(
+    db: &Db,
+    key: Option<&SecretsKey>,
+) -> Result<usize, ProcessorAdminError> {
+    use super::webhook_endpoints::{is_plain, open_secret, stored_secret};
+    let admin = store::processor_admin(db)?;
+    for _ in 0..3 {
+        let all = admin.webhook_secrets()?;
+        let mut sealed = 0;
+        let mut pairs = Vec::with_capacity(all.len());
+        for stored in all {
+            let endpoint = &stored.endpoint_id;
+            let values = std::iter::once(&stored.secret).chain(stored.previous_secret.as_ref());
+            for value in values.filter(|value| !is_plain(value)) {
+                open_secret(key, endpoint, value).map_err(ProcessorAdminError::WebhookSecret)?;
+            }
+            let Some(key) = key else { continue };
+            let seal = |value: &str| {
+                if is_plain(value) {
+                    stored_secret(Some(key), endpoint, value)
+                } else {
+                    value.to_owned()
+                }
+            };
+            let resealed = StoredWebhookSecret {
+                endpoint_id: endpoint.clone(),
+                secret: seal(&stored.secret),
+                previous_secret: stored.previous_secret.as_deref().map(seal),
+            };
+            if resealed != stored {
+                sealed += 1;
+            }
+            pairs.push((stored, resealed));
+        }
+        if sealed == 0 {
+            return Ok(0);
+        }
+        // The Stripe configurations and second factors go with them unchanged: the one
+        // transaction checks that none appeared meanwhile under another key.
+        let stripe: Vec<_> = admin
+            .stripe_rows()?
+            .into_iter()
+            .map(|row| (row.clone(), row))
+            .collect();
+        let totp: Vec<_> = admin
+            .sealed_totp()?
+            .into_iter()
+            .map(|totp| (totp.clone(), totp))
+            .collect();
+        if admin.reseal_all(&stripe, &totp, &pairs)? {
+            return Ok(sealed);
+        }
+        // An endpoint was added or rotated meanwhile: read them again.
+    }
+    Err(ProcessorAdminError::Concurrent)
 }
 
 /// A provider's Stripe account, opened for use.

@@ -15,6 +15,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::auth::{Scopes, UnknownScope, new_credential};
+use crate::secrets::SecretsKey;
 use crate::store::{self, Db, NewCredential, ProviderRow, StoreError, format_instant};
 
 pub use crate::store::CredentialListing as CredentialSummary;
@@ -68,6 +69,9 @@ pub enum AdminError {
     /// No active webhook endpoint with this id.
     #[error("no webhook endpoint with id {0}")]
     UnknownWebhook(String),
+    /// The secrets key file webhook secrets are sealed under.
+    #[error(transparent)]
+    Secrets(#[from] crate::secrets::SecretsError),
 }
 
 /// What `provider create` makes.
@@ -292,9 +296,10 @@ pub fn set_webhook(
     url: &str,
     events: &[String],
     allow_private: bool,
+    secrets: Option<&SecretsKey>,
     now: DateTime<Utc>,
 ) -> Result<IssuedWebhook, AdminError> {
-    let (webhook, issued) = new_webhook(provider_id, url, events, allow_private, now)?;
+    let (webhook, issued) = new_webhook(provider_id, url, events, allow_private, secrets, now)?;
     if !store::admin(&db.into())?.add_webhook(&webhook)? {
         return Err(AdminError::UnknownProvider(provider_id.to_owned()));
     }
@@ -308,6 +313,7 @@ pub fn new_webhook(
     url: &str,
     events: &[String],
     allow_private: bool,
+    secrets: Option<&SecretsKey>,
     now: DateTime<Utc>,
 ) -> Result<(crate::store::admin::NewWebhook, IssuedWebhook), AdminError> {
     let parsed = url::Url::parse(url).map_err(|e| AdminError::Webhook(format!("{url}: {e}")))?;
@@ -356,7 +362,11 @@ pub fn new_webhook(
         provider_id: provider_id.to_owned(),
         url: parsed.to_string(),
         events: (!events.is_empty()).then(|| events.join(",")),
-        secret: issued.secret.clone(),
+        secret: super::webhook_endpoints::stored_secret(
+            secrets,
+            &issued.endpoint_id,
+            &issued.secret,
+        ),
         created_at: now,
     };
     Ok((webhook, issued))
@@ -367,11 +377,13 @@ pub fn new_webhook(
 pub fn rotate_webhook_secret(
     db: impl Into<Db>,
     endpoint_id: &str,
+    secrets: Option<&SecretsKey>,
     now: DateTime<Utc>,
 ) -> Result<IssuedWebhook, AdminError> {
     let secret = super::webhook_endpoints::new_secret();
+    let stored = super::webhook_endpoints::stored_secret(secrets, endpoint_id, &secret);
     let until = now + super::webhook_endpoints::ROTATION_OVERLAP;
-    if !store::admin(&db.into())?.rotate_webhook_secret(endpoint_id, &secret, until)? {
+    if !store::admin(&db.into())?.rotate_webhook_secret(endpoint_id, &stored, until)? {
         return Err(AdminError::UnknownWebhook(endpoint_id.to_owned()));
     }
     Ok(IssuedWebhook {

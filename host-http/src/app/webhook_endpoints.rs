@@ -8,6 +8,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
+use crate::secrets::{Secret, SecretsKey};
+
 /// Prefix of a webhook secret.
 pub const SECRET_PREFIX: &str = "whsec_";
 
@@ -18,6 +20,61 @@ pub const ROTATION_OVERLAP: chrono::Duration = chrono::Duration::hours(24);
 pub fn new_secret() -> String {
     let bytes: [u8; 32] = rand::random();
     format!("{SECRET_PREFIX}{}", STANDARD.encode(bytes))
+}
+
+/// The associated data a webhook secret is sealed under (`crate::secrets`): its endpoint, whose
+/// id is unique, so that a sealed secret copied to another endpoint's row does not open. The
+/// current and the previous secret share it, since a rotation moves one to the other.
+fn sealing_context(endpoint_id: &str) -> String {
+    format!("webhook:{endpoint_id}:secret")
+}
+
+/// A secret as it is stored: sealed under the secrets key when the server has one
+/// (`--secrets-key-file`), so that a database dump alone signs nothing; as issued otherwise
+/// (`DECISIONS-events.md`).
+pub fn stored_secret(key: Option<&SecretsKey>, endpoint_id: &str, secret: &str) -> String {
+    match key {
+        Some(key) => key.seal(&Secret::new(secret), &sealing_context(endpoint_id)),
+        None => secret.to_owned(),
+    }
+}
+
+/// Whether a stored secret is kept as issued (not sealed).
+pub fn is_plain(stored: &str) -> bool {
+    stored.starts_with(SECRET_PREFIX)
+}
+
+/// A stored secret opened for signing: one kept as issued is used as it is; a sealed one needs
+/// the key it was sealed under. The error says why it cannot sign.
+pub fn open_secret(
+    key: Option<&SecretsKey>,
+    endpoint_id: &str,
+    stored: &str,
+) -> Result<String, String> {
+    if is_plain(stored) {
+        return Ok(stored.to_owned());
+    }
+    let key = key.ok_or_else(|| {
+        format!(
+            "the signing secret of {endpoint_id} is sealed and this server has no secrets key \
+             (--secrets-key-file)"
+        )
+    })?;
+    key.open(stored, &sealing_context(endpoint_id))
+        .map(|secret| secret.expose().to_owned())
+        .map_err(|e| format!("the signing secret of {endpoint_id} does not open: {e}"))
+}
+
+/// A stored secret sealed under `new`: opened with `old` first when sealed (an error when it
+/// does not open), sealed as it is when kept as issued.
+pub fn reseal_secret(
+    old: Option<&SecretsKey>,
+    new: &SecretsKey,
+    endpoint_id: &str,
+    stored: &str,
+) -> Result<String, String> {
+    let secret = open_secret(old, endpoint_id, stored)?;
+    Ok(stored_secret(Some(new), endpoint_id, &secret))
 }
 
 /// The IPv4 address an IPv6 address carries, where the IPv6 form stands for it: IPv4-mapped
@@ -164,6 +221,43 @@ impl Reach {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A secret is stored sealed when the server has a secrets key, bound to its endpoint; kept
+    /// as issued otherwise; and opens for signing only under its key and endpoint.
+    #[test]
+    fn secrets_are_sealed_under_the_key_bound_to_their_endpoint() {
+        let key = SecretsKey::from_bytes([4; 32]);
+        let other = SecretsKey::from_bytes([5; 32]);
+        let secret = new_secret();
+        let sealed = stored_secret(Some(&key), "ep_1", &secret);
+        assert!(sealed.starts_with("v1:"), "{sealed}");
+        assert!(!sealed.contains(&secret[SECRET_PREFIX.len()..]));
+        assert!(!is_plain(&sealed));
+        assert_eq!(open_secret(Some(&key), "ep_1", &sealed), Ok(secret.clone()));
+        for refused in [
+            open_secret(None, "ep_1", &sealed),
+            open_secret(Some(&other), "ep_1", &sealed),
+            open_secret(Some(&key), "ep_2", &sealed),
+        ] {
+            assert!(refused.unwrap_err().contains("ep_"));
+        }
+        // Without a key it is kept as issued, and used as it is with or without one.
+        let plain = stored_secret(None, "ep_1", &secret);
+        assert_eq!(plain, secret);
+        assert!(is_plain(&plain));
+        assert_eq!(open_secret(None, "ep_1", &plain), Ok(secret.clone()));
+        assert_eq!(open_secret(Some(&key), "ep_1", &plain), Ok(secret.clone()));
+        // Resealing under a new key: from sealed, and from kept as issued.
+        for stored in [&sealed, &plain] {
+            let resealed = reseal_secret(Some(&key), &other, "ep_1", stored).unwrap();
+            assert_eq!(
+                open_secret(Some(&other), "ep_1", &resealed),
+                Ok(secret.clone())
+            );
+            assert!(open_secret(Some(&key), "ep_1", &resealed).is_err());
+        }
+        assert!(reseal_secret(Some(&other), &key, "ep_1", &sealed).is_err());
+    }
 
     #[test]
     fn internal_addresses_are_recognised() {

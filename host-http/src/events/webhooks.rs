@@ -154,6 +154,8 @@ type Connector = HttpsConnector<HttpConnector<GuardedResolver>>;
 /// The client that delivers.
 #[derive(Debug, Clone)]
 pub struct WebhookClient {
+    /// The secrets key stored signing secrets are sealed under, if the server has one.
+    secrets: Option<crate::secrets::SecretsKey>,
     /// For `https://` URLs: public addresses, or any with `--allow-private-webhooks`.
     https: Client<Connector, Full<Bytes>>,
     /// For `http://` URLs (only with `--allow-private-webhooks`): private addresses only.
@@ -182,10 +184,17 @@ impl WebhookClient {
             Reach::Public
         };
         WebhookClient {
+            secrets: None,
             https: client(https_reach),
             http: client(Reach::PrivateOnly),
             settings,
         }
+    }
+
+    /// The same client, opening sealed signing secrets with `key` (`--secrets-key-file`).
+    pub fn with_secrets_key(mut self, key: Option<crate::secrets::SecretsKey>) -> WebhookClient {
+        self.secrets = key;
+        self
     }
 
     /// Whether a URL may be delivered to, and which addresses its host may resolve to:
@@ -209,7 +218,21 @@ impl WebhookClient {
             &self.https
         };
         let timestamp = now.timestamp();
-        let signature = signature_header(&job.secrets, &job.event_id, timestamp, &job.payload);
+        // A secret that cannot be opened fails the attempt, which is retried on the schedule
+        // (the operator starts the server with the key meanwhile); nothing goes unsigned.
+        let secrets = job
+            .secrets
+            .iter()
+            .map(|stored| {
+                crate::app::webhook_endpoints::open_secret(
+                    self.secrets.as_ref(),
+                    &job.endpoint_id,
+                    stored,
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| (None, e))?;
+        let signature = signature_header(&secrets, &job.event_id, timestamp, &job.payload);
         let header = |text: &str| HeaderValue::from_str(text).map_err(|e| (None, e.to_string()));
         let mut request = Request::builder()
             .method(Method::POST)

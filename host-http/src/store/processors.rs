@@ -124,6 +124,18 @@ pub struct SealedTotp {
     pub pending: Option<String>,
 }
 
+/// A webhook endpoint's signing secrets as stored: sealed under the operator's secrets key, or
+/// as issued by a server without one (`crate::app::webhook_endpoints::stored_secret`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredWebhookSecret {
+    /// The endpoint (`ep_…`), removed ones included.
+    pub endpoint_id: String,
+    /// The secret in force.
+    pub secret: String,
+    /// The previous secret, which signs beside it for a while after a rotation.
+    pub previous_secret: Option<String>,
+}
+
 /// What the `provider` commands do with processors (blocking, as [`super::AdminStore`]).
 pub trait ProcessorAdmin: std::fmt::Debug {
     /// Sets (`Some`) or removes (`None`: back to the sandbox) a provider's Stripe
@@ -133,15 +145,19 @@ pub trait ProcessorAdmin: std::fmt::Debug {
     /// Every Stripe configuration, by provider id.
     fn stripe_rows(&self) -> Result<Vec<StripeRow>, StoreError>;
 
-    /// Replaces the sealed values of every configuration and every second-factor secret in one
-    /// transaction (key rotation): each row given must still exist unchanged since
-    /// `stripe_rows` (`updated_at`) or `sealed_totp` read it, and no other may have appeared,
-    /// or nothing is written and `false` is returned.
+    /// Replaces the sealed values of every configuration, every second-factor secret and every
+    /// webhook endpoint's secrets in one transaction (key rotation): each row given must still
+    /// exist unchanged since `stripe_rows` (`updated_at`), `sealed_totp` or `webhook_secrets`
+    /// read it, and no other may have appeared, or nothing is written and `false` is returned.
     fn reseal_all(
         &self,
         rows: &[(StripeRow, StripeRow)],
         totp: &[(SealedTotp, SealedTotp)],
+        webhooks: &[(StoredWebhookSecret, StoredWebhookSecret)],
     ) -> Result<bool, StoreError>;
+
+    /// Every webhook endpoint's secrets, removed endpoints included, by endpoint id.
+    fn webhook_secrets(&self) -> Result<Vec<StoredWebhookSecret>, StoreError>;
 
     /// Every dashboard user with a sealed second-factor secret (in force or being set up).
     fn sealed_totp(&self) -> Result<Vec<SealedTotp>, StoreError>;

@@ -7,7 +7,7 @@ use futures_util::future::BoxFuture;
 
 use super::{PgAdmin, PgStore, parse_instant};
 use crate::store::processors::{
-    ProcessorAdmin, ProcessorStore, SealedTotp, StripeIntentRow, StripeRow,
+    ProcessorAdmin, ProcessorStore, SealedTotp, StoredWebhookSecret, StripeIntentRow, StripeRow,
 };
 use crate::store::{StoreError, format_instant};
 
@@ -231,6 +231,7 @@ impl ProcessorAdmin for PgAdmin {
         &self,
         rows: &[(StripeRow, StripeRow)],
         totp: &[(SealedTotp, SealedTotp)],
+        webhooks: &[(StoredWebhookSecret, StoredWebhookSecret)],
     ) -> Result<bool, StoreError> {
         let rows = rows
             .iter()
@@ -248,6 +249,8 @@ impl ProcessorAdmin for PgAdmin {
             tx.execute("LOCK TABLE provider_processors IN EXCLUSIVE MODE", &[])
                 .await?;
             tx.execute("LOCK TABLE dashboard_users IN EXCLUSIVE MODE", &[])
+                .await?;
+            tx.execute("LOCK TABLE webhook_endpoints IN EXCLUSIVE MODE", &[])
                 .await?;
             for (old, new) in totp {
                 let changed = tx
@@ -309,8 +312,54 @@ impl ProcessorAdmin for PgAdmin {
             if usize::try_from(count).ok() != Some(rows.len()) {
                 return Ok(false);
             }
+            for (old, new) in webhooks {
+                let changed = tx
+                    .execute(
+                        "UPDATE webhook_endpoints SET secret = $2, previous_secret = $3 \
+                         WHERE id = $1 AND secret = $4 \
+                         AND previous_secret IS NOT DISTINCT FROM $5",
+                        &[
+                            &old.endpoint_id,
+                            &new.secret,
+                            &new.previous_secret,
+                            &old.secret,
+                            &old.previous_secret,
+                        ],
+                    )
+                    .await?;
+                if changed == 0 {
+                    return Ok(false);
+                }
+            }
+            let endpoints: i64 = tx
+                .query_one("SELECT count(*) FROM webhook_endpoints", &[])
+                .await?
+                .try_get(0)?;
+            if usize::try_from(endpoints).ok() != Some(webhooks.len()) {
+                return Ok(false);
+            }
             tx.commit().await?;
             Ok(true)
+        })
+    }
+
+    fn webhook_secrets(&self) -> Result<Vec<StoredWebhookSecret>, StoreError> {
+        self.run(async move |client: &mut Object| {
+            client
+                .query(
+                    "SELECT id, secret, previous_secret FROM webhook_endpoints ORDER BY id",
+                    &[],
+                )
+                .await?
+                .iter()
+                .map(|row| {
+                    Ok(StoredWebhookSecret {
+                        endpoint_id: row.try_get(0)?,
+                        secret: row.try_get(1)?,
+                        previous_secret: row.try_get(2)?,
+                    })
+                })
+                .collect()
         })
     }
 

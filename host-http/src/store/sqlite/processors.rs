@@ -7,7 +7,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{SqliteAdmin, SqliteStore};
 use crate::store::processors::{
-    ProcessorAdmin, ProcessorStore, SealedTotp, StripeIntentRow, StripeRow,
+    ProcessorAdmin, ProcessorStore, SealedTotp, StoredWebhookSecret, StripeIntentRow, StripeRow,
 };
 use crate::store::{StoreError, format_instant};
 
@@ -201,6 +201,7 @@ impl ProcessorAdmin for SqliteAdmin {
         &self,
         rows: &[(StripeRow, StripeRow)],
         totp: &[(SealedTotp, SealedTotp)],
+        webhooks: &[(StoredWebhookSecret, StoredWebhookSecret)],
     ) -> Result<bool, StoreError> {
         let mut conn = self.connection()?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -257,8 +258,46 @@ impl ProcessorAdmin for SqliteAdmin {
             // A configuration was added meanwhile, sealed under the old key.
             return Ok(false);
         }
+        for (old, new) in webhooks {
+            let changed = tx.execute(
+                "UPDATE webhook_endpoints SET secret = ?2, previous_secret = ?3 \
+                 WHERE id = ?1 AND secret = ?4 AND previous_secret IS ?5",
+                params![
+                    old.endpoint_id,
+                    new.secret,
+                    new.previous_secret,
+                    old.secret,
+                    old.previous_secret
+                ],
+            )?;
+            if changed == 0 {
+                return Ok(false);
+            }
+        }
+        let endpoints: i64 =
+            tx.query_row("SELECT count(*) FROM webhook_endpoints", [], |r| r.get(0))?;
+        if usize::try_from(endpoints).ok() != Some(webhooks.len()) {
+            // An endpoint was added meanwhile, its secret stored under the old key.
+            return Ok(false);
+        }
         tx.commit()?;
         Ok(true)
+    }
+
+    fn webhook_secrets(&self) -> Result<Vec<StoredWebhookSecret>, StoreError> {
+        let conn = self.connection()?;
+        let mut statement =
+            conn.prepare("SELECT id, secret, previous_secret FROM webhook_endpoints ORDER BY id")?;
+        let rows = statement
+            .query_map([], |r| {
+                Ok(StoredWebhookSecret {
+                    endpoint_id: r.get(0)?,
+                    secret: r.get(1)?,
+                    previous_secret: r.get(2)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
     }
 
     fn sealed_totp(&self) -> Result<Vec<SealedTotp>, StoreError> {
