@@ -1797,6 +1797,14 @@ mod tests {
             )
             .await
             .expect("provider");
+        // An endpoint for every event type: each stored create queues one delivery.
+        client
+            .batch_execute(
+                "INSERT INTO webhook_endpoints (id, provider_id, url, secret, created_at) \
+                 VALUES ('ep_batch', 'prv_batch', 'https://127.0.0.1:9/', 'whsec_x', now())",
+            )
+            .await
+            .expect("endpoint");
         let t0 = Utc.with_ymd_and_hms(2026, 11, 27, 9, 0, 0).unwrap();
         let claim = client
             .prepare(
@@ -1837,7 +1845,12 @@ mod tests {
                 ref_ids: RefIds::new(),
                 note: None,
                 attachments: Vec::new(),
-                email: None,
+                // The contract e-mail of its `transaction.created` event goes to this address.
+                email: Some(CheckoutEmail {
+                    recipients: Some(vec![format!("traveller{index}@example.com")]),
+                    subject: None,
+                    content: None,
+                }),
                 payload: format!("{{\"title\":\"batch {index}\"}}"),
                 time_zone: "Europe/Berlin".to_owned(),
                 total: Decimal::new(1000, 2),
@@ -1890,20 +1903,36 @@ mod tests {
                 "SELECT (SELECT count(*) FROM transactions WHERE id = $1), \
                  (SELECT count(*) FROM transaction_versions WHERE id = $1), \
                  (SELECT count(*) FROM items WHERE transaction_id = $1), \
-                 (SELECT count(*) FROM events WHERE transaction_id = $1)",
+                 (SELECT count(*) FROM events WHERE transaction_id = $1), \
+                 (SELECT count(*) FROM webhook_deliveries d JOIN events e ON e.seq = d.event_seq \
+                  WHERE d.transaction_id = $1 AND e.transaction_id = $1), \
+                 (SELECT count(*) FROM email_messages m JOIN events e ON e.seq = m.event_seq \
+                  WHERE m.transaction_id = $1 AND e.transaction_id = $1 \
+                  AND m.recipients::text LIKE '%' || $2 || '%')",
             )
             .await
             .expect("prepare");
-        for (transaction, expected) in
-            transactions
-                .iter()
-                .zip([[1_i64, 1, 2, 1], [0, 0, 0, 0], [1, 1, 2, 1], [0, 0, 0, 0]])
-        {
+        for (transaction, expected) in transactions.iter().zip([
+            [1_i64, 1, 2, 1, 1, 1],
+            [0, 0, 0, 0, 0, 0],
+            [1, 1, 2, 1, 1, 1],
+            [0, 0, 0, 0, 0, 0],
+        ]) {
+            // Each part's rows belong to their own create: its event, its delivery, its
+            // e-mail to its own recipient.
+            let recipient = transaction
+                .email
+                .as_ref()
+                .unwrap()
+                .recipients
+                .as_ref()
+                .unwrap()[0]
+                .clone();
             let row = client
-                .query_one(&parts, &[&transaction.id])
+                .query_one(&parts, &[&transaction.id, &recipient])
                 .await
                 .expect("parts");
-            let found: Vec<i64> = (0..4).map(|i| row.get(i)).collect();
+            let found: Vec<i64> = (0..6).map(|i| row.get(i)).collect();
             assert_eq!(found, expected, "{}", transaction.title);
         }
         let stored = client
