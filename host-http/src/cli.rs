@@ -666,7 +666,6 @@ fn invite_user(
     }
 }
 
-/// `provider rotate-secrets-key`.
 /// The secrets key of `--secrets-key-file`, if given.
 fn read_secrets_key(path: Option<&Path>) -> Result<Option<crate::secrets::SecretsKey>, AdminError> {
     Ok(path
@@ -674,6 +673,7 @@ fn read_secrets_key(path: Option<&Path>) -> Result<Option<crate::secrets::Secret
         .transpose()?)
 }
 
+/// `provider rotate-secrets-key`.
 fn rotate_secrets_key(db: &Db, old: &Path, new: &Path, now: chrono::DateTime<Utc>) -> ExitCode {
     use crate::secrets::SecretsKey;
     let outcome = (|| {

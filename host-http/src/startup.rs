@@ -280,22 +280,6 @@ impl App {
         let opened = store::open(&config.db, &config.pool)
             .await
             .map_err(store_error)?;
-        // Webhook signing secrets: sealed ones must open under this server's key, and those
-        // kept as issued are sealed under it.
-        let webhook_key = secrets.clone();
-        let db = config.db.clone();
-        let sealed = tokio::task::spawn_blocking(move || {
-            app::processors::check_and_seal_webhook_secrets(&db, webhook_key.as_ref())
-        })
-        .await
-        .map_err(|e| StartupError::Config(e.to_string()))?
-        .map_err(|e| StartupError::Config(format!("webhook signing secrets: {e}")))?;
-        if sealed > 0 {
-            tracing::info!(
-                endpoints = sealed,
-                "sealed the webhook signing secrets kept as issued"
-            );
-        }
         let payment_processors = app::processors::Processors {
             store: opened.processors,
             secrets,
@@ -307,6 +291,29 @@ impl App {
             .map_err(StartupError::Config)?;
         if stripe_providers > 0 {
             check_stripe_budget(&config)?;
+        }
+        // Webhook signing secrets (after the Stripe keys were found to open under the key):
+        // sealed ones in use must open under this server's key, and those kept as issued are
+        // sealed under it.
+        let webhook_key = payment_processors.secrets.clone();
+        let db = config.db.clone();
+        let sealing = tokio::task::spawn_blocking(move || {
+            app::processors::check_and_seal_webhook_secrets(&db, webhook_key.as_ref())
+        })
+        .await
+        .map_err(|e| StartupError::Config(e.to_string()))?
+        .map_err(|e| StartupError::Config(format!("webhook signing secrets: {e}")))?;
+        match sealing {
+            app::processors::WebhookSealing::Nothing => {}
+            app::processors::WebhookSealing::Sealed(endpoints) => tracing::info!(
+                endpoints,
+                "sealed the webhook signing secrets kept as issued"
+            ),
+            app::processors::WebhookSealing::Skipped(problem) => tracing::warn!(
+                %problem,
+                "webhook signing secrets kept as issued were not sealed: the secrets key \
+                 does not open what is sealed already"
+            ),
         }
         let stripe_client = processors::stripe::StripeClient::new(&config.stripe);
         let gateway = Arc::new(app::processors::ByProcessor {

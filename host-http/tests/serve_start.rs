@@ -740,6 +740,27 @@ fn stripe_keys_are_set_from_files_sealed_and_needed_by_serve() {
     let (ok, created, _) = run(&["provider", "create", "--name", "Acme"], &[]);
     assert!(ok);
     let provider = json(&created)["providerId"].as_str().unwrap().to_owned();
+    // A webhook endpoint from before any key: its secret kept as issued.
+    let (ok, hook, stderr) = run(
+        &[
+            "provider",
+            "set-webhook",
+            "--provider",
+            &provider,
+            "--url",
+            "https://127.0.0.1:9/hooks",
+            "--allow-private-webhooks",
+        ],
+        &[],
+    );
+    assert!(ok, "{stderr}");
+    let hook_secret = json(&hook)["secret"].as_str().unwrap().to_owned();
+    let stored_hook = || -> String {
+        rusqlite::Connection::open(&db)
+            .expect("open db")
+            .query_row("SELECT secret FROM webhook_endpoints", [], |r| r.get(0))
+            .expect("endpoint")
+    };
     let sk = write("sk", "sk_test_51SecretKeyAAAA1111\n");
     let wh = write("wh", "whsec_SigningSecretCCCC3333\n");
     let key = write("key", &host_http::secrets::SecretsKey::generate());
@@ -807,6 +828,8 @@ fn stripe_keys_are_set_from_files_sealed_and_needed_by_serve() {
     let (ok, stderr) = serve_output(&[("CHECKOUT_SECRETS_KEY_FILE", &new_key)]);
     assert!(!ok);
     assert!(stderr.contains("does not open"), "{stderr}");
+    // Refused before the webhook secret was sealed under the wrong key.
+    assert_eq!(stored_hook(), hook_secret);
     let serve_with = |key_file: Option<&str>| {
         let addr = free_port();
         let mut command = checkout_server();
@@ -821,6 +844,10 @@ fn stripe_keys_are_set_from_files_sealed_and_needed_by_serve() {
         Running::start(command, addr).stop();
     };
     serve_with(Some(&key));
+    assert!(
+        stored_hook().starts_with("v1:"),
+        "sealed under the key at the start"
+    );
 
     let (ok, rotated, stderr) = run(
         &[
@@ -835,6 +862,7 @@ fn stripe_keys_are_set_from_files_sealed_and_needed_by_serve() {
     );
     assert!(ok, "{stderr}");
     assert_eq!(json(&rotated)["resealed"], 1);
+    assert_eq!(json(&rotated)["webhookEndpoints"], 1);
     let (ok, _) = serve_output(&[("CHECKOUT_SECRETS_KEY_FILE", &key)]);
     assert!(!ok);
     serve_with(Some(&new_key));
@@ -851,7 +879,16 @@ fn stripe_keys_are_set_from_files_sealed_and_needed_by_serve() {
     );
     assert!(ok);
     assert_eq!(json(&set)["processor"]["processor"], "sandbox");
-    // No provider uses Stripe any more: no key needed.
+    // No provider uses Stripe any more, but the endpoint's secret is sealed: the key is still
+    // needed, until the endpoint is removed (a removed endpoint's secret signs nothing).
+    let (ok, _) = serve_output(&[]);
+    assert!(!ok);
+    let endpoint = json(&hook)["endpointId"].as_str().unwrap().to_owned();
+    let (ok, _, stderr) = run(
+        &["provider", "remove-webhook", "--endpoint", &endpoint],
+        &[],
+    );
+    assert!(ok, "{stderr}");
     serve_with(None);
 }
 
@@ -963,6 +1000,22 @@ fn webhook_secrets_are_sealed_under_the_secrets_key_and_needed_by_serve() {
     assert!(stderr.contains("--secrets-key-file"), "{stderr}");
     let stderr = refused(Some(&new_key));
     assert!(stderr.contains("does not open"), "{stderr}");
+
+    // Now that secrets are sealed, a command without the key is refused.
+    let output = checkout_server()
+        .args(["provider", "set-webhook", "--db", &db_text])
+        .args([
+            "--provider",
+            &provider,
+            "--url",
+            "https://127.0.0.1:9/hooks",
+        ])
+        .arg("--allow-private-webhooks")
+        .output()
+        .expect("run checkout-server");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--secrets-key-file"), "{stderr}");
 
     // With the key, the commands store sealed secrets, a rotation's previous one included.
     let with_key = [("CHECKOUT_SECRETS_KEY_FILE", key.as_str())];

@@ -4025,7 +4025,9 @@ async fn processors_are_per_provider_sealed_and_rotated_all_at_once(opened: &Sto
         at(59),
     )
     .unwrap();
-    let plain_hook = providers::set_webhook(
+    // A command without the key is refused once secrets are sealed, rather than store one as
+    // issued beside them; one with another key is warned that servers with it refuse them.
+    let refused = providers::set_webhook(
         db,
         &acme.provider_id,
         "https://127.0.0.1:9/plain",
@@ -4034,7 +4036,43 @@ async fn processors_are_per_provider_sealed_and_rotated_all_at_once(opened: &Sto
         None,
         at(59),
     )
-    .unwrap();
+    .unwrap_err()
+    .to_string();
+    assert!(refused.contains("--secrets-key-file"), "{refused}");
+    assert!(sealed_hook.warning.is_none());
+    let other_key = SecretsKey::from_bytes([6; 32]);
+    let warned =
+        providers::rotate_webhook_secret(db, &sealed_hook.endpoint_id, Some(&other_key), at(59))
+            .unwrap();
+    assert!(
+        warned
+            .warning
+            .as_deref()
+            .is_some_and(|w| w.contains("does not open")),
+        "{warned:?}"
+    );
+    let sealed_hook =
+        providers::rotate_webhook_secret(db, &sealed_hook.endpoint_id, Some(&key), at(59)).unwrap();
+    assert!(sealed_hook.warning.is_none(), "{sealed_hook:?}");
+    // One kept as issued, as a server without a key stored it before.
+    let plain_hook = providers::IssuedWebhook {
+        endpoint_id: "ep_kept_as_issued".to_owned(),
+        secret: host_http::app::webhook_endpoints::new_secret(),
+        warning: None,
+    };
+    assert!(
+        host_http::store::admin(db)
+            .unwrap()
+            .add_webhook(&host_http::store::admin::NewWebhook {
+                endpoint_id: plain_hook.endpoint_id.clone(),
+                provider_id: acme.provider_id.clone(),
+                url: "https://127.0.0.1:9/plain".to_owned(),
+                events: None,
+                secret: plain_hook.secret.clone(),
+                created_at: at(59),
+            })
+            .unwrap()
+    );
 
     // Rotation reseals every configuration, second factor and webhook secret (sealing the one
     // kept as issued); the old key no longer opens them.
@@ -4062,6 +4100,13 @@ async fn processors_are_per_provider_sealed_and_rotated_all_at_once(opened: &Sto
         assert_eq!(open(&new_key), Ok(issued.secret.clone()));
         assert!(open(&key).is_err());
     }
+    // The sealed endpoint's previous secret was sealed under another key: dropped, not kept
+    // unopenable (and the rotation was not refused for it).
+    let rotated_hook = hooks
+        .iter()
+        .find(|h| h.endpoint_id == sealed_hook.endpoint_id)
+        .expect("stored");
+    assert_eq!(rotated_hook.previous_secret, None);
     let sealed = host_http::store::processor_admin(db)
         .unwrap()
         .sealed_totp()

@@ -1511,6 +1511,7 @@ impl Services {
         Ok(rotated.then(|| IssuedWebhook {
             endpoint_id: endpoint_id.to_owned(),
             secret,
+            warning: None,
         }))
     }
 

@@ -292,7 +292,10 @@ pub fn rotate_secrets_key(
     })
 }
 
-/// Every webhook endpoint's secrets, as read and as they are to be stored under `new`.
+/// Every webhook endpoint's secrets, as read and as they are to be stored under `new`. The secret
+/// in force of an endpoint not removed must open under `old` (kept as issued, it needs none);
+/// a previous secret that does not open is dropped (it only signs beside the one in force for
+/// a while), and a removed endpoint's secrets, which sign nothing, are left as they are.
 fn resealed_webhook_secrets(
     admin: &dyn ProcessorAdmin,
     old: Option<&SecretsKey>,
@@ -304,43 +307,68 @@ fn resealed_webhook_secrets(
         .into_iter()
         .map(|stored| {
             let endpoint = &stored.endpoint_id;
+            let reseal = |value: &str| reseal_secret(old, new, endpoint, value);
+            let secret = match reseal(&stored.secret) {
+                Ok(secret) => secret,
+                Err(_) if stored.removed => stored.secret.clone(),
+                Err(problem) => return Err(ProcessorAdminError::WebhookSecret(problem)),
+            };
+            let previous_secret = match stored.previous_secret.as_deref().map(reseal) {
+                Some(Ok(previous)) => Some(previous),
+                Some(Err(_)) if stored.removed => stored.previous_secret.clone(),
+                Some(Err(_)) | None => None,
+            };
             let resealed = StoredWebhookSecret {
                 endpoint_id: endpoint.clone(),
-                secret: reseal_secret(old, new, endpoint, &stored.secret)
-                    .map_err(ProcessorAdminError::WebhookSecret)?,
-                previous_secret: stored
-                    .previous_secret
-                    .as_deref()
-                    .map(|previous| reseal_secret(old, new, endpoint, previous))
-                    .transpose()
-                    .map_err(ProcessorAdminError::WebhookSecret)?,
+                secret,
+                previous_secret,
+                removed: stored.removed,
             };
             Ok((stored, resealed))
         })
         .collect()
 }
 
-/// Checks, at every start, that the webhook signing secrets can sign: a sealed one needs this
-/// server's key (refused without it, or with another: every delivery to its endpoint would
-/// fail). With a key, the secrets kept as issued (by a server run without one, or stored before
-/// secrets were sealed) are sealed under it. Answers how many endpoints it sealed.
+/// What [`check_and_seal_webhook_secrets`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WebhookSealing {
+    /// Every secret was sealed already, or the server has no key: nothing written.
+    Nothing,
+    /// This many endpoints' secrets kept as issued were sealed.
+    Sealed(usize),
+    /// Secrets kept as issued were left so: the key does not open what is already sealed
+    /// (said here), and sealing under it would leave values no one key opens.
+    Skipped(String),
+}
+
+/// Checks, at every start, that the webhook signing secrets in use can sign: the secret in
+/// force of every endpoint not removed, when sealed, must open under this server's key
+/// (refused without it or with another: every delivery to the endpoint would fail). Removed
+/// endpoints and previous secrets are not checked: they sign nothing, or sign beside the one in
+/// force. With a key, the secrets kept as issued (by a server run without one, or stored before
+/// secrets were sealed) are sealed under it, unless the key does not open the Stripe keys or
+/// second factors already sealed.
 pub fn check_and_seal_webhook_secrets(
     db: &Db,
     key: Option<&SecretsKey>,
-) -> Result<usize, ProcessorAdminError> {
+) -> Result<WebhookSealing, ProcessorAdminError> {
     use super::webhook_endpoints::{is_plain, open_secret, stored_secret};
     let admin = store::processor_admin(db)?;
     for _ in 0..3 {
         let all = admin.webhook_secrets()?;
+        for stored in all.iter().filter(|stored| !stored.removed) {
+            if !is_plain(&stored.secret) {
+                open_secret(key, &stored.endpoint_id, &stored.secret)
+                    .map_err(ProcessorAdminError::WebhookSecret)?;
+            }
+        }
+        let Some(key) = key else {
+            return Ok(WebhookSealing::Nothing);
+        };
         let mut sealed = 0;
         let mut pairs = Vec::with_capacity(all.len());
         for stored in all {
             let endpoint = &stored.endpoint_id;
-            let values = std::iter::once(&stored.secret).chain(stored.previous_secret.as_ref());
-            for value in values.filter(|value| !is_plain(value)) {
-                open_secret(key, endpoint, value).map_err(ProcessorAdminError::WebhookSecret)?;
-            }
-            let Some(key) = key else { continue };
             let seal = |value: &str| {
                 if is_plain(value) {
                     stored_secret(Some(key), endpoint, value)
@@ -352,6 +380,7 @@ pub fn check_and_seal_webhook_secrets(
                 endpoint_id: endpoint.clone(),
                 secret: seal(&stored.secret),
                 previous_secret: stored.previous_secret.as_deref().map(seal),
+                removed: stored.removed,
             };
             if resealed != stored {
                 sealed += 1;
@@ -359,26 +388,91 @@ pub fn check_and_seal_webhook_secrets(
             pairs.push((stored, resealed));
         }
         if sealed == 0 {
-            return Ok(0);
+            return Ok(WebhookSealing::Nothing);
         }
         // The Stripe configurations and second factors go with them unchanged: the one
-        // transaction checks that none appeared meanwhile under another key.
-        let stripe: Vec<_> = admin
-            .stripe_rows()?
-            .into_iter()
-            .map(|row| (row.clone(), row))
-            .collect();
-        let totp: Vec<_> = admin
-            .sealed_totp()?
-            .into_iter()
-            .map(|totp| (totp.clone(), totp))
-            .collect();
+        // transaction checks that none appeared meanwhile under another key. Each must open
+        // under this key, or a later rotation would find no one key for everything.
+        let stripe = admin.stripe_rows()?;
+        let totp = admin.sealed_totp()?;
+        if let Err(problem) = opens_everything(key, &stripe, &totp) {
+            return Ok(WebhookSealing::Skipped(problem));
+        }
+        let stripe: Vec<_> = stripe.into_iter().map(|row| (row.clone(), row)).collect();
+        let totp: Vec<_> = totp.into_iter().map(|totp| (totp.clone(), totp)).collect();
         if admin.reseal_all(&stripe, &totp, &pairs)? {
-            return Ok(sealed);
+            return Ok(WebhookSealing::Sealed(sealed));
         }
         // An endpoint was added or rotated meanwhile: read them again.
     }
     Err(ProcessorAdminError::Concurrent)
+}
+
+/// Whether `key` opens every sealed Stripe key and second factor given; the error names the
+/// first that does not open.
+fn opens_everything(
+    key: &SecretsKey,
+    stripe: &[StripeRow],
+    totp: &[crate::store::processors::SealedTotp],
+) -> Result<(), String> {
+    for row in stripe {
+        key.open(&row.secret_key_sealed, &secret_context(&row.provider_id))
+            .map_err(|e| format!("the Stripe keys of {}: {e}", row.provider_id))?;
+    }
+    for sealed in totp {
+        let context = super::second_factor::sealing_context(&sealed.user_id);
+        for value in sealed.secret.iter().chain(&sealed.pending) {
+            key.open(value, &context)
+                .map_err(|e| format!("the second factor of user {}: {e}", sealed.user_id))?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks the key given to a command that stores a webhook secret (`provider set-webhook`,
+/// `rotate-webhook-secret`) against what is stored. Where any secret is sealed (a webhook
+/// secret in force, a Stripe key, a second factor), a key must be given, so that nothing is
+/// stored as issued beside sealed values. A key that does not open them is taken (after a lost
+/// key, rotating each endpoint's secret under the new one is the way back) with a warning to
+/// show: servers started with it refuse the values it does not open.
+/// The endpoint a rotation gives a new secret (`replacing`) is not checked: its secret in
+/// force is the one replaced.
+pub fn check_command_key(
+    db: &Db,
+    key: Option<&SecretsKey>,
+    replacing: Option<&str>,
+) -> Result<Option<String>, ProcessorAdminError> {
+    use super::webhook_endpoints::{is_plain, open_secret};
+    let admin = store::processor_admin(db)?;
+    let webhooks = admin.webhook_secrets()?;
+    let sealed_webhook = webhooks.iter().find(|stored| {
+        !stored.removed
+            && !is_plain(&stored.secret)
+            && replacing != Some(stored.endpoint_id.as_str())
+    });
+    let stripe = admin.stripe_rows()?;
+    let totp = admin.sealed_totp()?;
+    if sealed_webhook.is_none() && stripe.is_empty() && totp.is_empty() {
+        return Ok(None);
+    }
+    let Some(key) = key else {
+        return Err(ProcessorAdminError::WebhookSecret(
+            "secrets are stored sealed on this database: pass the servers' key with \
+             --secrets-key-file FILE (or set CHECKOUT_SECRETS_KEY_FILE)"
+                .to_owned(),
+        ));
+    };
+    let opens = match sealed_webhook {
+        Some(stored) => open_secret(Some(key), &stored.endpoint_id, &stored.secret),
+        None => Ok(String::new()),
+    }
+    .and_then(|_| opens_everything(key, &stripe, &totp));
+    Ok(opens.err().map(|problem| {
+        format!(
+            "the secrets key given does not open what is stored ({problem}); servers started \
+             with it refuse those secrets"
+        )
+    }))
 }
 
 /// A provider's Stripe account, opened for use.

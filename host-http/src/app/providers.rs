@@ -277,6 +277,10 @@ pub struct IssuedWebhook {
     pub endpoint_id: String,
     /// The `whsec_…` signing secret.
     pub secret: String,
+    /// Said when the secrets key given does not open the secrets already stored: servers
+    /// started with it refuse those (`processors::check_command_key`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 /// Adds a webhook endpoint to a provider (`provider set-webhook`). The URL must be an absolute
@@ -299,11 +303,13 @@ pub fn set_webhook(
     secrets: Option<&SecretsKey>,
     now: DateTime<Utc>,
 ) -> Result<IssuedWebhook, AdminError> {
+    let db = db.into();
+    let warning = check_command_key(&db, secrets, None)?;
     let (webhook, issued) = new_webhook(provider_id, url, events, allow_private, secrets, now)?;
-    if !store::admin(&db.into())?.add_webhook(&webhook)? {
+    if !store::admin(&db)?.add_webhook(&webhook)? {
         return Err(AdminError::UnknownProvider(provider_id.to_owned()));
     }
-    Ok(issued)
+    Ok(IssuedWebhook { warning, ..issued })
 }
 
 /// Checks a new endpoint as [`set_webhook`] describes and makes it, with its secret: the
@@ -356,6 +362,7 @@ pub fn new_webhook(
     let issued = IssuedWebhook {
         endpoint_id: format!("ep_{}", uuid::Uuid::now_v7().simple()),
         secret: super::webhook_endpoints::new_secret(),
+        warning: None,
     };
     let webhook = crate::store::admin::NewWebhook {
         endpoint_id: issued.endpoint_id.clone(),
@@ -380,15 +387,30 @@ pub fn rotate_webhook_secret(
     secrets: Option<&SecretsKey>,
     now: DateTime<Utc>,
 ) -> Result<IssuedWebhook, AdminError> {
+    let db = db.into();
+    let warning = check_command_key(&db, secrets, Some(endpoint_id))?;
     let secret = super::webhook_endpoints::new_secret();
     let stored = super::webhook_endpoints::stored_secret(secrets, endpoint_id, &secret);
     let until = now + super::webhook_endpoints::ROTATION_OVERLAP;
-    if !store::admin(&db.into())?.rotate_webhook_secret(endpoint_id, &stored, until)? {
+    if !store::admin(&db)?.rotate_webhook_secret(endpoint_id, &stored, until)? {
         return Err(AdminError::UnknownWebhook(endpoint_id.to_owned()));
     }
     Ok(IssuedWebhook {
         endpoint_id: endpoint_id.to_owned(),
         secret,
+        warning,
+    })
+}
+
+/// [`super::processors::check_command_key`] for the webhook commands.
+fn check_command_key(
+    db: &Db,
+    secrets: Option<&SecretsKey>,
+    replacing: Option<&str>,
+) -> Result<Option<String>, AdminError> {
+    super::processors::check_command_key(db, secrets, replacing).map_err(|error| match error {
+        super::processors::ProcessorAdminError::Store(error) => AdminError::Store(error),
+        other => AdminError::Webhook(other.to_string()),
     })
 }
 

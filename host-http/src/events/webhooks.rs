@@ -218,20 +218,25 @@ impl WebhookClient {
             &self.https
         };
         let timestamp = now.timestamp();
-        // A secret that cannot be opened fails the attempt, which is retried on the schedule
-        // (the operator starts the server with the key meanwhile); nothing goes unsigned.
-        let secrets = job
-            .secrets
-            .iter()
-            .map(|stored| {
-                crate::app::webhook_endpoints::open_secret(
-                    self.secrets.as_ref(),
-                    &job.endpoint_id,
-                    stored,
-                )
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| (None, e))?;
+        // The secret in force must open, or the attempt fails and is retried on the schedule
+        // (nothing goes unsigned); a previous secret that does not open is left out, and the
+        // one in force signs alone.
+        let mut secrets = Vec::with_capacity(job.secrets.len());
+        for (index, stored) in job.secrets.iter().enumerate() {
+            match crate::app::webhook_endpoints::open_secret(
+                self.secrets.as_ref(),
+                &job.endpoint_id,
+                stored,
+            ) {
+                Ok(secret) => secrets.push(secret),
+                Err(problem) if index == 0 => return Err((None, problem)),
+                Err(problem) => tracing::warn!(
+                    endpoint = %job.endpoint_id,
+                    %problem,
+                    "the previous signing secret does not open; the one in force signs alone"
+                ),
+            }
+        }
         let signature = signature_header(&secrets, &job.event_id, timestamp, &job.payload);
         let header = |text: &str| HeaderValue::from_str(text).map_err(|e| (None, e.to_string()));
         let mut request = Request::builder()

@@ -134,6 +134,8 @@ pub struct StoredWebhookSecret {
     pub secret: String,
     /// The previous secret, which signs beside it for a while after a rotation.
     pub previous_secret: Option<String>,
+    /// Whether the endpoint was removed (its secrets sign nothing any more).
+    pub removed: bool,
 }
 
 /// What the `provider` commands do with processors (blocking, as [`super::AdminStore`]).

@@ -347,7 +347,8 @@ impl ProcessorAdmin for PgAdmin {
         self.run(async move |client: &mut Object| {
             client
                 .query(
-                    "SELECT id, secret, previous_secret FROM webhook_endpoints ORDER BY id",
+                    "SELECT id, secret, previous_secret, removed_at IS NOT NULL \
+                     FROM webhook_endpoints ORDER BY id",
                     &[],
                 )
                 .await?
@@ -357,6 +358,7 @@ impl ProcessorAdmin for PgAdmin {
                         endpoint_id: row.try_get(0)?,
                         secret: row.try_get(1)?,
                         previous_secret: row.try_get(2)?,
+                        removed: row.try_get(3)?,
                     })
                 })
                 .collect()

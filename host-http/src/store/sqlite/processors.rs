@@ -286,14 +286,17 @@ impl ProcessorAdmin for SqliteAdmin {
 
     fn webhook_secrets(&self) -> Result<Vec<StoredWebhookSecret>, StoreError> {
         let conn = self.connection()?;
-        let mut statement =
-            conn.prepare("SELECT id, secret, previous_secret FROM webhook_endpoints ORDER BY id")?;
+        let mut statement = conn.prepare(
+            "SELECT id, secret, previous_secret, removed_at IS NOT NULL \
+             FROM webhook_endpoints ORDER BY id",
+        )?;
         let rows = statement
             .query_map([], |r| {
                 Ok(StoredWebhookSecret {
                     endpoint_id: r.get(0)?,
                     secret: r.get(1)?,
                     previous_secret: r.get(2)?,
+                    removed: r.get(3)?,
                 })
             })?
             .collect::<Result<Vec<_>, _>>()?;
