@@ -711,6 +711,24 @@ const LOOPBACK_STRIPE: [&str; 4] = [
     "http://127.0.0.1:9/js.stripe.com/v3/",
 ];
 
+/// Runs a command (`provider set-webhook`, …) on the database `db`: whether it succeeded, its
+/// stdout and its stderr. `--db` goes right after the command's name, before a processor's
+/// subcommand.
+fn provider_command(db: &str, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let output = checkout_server()
+        .args(&args[..2])
+        .args(["--db", db])
+        .args(&args[2..])
+        .envs(env.iter().copied())
+        .output()
+        .expect("run checkout-server");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
 #[test]
 fn stripe_keys_are_set_from_files_sealed_and_needed_by_serve() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -721,21 +739,7 @@ fn stripe_keys_are_set_from_files_sealed_and_needed_by_serve() {
     };
     let db = path("checkout.db");
     let db_text = db.to_str().expect("path").to_owned();
-    let run = |args: &[&str], env: &[(&str, &str)]| {
-        // `--db` right after the command's name, before a processor's subcommand.
-        let output = checkout_server()
-            .args(&args[..2])
-            .args(["--db", &db_text])
-            .args(&args[2..])
-            .envs(env.iter().copied())
-            .output()
-            .expect("run checkout-server");
-        (
-            output.status.success(),
-            String::from_utf8_lossy(&output.stdout).into_owned(),
-            String::from_utf8_lossy(&output.stderr).into_owned(),
-        )
-    };
+    let run = |args: &[&str], env: &[(&str, &str)]| provider_command(&db_text, args, env);
     let json = |text: &str| serde_json::from_str::<serde_json::Value>(text).expect("JSON output");
     let (ok, created, _) = run(&["provider", "create", "--name", "Acme"], &[]);
     assert!(ok);
@@ -909,19 +913,9 @@ fn webhook_secrets_are_sealed_under_the_secrets_key_and_needed_by_serve() {
     std::fs::write(&new_key, host_http::secrets::SecretsKey::generate()).expect("key");
     let new_key = new_key.to_str().expect("path").to_owned();
     let run = |args: &[&str], env: &[(&str, &str)]| {
-        let output = checkout_server()
-            .args(&args[..2])
-            .args(["--db", &db_text])
-            .args(&args[2..])
-            .envs(env.iter().copied())
-            .output()
-            .expect("run checkout-server");
-        assert!(
-            output.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        serde_json::from_slice::<serde_json::Value>(&output.stdout).expect("JSON output")
+        let (ok, stdout, stderr) = provider_command(&db_text, args, env);
+        assert!(ok, "{args:?}: {stderr}");
+        serde_json::from_str::<serde_json::Value>(&stdout).expect("JSON output")
     };
     let stored = || -> Vec<(String, Option<String>)> {
         let conn = rusqlite::Connection::open(&db).expect("open db");
