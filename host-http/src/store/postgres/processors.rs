@@ -250,8 +250,14 @@ impl ProcessorAdmin for PgAdmin {
                 .await?;
             tx.execute("LOCK TABLE dashboard_users IN EXCLUSIVE MODE", &[])
                 .await?;
-            tx.execute("LOCK TABLE webhook_endpoints IN EXCLUSIVE MODE", &[])
-                .await?;
+            // No endpoint added or rotated meanwhile (the mode conflicts with every row
+            // change and with itself), while creates still take their deliveries' key-share
+            // locks on endpoints (it does not conflict with those).
+            tx.execute(
+                "LOCK TABLE webhook_endpoints IN SHARE ROW EXCLUSIVE MODE",
+                &[],
+            )
+            .await?;
             for (old, new) in totp {
                 let changed = tx
                     .execute(
