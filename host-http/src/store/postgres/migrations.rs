@@ -590,7 +590,7 @@ CREATE TRIGGER items_version AFTER UPDATE OR DELETE ON items
     Migration {
         version: 20,
         description: "a new transaction's version row is inserted with it, not by a trigger",
-        // The creation statement (`super::INSERT_TRANSACTION`) inserts the version row in one
+        // The creation statement (`super::INSERT_TRANSACTIONS`) inserts the version row in one
         // of its parts: a row trigger ran a PL/pgSQL function per create for it. Updates and
         // deletions of transactions still move or remove the row by the trigger.
         sql: r#"

@@ -693,70 +693,17 @@ pub(super) async fn hold_claim(
     }
 }
 
-/// Stores a new transaction, its items, the idempotent answer of its key and its
-/// `transaction.created` event (with its deliveries and e-mail) in one statement: the
-/// data-modifying parts of one `WITH` run in one round trip. Every part reads the inserted
-/// transaction, so a reference taken by another transaction (R-3.2: the unique index settles
-/// it) inserts nothing at all and is tried again with another. Answers how many transactions
-/// were inserted (0 or 1) and whether the idempotency key's claim (if any) is still this
-/// request's (R-9.1).
-const INSERT_TRANSACTION: &str = "WITH c AS ( \
-                   SELECT 1 FROM idempotency_keys WHERE provider_id = $2 AND key = $24 \
-                   AND state = 'running' \
-                   AND ($35::timestamptz IS NULL OR created_at = $35) FOR UPDATE), \
-                 t AS ( \
-                   INSERT INTO transactions (id, provider_id, reference, status, title, \
-                   currency, ref_ids, note, attachments, email, payload, total, \
-                   refunded_amount, created_at, updated_at, time_zone, pay_token_hash, \
-                   pay_expires_at) SELECT $1::text, $2::text, $3::text, 'PENDING', $4::text, \
-                   $5::text, $6::text::json, $7::text, $8::text::jsonb, $9::text::jsonb, \
-                   $10::text, $11::numeric, 0, $12::timestamptz, $12::timestamptz, $13::text, \
-                   $14::bytea, $15::timestamptz \
-                   WHERE $24::text IS NULL OR EXISTS (SELECT 1 FROM c) \
-                   ON CONFLICT (reference) DO NOTHING RETURNING id), \
-                 v AS ( \
-                   INSERT INTO transaction_versions (id, provider_id) \
-                   SELECT t.id, $2::text FROM t), \
-                 i AS ( \
-                   INSERT INTO items (transaction_id, order_no, name, category, total, policy, \
-                   period, status, refunded) \
-                   SELECT t.id, x.order_no, x.name, x.category, x.total::numeric, \
-                   x.policy::jsonb, x.period::jsonb, 'ACTIVE', 0 \
-                   FROM t, unnest($16::int4[], $17::text[], $18::text[], $19::text[], \
-                   $20::text[], $21::text[]) AS x(order_no, name, category, total, policy, \
-                   period)), \
-                 k AS ( \
-                   UPDATE idempotency_keys SET state = 'done', status_code = $22, \
-                   response_body = $23 \
-                   WHERE provider_id = $2 AND key = $24 AND EXISTS (SELECT 1 FROM t)), \
-                 e AS ( \
-                   INSERT INTO events (id, provider_id, transaction_id, type, payload, \
-                   created_at) SELECT $25::text, $2, t.id, $26::text, $27::text, $28::timestamptz \
-                   FROM t RETURNING seq), \
-                 d AS ( \
-                   INSERT INTO webhook_deliveries (event_seq, endpoint_id, transaction_id, \
-                   status, attempts, next_attempt_at, created_at) \
-                   SELECT e.seq, w.id, $1::text, 'QUEUED', 0, $28, $28 FROM e, webhook_endpoints w \
-                   WHERE w.provider_id = $2 AND w.removed_at IS NULL \
-                   AND (w.event_types IS NULL \
-                        OR ',' || w.event_types || ',' LIKE '%,' || $26 || ',%')), \
-                 m AS ( \
-                   INSERT INTO email_messages (id, event_seq, provider_id, transaction_id, \
-                   kind, receipt_number, recipients, message_id, status, attempts, \
-                   next_attempt_at, created_at, updated_at, snapshot) \
-                   SELECT $29::text, e.seq, $2, $1, $30::text, $31::text, $32::text::jsonb, \
-                   $33::text, 'QUEUED', 0, \
-                   $28, $28, $28, $34::text::jsonb FROM e WHERE $30::text IS NOT NULL) \
-                 SELECT (SELECT count(*) FROM t), \
-                 $24::text IS NULL OR EXISTS (SELECT 1 FROM c)";
-
-/// [`INSERT_TRANSACTION`] for a whole batch of creates in one statement: each parameter is an
-/// array with one element per create (the items' arrays one per item, each naming its
-/// transaction), so the executor is set up once per batch rather than once per create. Each
-/// create is the same as alone: a create whose idempotency claim was lost, or whose reference
-/// was taken (by another transaction, or by an earlier create of the same batch), inserts
-/// nothing at all. Answers, per create in the order given, whether it was inserted and whether
-/// its claim (if any) is still its request's (R-3.2, R-9.1).
+/// Stores new transactions, each with its items, its version row, the idempotent answer of its
+/// key and its `transaction.created` event (with its deliveries and e-mail), in one statement:
+/// the data-modifying parts of one `WITH` run in one round trip, one commit. Each parameter is
+/// an array with one element per create (the items' arrays one per item, each naming its
+/// transaction), so the executor is set up once per batch rather than once per create; a
+/// create alone is a batch of one. Every part reads the inserted transactions only, so a create
+/// whose idempotency claim was lost, or whose reference was taken (R-3.2: the unique index
+/// settles it; by another transaction, or by an earlier create of the same batch), inserts
+/// nothing at all and is tried again with another reference. Answers, per create in the order
+/// given, how many transactions it inserted (0 or 1) and whether its claim (if any) is still
+/// its request's (R-9.1).
 const INSERT_TRANSACTIONS: &str = "WITH x AS MATERIALIZED ( \
                    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], \
                    $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
@@ -874,7 +821,7 @@ struct PendingCreate {
     response: Option<IdempotentResponse>,
 }
 
-/// What [`INSERT_TRANSACTION`] did with one create.
+/// What [`INSERT_TRANSACTIONS`] did with one create.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Inserted {
     /// Stored, under the reference drawn.
@@ -885,7 +832,7 @@ enum Inserted {
     Taken,
 }
 
-/// One create's parameters of [`INSERT_TRANSACTION`], computed once; the reference and what
+/// One create's parameters of [`INSERT_TRANSACTIONS`], computed once; the reference and what
 /// shows it (the event, its e-mail) are drawn again after a collision.
 struct CreateRow<'a> {
     transaction: &'a NewTransaction,
@@ -987,48 +934,6 @@ impl<'a> CreateRow<'a> {
         })
     }
 
-    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 35] {
-        let transaction = self.transaction;
-        let drawn = &self.drawn;
-        [
-            &transaction.id,
-            &transaction.provider_id,
-            &drawn.reference,
-            &transaction.title,
-            &transaction.currency,
-            &self.ref_ids,
-            &transaction.note,
-            &self.attachments,
-            &self.email,
-            &transaction.payload,
-            &self.total,
-            &transaction.created_at,
-            &transaction.time_zone,
-            &self.token_hash,
-            &transaction.payment_link.expires_at,
-            &self.order_nos,
-            &self.names,
-            &self.categories,
-            &self.totals,
-            &self.policies,
-            &self.periods,
-            &self.status_code,
-            &self.response_body,
-            &self.key,
-            &drawn.event.id,
-            &drawn.event.event_type,
-            &drawn.event.payload,
-            &drawn.event.at,
-            &drawn.mail_id,
-            &drawn.mail_kind,
-            &drawn.receipt_number,
-            &drawn.recipients,
-            &drawn.message_id,
-            &drawn.event.mail_snapshot,
-            &self.claimed_at,
-        ]
-    }
-
     /// What the statement's answer says of this create.
     fn inserted(answer: &Row) -> Result<Inserted, StoreError> {
         // R-9.1: the key's claim is no longer this request's (it went stale and a newer
@@ -1043,8 +948,8 @@ impl<'a> CreateRow<'a> {
     }
 }
 
-/// The parameters of [`INSERT_TRANSACTIONS`]: those of [`CreateRow::params`], one array per
-/// parameter with one element per create, and the items' arrays with one element per item.
+/// The parameters of [`INSERT_TRANSACTIONS`]: one array per column of [`CreateRow`] with one
+/// element per create, and the items' arrays with one element per item.
 #[derive(Default)]
 struct CreateColumns<'r> {
     ids: Vec<&'r str>,
@@ -1319,24 +1224,25 @@ impl PgStore {
             .await
     }
 
-    /// Stores a new transaction by [`INSERT_TRANSACTION`] alone, one commit of its own, drawing
-    /// references until one is free (R-3.2).
+    /// Stores a new transaction alone (a batch of one, [`insert_batch`]), one commit of its
+    /// own, drawing references until one is free (R-3.2).
     async fn insert_transaction(
         &self,
         transaction: &NewTransaction,
         response: Option<&IdempotentResponse>,
     ) -> Result<String, StoreError> {
         let client = self.client().await?;
-        let insert = client.prepare_cached(INSERT_TRANSACTION).await?;
-        let mut row = CreateRow::new(transaction, response)?;
+        let mut row = [CreateRow::new(transaction, response)?];
         loop {
-            let answer = client.query_one(&insert, &row.params()).await?;
-            match CreateRow::inserted(&answer)? {
-                Inserted::Stored => return Ok(row.drawn.reference),
-                Inserted::ClaimLost => return Err(StoreError::ClaimLost),
+            let inserted = insert_batch(&client, &row).await?;
+            let [row] = &mut row;
+            match inserted[..] {
+                [Inserted::Stored] => return Ok(row.drawn.reference.clone()),
+                [Inserted::ClaimLost] => return Err(StoreError::ClaimLost),
                 // 25 random bits per second (R-3.2): a collision is rare, and the unique
                 // index settles it.
-                Inserted::Taken => row.drawn = Drawn::new(transaction)?,
+                [Inserted::Taken] => row.drawn = Drawn::new(transaction)?,
+                _ => return Err(corrupt("transactions", "no answer to a create")),
             }
         }
     }
