@@ -20,11 +20,12 @@
 #
 # With --memory N, then N requests of every route of the service (the API, the payment page,
 # the files, the dashboard's pages; memory_run lists them and what the Stripe and sign-in
-# routes get instead) against a fresh server, in 5 rounds, printing each route's answers by
-# status and the server's resident memory (VmRSS, VmHWM) after every round.
+# routes get instead) against a fresh server, in 5 rounds (--rounds), printing each route's
+# answers by status and time and the server's resident memory (VmRSS, VmHWM) after every round.
 #
 # Usage: scripts/load.sh [--db sqlite|postgres://...] [--duration S=10] [--connections N=64]
-#                        [--threads T=2] [--pool N=16] [--memory N] [--baseline BIN]
+#                        [--threads T=2] [--pool N=16] [--memory N] [--rounds R=5]
+#                        [--baseline BIN]
 # The request log stays at the service's default level (RUST_LOG=info) unless RUST_LOG is set.
 # At info, SQLite runs also measure hello with the request log off (RUST_LOG=warn), at info,
 # and at info as JSON (--log-format json), back to back (target: >= 0.90 of log off).
@@ -37,6 +38,7 @@ CONNECTIONS=64
 THREADS=2
 POOL=16
 MEMORY=0
+ROUNDS=5
 BASELINE=""
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -46,11 +48,14 @@ while [[ $# -gt 0 ]]; do
         --threads) THREADS="$2"; shift 2 ;;
         --pool) POOL="$2"; shift 2 ;;
         --memory) MEMORY="$2"; shift 2 ;;
+        --rounds) ROUNDS="$2"; shift 2 ;;
         --baseline) BASELINE="$2"; shift 2 ;;
-        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
 done
+
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "--rounds wants a positive number, not $ROUNDS" >&2; exit 2; }
 
 PORT="${LOAD_PORT:-18089}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -290,7 +295,6 @@ sample_memory() { # prints "rss_kib hwm_kib" of the server
 # account; localstripe answers a few hundred requests a second) and the dashboard's forms that
 # change settings (credentials, users, webhooks, policies, second factor); sign-ins get a
 # thousandth of N (see below).
-ROUNDS=5
 route_run() { # name, method, path, count, [list], [body file], [capture prefix], [pattern]
     local name="$1" method="$2" path="$3" count="$4" list="${5:-}" body="${6:-}"
     local capture="${7:-}" pattern="${8:-}" headers="${ROUTE_HEADERS_EXTRA:-}"

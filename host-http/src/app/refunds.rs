@@ -86,9 +86,6 @@ impl RefundSettings {
 /// Why the gateway could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewaySetupError {
-    /// The ledger could not open its table.
-    #[error("ledger gateway: {0}")]
-    Ledger(#[from] crate::store::sqlite::ledger::LedgerError),
     /// The http gateway's URL or timeouts are wrong.
     #[error("http gateway: {0}")]
     Http(#[from] crate::processors::HttpGatewayConfigError),

@@ -241,13 +241,10 @@ pub async fn open(db: &Db, pool: &PoolSettings) -> Result<Stores, StoreError> {
     match db {
         Db::Sqlite(path) => {
             let store = sqlite::SqliteStore::open(path)?;
-            let ledger = crate::store::sqlite::ledger::LedgerGateway::open(path)
-                .await
-                .map_err(|e| StoreError::Config(e.to_string()))?;
             Ok(Stores {
                 store: store.clone(),
                 cancellations: store.clone(),
-                ledger: std::sync::Arc::new(ledger),
+                ledger: std::sync::Arc::new(sqlite::ledger::LedgerGateway::new(store.clone())),
                 outbox: store.clone(),
                 processors: store.clone(),
                 dashboard: store,

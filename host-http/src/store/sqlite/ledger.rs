@@ -2,20 +2,22 @@
 //! service's own SQLite database and succeeds.
 //!
 //! It owns one table, `ledger_refunds`, keyed by the refund id, so that sending the same refund
-//! twice records it once (the idempotency every gateway must offer, R-4.8).
+//! twice records it once (the idempotency every gateway must offer, R-4.8). A refund is
+//! recorded by the store's writer, in the batch of whatever else is being committed: the
+//! ledger shares the database file, and a connection of its own would take the file's write
+//! lock and fsync once per refund, beside the writer and in turns with it.
 
-use std::path::Path;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
 use futures_util::future::BoxFuture;
 
+use super::SqliteStore;
 use crate::processors::{GatewayOutcome, RefundGateway, RefundRequest};
+use crate::store::StoreError;
 
-/// Schema of the ledger's table. Idempotent (`IF NOT EXISTS`), so the host may list it among its
-/// migrations and the gateway may also apply it when it opens the database on its own.
+/// Schema of the ledger's table. Idempotent (`IF NOT EXISTS`); the store's migrations list it.
 pub const LEDGER_MIGRATION: &str = "\
 CREATE TABLE IF NOT EXISTS ledger_refunds (
     refund_id      TEXT PRIMARY KEY NOT NULL,
@@ -26,24 +28,6 @@ CREATE TABLE IF NOT EXISTS ledger_refunds (
 ) STRICT;
 CREATE INDEX IF NOT EXISTS ledger_refunds_by_transaction ON ledger_refunds (transaction_id);
 ";
-
-/// How long a write waits for another writer before SQLite gives up with `SQLITE_BUSY`.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Failures of the ledger's own storage. Inside [`RefundGateway::send`] they become
-/// [`GatewayOutcome::Unknown`], so the refund stays pending and is retried.
-#[derive(Debug, thiserror::Error)]
-pub enum LedgerError {
-    /// SQLite refused an operation.
-    #[error("ledger storage: {0}")]
-    Sqlite(#[from] rusqlite::Error),
-    /// The blocking task running the query did not finish (panicked or was cancelled).
-    #[error("ledger task: {0}")]
-    Task(String),
-    /// The connection lock was poisoned by a panic on another thread.
-    #[error("ledger connection lock poisoned")]
-    Poisoned,
-}
 
 /// One refund as the ledger recorded it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,59 +44,21 @@ pub struct LedgerEntry {
     pub recorded_at: String,
 }
 
-/// The `ledger` gateway over its own SQLite connection.
+/// The `ledger` gateway on the SQLite store: written by its writer, read by its readers.
 #[derive(Debug, Clone)]
 pub struct LedgerGateway {
-    connection: Arc<Mutex<Connection>>,
-}
-
-/// Per-connection settings: WAL so the ledger's writes do not block the host's readers, a busy
-/// timeout so its writes wait for the host's writer instead of failing, and full durability of
-/// a recorded refund.
-fn configure(connection: &Connection) -> Result<(), rusqlite::Error> {
-    connection.busy_timeout(BUSY_TIMEOUT)?;
-    connection.pragma_update(None, "journal_mode", "WAL")?;
-    connection.pragma_update(None, "synchronous", "FULL")?;
-    connection.pragma_update(None, "foreign_keys", "ON")?;
-    Ok(())
+    store: Arc<SqliteStore>,
 }
 
 impl LedgerGateway {
-    /// Opens (creating if needed) the database at `path` with its own connection and applies
-    /// [`LEDGER_MIGRATION`].
-    pub async fn open(path: impl AsRef<Path>) -> Result<Self, LedgerError> {
-        let path = path.as_ref().to_path_buf();
-        let connection = tokio::task::spawn_blocking(move || {
-            let connection = Connection::open(&path)?;
-            configure(&connection)?;
-            connection.execute_batch(LEDGER_MIGRATION)?;
-            Ok::<_, LedgerError>(connection)
-        })
-        .await
-        .map_err(|e| LedgerError::Task(e.to_string()))??;
-        Ok(LedgerGateway {
-            connection: Arc::new(Mutex::new(connection)),
-        })
-    }
-
-    /// Runs `work` on the connection on a blocking thread.
-    async fn with_connection<T, F>(&self, work: F) -> Result<T, LedgerError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut Connection) -> Result<T, LedgerError> + Send + 'static,
-    {
-        let connection = Arc::clone(&self.connection);
-        tokio::task::spawn_blocking(move || {
-            let mut guard = connection.lock().map_err(|_| LedgerError::Poisoned)?;
-            work(&mut guard)
-        })
-        .await
-        .map_err(|e| LedgerError::Task(e.to_string()))?
+    /// The ledger of `store`'s database (whose migrations created its table).
+    pub fn new(store: Arc<SqliteStore>) -> LedgerGateway {
+        LedgerGateway { store }
     }
 
     /// Records `refund` unless its id is already recorded, and returns the entry as stored
-    /// (the first one, when the id was already there).
-    pub async fn record(&self, refund: &RefundRequest) -> Result<LedgerEntry, LedgerError> {
+    /// (the first one, when the id was already there), once it is committed.
+    pub async fn record(&self, refund: &RefundRequest) -> Result<LedgerEntry, StoreError> {
         let entry = LedgerEntry {
             refund_id: refund.refund_id.clone(),
             transaction_id: refund.transaction_id.clone(),
@@ -120,44 +66,42 @@ impl LedgerGateway {
             currency: refund.currency.clone(),
             recorded_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         };
-        self.with_connection(move |connection| {
-            // One immediate transaction: the insert and the read-back see the same row even if
-            // another process writes the same id at the same moment.
-            let tx =
-                connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            tx.execute(
-                "INSERT INTO ledger_refunds
-                     (refund_id, transaction_id, amount, currency, recorded_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (refund_id) DO NOTHING",
-                params![
+        // The one writer runs the insert and the read-back one after the other with no other
+        // write between them: the row read back is the one that stays.
+        self.store
+            .writer
+            .execute(move |conn| {
+                conn.prepare_cached(
+                    "INSERT INTO ledger_refunds
+                         (refund_id, transaction_id, amount, currency, recorded_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (refund_id) DO NOTHING",
+                )?
+                .execute(params![
                     entry.refund_id,
                     entry.transaction_id,
                     entry.amount,
                     entry.currency,
                     entry.recorded_at
-                ],
-            )?;
-            let stored =
-                select(&tx, &entry.refund_id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
-            tx.commit()?;
-            Ok(stored)
-        })
-        .await
-    }
-
-    /// The entry recorded for `refund_id`, if any.
-    pub async fn lookup(&self, refund_id: &str) -> Result<Option<LedgerEntry>, LedgerError> {
-        let refund_id = refund_id.to_owned();
-        self.with_connection(move |connection| Ok(select(connection, &refund_id)?))
+                ])?;
+                select(conn, &entry.refund_id)?.ok_or_else(|| StoreError::Corrupt {
+                    column: "ledger_refunds",
+                    detail: format!("refund {} not found after its insert", entry.refund_id),
+                })
+            })
             .await
     }
 
+    /// The entry recorded for `refund_id`, if any.
+    pub fn lookup(&self, refund_id: &str) -> Result<Option<LedgerEntry>, StoreError> {
+        self.store
+            .read_statement(|conn| Ok(select(conn, refund_id)?))
+    }
+
     /// Every entry of one transaction, oldest first.
-    pub async fn entries_for(&self, transaction_id: &str) -> Result<Vec<LedgerEntry>, LedgerError> {
-        let transaction_id = transaction_id.to_owned();
-        self.with_connection(move |connection| {
-            let mut statement = connection.prepare(
+    pub fn entries_for(&self, transaction_id: &str) -> Result<Vec<LedgerEntry>, StoreError> {
+        self.store.read_statement(|conn| {
+            let mut statement = conn.prepare_cached(
                 "SELECT refund_id, transaction_id, amount, currency, recorded_at
                  FROM ledger_refunds WHERE transaction_id = ?1
                  ORDER BY recorded_at, refund_id",
@@ -165,7 +109,6 @@ impl LedgerGateway {
             let rows = statement.query_map([transaction_id], entry_from_row)?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
         })
-        .await
     }
 }
 
@@ -184,12 +127,11 @@ fn select(
     refund_id: &str,
 ) -> Result<Option<LedgerEntry>, rusqlite::Error> {
     connection
-        .query_row(
+        .prepare_cached(
             "SELECT refund_id, transaction_id, amount, currency, recorded_at
              FROM ledger_refunds WHERE refund_id = ?1",
-            [refund_id],
-            entry_from_row,
-        )
+        )?
+        .query_row([refund_id], entry_from_row)
         .optional()
 }
 
@@ -236,6 +178,7 @@ mod tests {
     use rust_decimal::Decimal;
 
     use super::*;
+    use crate::store::Store;
 
     fn refund(id: &str, cents: i64) -> RefundRequest {
         RefundRequest {
@@ -247,11 +190,14 @@ mod tests {
         }
     }
 
+    fn ledger_at(path: &std::path::Path) -> LedgerGateway {
+        LedgerGateway::new(SqliteStore::open(path).unwrap())
+    }
+
     #[tokio::test]
     async fn records_a_refund_once_and_succeeds_every_time_r_4_8() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("checkout.db");
-        let ledger = LedgerGateway::open(&path).await.unwrap();
+        let ledger = ledger_at(&dir.path().join("checkout.db"));
 
         let first = ledger.send(&refund("rf-1", 12_000)).await;
         let second = ledger.send(&refund("rf-1", 12_000)).await;
@@ -263,7 +209,6 @@ mod tests {
 
         let entries = ledger
             .entries_for("0190a0a0-0000-7000-8000-000000000001")
-            .await
             .unwrap();
         assert_eq!(entries.len(), 1);
         assert_eq!(entries[0].amount, "120.00", "scale kept (R-1.4)");
@@ -271,22 +216,27 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn survives_reopening_the_file_and_is_visible_to_another_connection() {
+    async fn a_recorded_refund_is_committed_and_survives_reopening_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("checkout.db");
-        {
-            let ledger = LedgerGateway::open(&path).await.unwrap();
-            ledger.send(&refund("rf-1", 500)).await;
-        }
-        let reopened = LedgerGateway::open(&path).await.unwrap();
+        let first = ledger_at(&path);
+        assert!(matches!(
+            first.send(&refund("rf-1", 500)).await,
+            GatewayOutcome::Succeeded { .. }
+        ));
+        // Committed when answered: another connection sees it before the store closes.
+        let raw = Connection::open(&path).unwrap();
+        let count = || -> i64 {
+            raw.query_row("SELECT count(*) FROM ledger_refunds", [], |r| r.get(0))
+                .unwrap()
+        };
+        assert_eq!(count(), 1);
+        first.store.close().await;
+
+        let reopened = ledger_at(&path);
         let outcome = reopened.send(&refund("rf-1", 500)).await;
         assert!(matches!(outcome, GatewayOutcome::Succeeded { .. }));
-
-        let raw = Connection::open(&path).unwrap();
-        let count: i64 = raw
-            .query_row("SELECT count(*) FROM ledger_refunds", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(count, 1);
+        assert_eq!(count(), 1, "sent again after a restart: still one row");
         let mode: String = raw
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .unwrap();
@@ -296,36 +246,49 @@ mod tests {
     #[tokio::test]
     async fn concurrent_sends_of_one_refund_record_it_once() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("checkout.db");
-        let a = LedgerGateway::open(&path).await.unwrap();
-        let b = LedgerGateway::open(&path).await.unwrap();
+        let a = ledger_at(&dir.path().join("checkout.db"));
+        let b = a.clone();
         let r = refund("rf-race", 999);
-        let (x, y) = tokio::join!(a.send(&r), b.send(&r));
+        let others: Vec<RefundRequest> = (0..50)
+            .map(|n| refund(&format!("rf-{n}"), 100 + n))
+            .collect();
+        let (x, y, rest) = tokio::join!(
+            a.send(&r),
+            b.send(&r),
+            futures_util::future::join_all(others.iter().map(|o| a.send(o)))
+        );
         assert!(x.is_definite() && matches!(x, GatewayOutcome::Succeeded { .. }));
         assert!(matches!(y, GatewayOutcome::Succeeded { .. }));
+        assert!(
+            rest.iter()
+                .all(|o| matches!(o, GatewayOutcome::Succeeded { .. })),
+            "{rest:?}"
+        );
+        let entries = a.entries_for(&r.transaction_id).unwrap();
+        assert_eq!(entries.len(), 51, "one row for each refund id");
         assert_eq!(
-            a.entries_for(&r.transaction_id).await.unwrap().len(),
-            1,
-            "one row for one refund id"
+            entries.iter().filter(|e| e.refund_id == "rf-race").count(),
+            1
         );
     }
 
     #[tokio::test]
     async fn a_reused_refund_id_with_other_details_is_declined() {
         let dir = tempfile::tempdir().unwrap();
-        let ledger = LedgerGateway::open(dir.path().join("db")).await.unwrap();
+        let ledger = ledger_at(&dir.path().join("db"));
         ledger.send(&refund("rf-1", 100)).await;
         let outcome = ledger.send(&refund("rf-1", 200)).await;
         assert!(matches!(outcome, GatewayOutcome::Declined { .. }));
-        let stored = ledger.lookup("rf-1").await.unwrap().unwrap();
+        let stored = ledger.lookup("rf-1").unwrap().unwrap();
         assert_eq!(stored.amount, "1.00");
+        assert_eq!(ledger.lookup("rf-2").unwrap(), None);
     }
 
     #[tokio::test]
     async fn a_storage_failure_is_unknown_not_a_panic() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db");
-        let ledger = LedgerGateway::open(&path).await.unwrap();
+        let ledger = ledger_at(&path);
         // Dropping the table behind the gateway's back makes its insert fail.
         Connection::open(&path)
             .unwrap()
