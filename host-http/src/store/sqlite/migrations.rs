@@ -498,13 +498,65 @@ CREATE TABLE overview_sums (
 ) STRICT, WITHOUT ROWID;
 "#,
     },
+    Migration {
+        version: 24,
+        description: "transactions in a rowid table: a 2.8 KB row in one page, no overflow page",
+        // A WITHOUT ROWID table keeps its rows in an index b-tree, whose cells hold at most
+        // about a quarter of a page: every transaction of a few kilobytes (its creation body
+        // is kept whole) spilled into an overflow page, so each read of a row, and each
+        // column after the body, cost a second page, and each write of the row two.
+        // A rowid table's cell holds up to a page. The step is in code
+        // (`rebuild_transactions`): it keeps the table's columns, indexes and triggers as the
+        // file has them.
+        sql: "",
+    },
 ];
 
 /// A migration's step that SQL cannot take, run after its SQL in its transaction.
 type CodeStep = fn(&Connection) -> Result<(), crate::store::StoreError>;
 
 /// The migrations with a step in code, by version.
-static CODE_STEPS: &[(u32, CodeStep)] = &[(23, super::dashboard::backfill_overview_sums)];
+static CODE_STEPS: &[(u32, CodeStep)] = &[
+    (23, super::dashboard::backfill_overview_sums),
+    (24, rebuild_transactions),
+];
+
+/// Migration 24: `transactions` rebuilt as a rowid table, with the same columns, rows,
+/// indexes and triggers. The old table is renamed aside with `legacy_alter_table` on, so that
+/// the foreign keys and triggers of other tables, which name `transactions`, keep naming it
+/// (and not the table renamed aside); its rows are copied; it is dropped with its indexes and
+/// triggers, which are then made again on the new table from their SQL as it was.
+fn rebuild_transactions(conn: &Connection) -> Result<(), crate::store::StoreError> {
+    let table: String = conn.query_row(
+        "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'transactions'",
+        [],
+        |r| r.get(0),
+    )?;
+    let Some(columns) = table.trim_end().strip_suffix("WITHOUT ROWID") else {
+        // Already a rowid table: nothing to do.
+        return Ok(());
+    };
+    let attached: Vec<String> = conn
+        .prepare(
+            "SELECT sql FROM sqlite_schema WHERE tbl_name = 'transactions' \
+             AND type IN ('index', 'trigger') AND sql IS NOT NULL ORDER BY type, name",
+        )?
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    conn.execute_batch(&format!(
+        "PRAGMA legacy_alter_table = ON;
+         ALTER TABLE transactions RENAME TO transactions_rebuilt;
+         {columns};
+         INSERT INTO transactions SELECT * FROM transactions_rebuilt;
+         DROP TABLE transactions_rebuilt;
+         PRAGMA legacy_alter_table = OFF;",
+        columns = columns.trim_end()
+    ))?;
+    for sql in &attached {
+        conn.execute_batch(sql)?;
+    }
+    Ok(())
+}
 
 /// Brings the search index (migration 21) up to date with the first 512 transactions the
 /// triggers noted, from the text noted with them (so that it reads no transaction): removes
@@ -563,12 +615,22 @@ pub fn migrate(conn: &mut Connection) -> Result<u32, MigrationError> {
         if current >= migration.version {
             continue;
         }
-        tx.execute_batch(migration.sql)?;
-        for (_, step) in CODE_STEPS.iter().filter(|(v, _)| *v == migration.version) {
-            step(&tx).map_err(|error| MigrationError::Data(error.to_string()))?;
+        if REBUILDS.contains(&migration.version) {
+            // SQLite's procedure for a change ALTER TABLE cannot make: foreign keys off while
+            // a table is made again (they can only be set outside a transaction), checked
+            // before the commit.
+            drop(tx);
+            let enforced: bool = conn.query_row("PRAGMA foreign_keys", [], |r| r.get(0))?;
+            conn.pragma_update(None, "foreign_keys", false)?;
+            let applied = apply(conn, migration);
+            conn.pragma_update(None, "foreign_keys", enforced)?;
+            if !applied? {
+                continue;
+            }
+        } else {
+            apply_in(&tx, migration)?;
+            tx.commit()?;
         }
-        tx.pragma_update(None, "user_version", migration.version)?;
-        tx.commit()?;
         tracing::info!(
             version = migration.version,
             description = migration.description,
@@ -576,6 +638,41 @@ pub fn migrate(conn: &mut Connection) -> Result<u32, MigrationError> {
         );
     }
     Ok(latest_version())
+}
+
+/// The migrations that make a table again, with foreign keys off (see [`migrate`]).
+const REBUILDS: &[u32] = &[24];
+
+/// `migration` in an IMMEDIATE transaction of its own, its foreign keys checked before the
+/// commit; `false` when another process had applied it meanwhile.
+fn apply(conn: &mut Connection, migration: &Migration) -> Result<bool, MigrationError> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let current: u32 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if current >= migration.version {
+        return Ok(false);
+    }
+    apply_in(&tx, migration)?;
+    let problems: i64 = tx.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
+        r.get(0)
+    })?;
+    if problems > 0 {
+        return Err(MigrationError::Data(format!(
+            "migration {} would leave {problems} rows whose foreign key points nowhere",
+            migration.version
+        )));
+    }
+    tx.commit()?;
+    Ok(true)
+}
+
+/// `migration`'s SQL, its step in code, and its version, inside `tx`.
+fn apply_in(tx: &rusqlite::Transaction<'_>, migration: &Migration) -> Result<(), MigrationError> {
+    tx.execute_batch(migration.sql)?;
+    for (_, step) in CODE_STEPS.iter().filter(|(v, _)| *v == migration.version) {
+        step(tx).map_err(|error| MigrationError::Data(error.to_string()))?;
+    }
+    tx.pragma_update(None, "user_version", migration.version)?;
+    Ok(())
 }
 
 /// The outbox tables (migration 7; the PostgreSQL schema has the same tables with its types).
@@ -774,6 +871,131 @@ mod tests {
                 migration.description
             );
         }
+    }
+
+    /// Migration 24 rebuilds `transactions` as a rowid table: the rows, the indexes and
+    /// triggers on it, and the foreign keys pointing at it stay as they were, and work.
+    #[test]
+    fn migration_24_keeps_the_rows_indexes_triggers_and_foreign_keys_of_transactions() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "foreign_keys", true).unwrap();
+        let before_24 = &MIGRATIONS[..23];
+        assert_eq!(before_24.last().unwrap().version, 23);
+        for migration in before_24 {
+            let tx = conn.transaction().unwrap();
+            tx.execute_batch(migration.sql).unwrap();
+            for (_, step) in CODE_STEPS.iter().filter(|(v, _)| *v == migration.version) {
+                step(&tx).unwrap();
+            }
+            tx.pragma_update(None, "user_version", migration.version)
+                .unwrap();
+            tx.commit().unwrap();
+        }
+        conn.execute_batch(
+            "INSERT INTO providers (id, name, created_at) VALUES ('p1', 'P', '2026-01-01T00:00:00Z');
+             INSERT INTO transactions (id, provider_id, reference, status, title, currency,
+                 payload, total, created_at, updated_at, time_zone)
+             VALUES ('t1', 'p1', 'CHK-AAAAAAAA', 'PENDING', 'Trip', 'EUR', '{\"x\":1}', '10.00',
+                 '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z', 'Europe/Berlin');
+             INSERT INTO items (transaction_id, order_no, total) VALUES ('t1', 1, '10.00');",
+        )
+        .unwrap();
+        let schema = |conn: &Connection, of: &str| -> Vec<(String, String)> {
+            conn.prepare(
+                "SELECT name, sql FROM sqlite_schema WHERE tbl_name = ?1 \
+                 AND type IN ('index', 'trigger') AND sql IS NOT NULL ORDER BY name",
+            )
+            .unwrap()
+            .query_map([of], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+        };
+        let rows = |conn: &Connection| -> Vec<String> {
+            conn.prepare("SELECT json_array(*) FROM (SELECT * FROM transactions ORDER BY id)")
+                .unwrap()
+                .query_map([], |r| r.get(0))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        };
+        let attached = schema(&conn, "transactions");
+        assert!(attached.len() >= 8, "{attached:?}");
+        let stored = rows(&conn);
+        let searched: i64 = conn
+            .query_row("SELECT count(*) FROM transaction_search_keys", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+
+        assert_eq!(migrate(&mut conn).unwrap(), 24);
+
+        let table: String = conn
+            .query_row(
+                "SELECT sql FROM sqlite_schema WHERE name = 'transactions'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(!table.contains("WITHOUT ROWID"), "{table}");
+        assert!(
+            table.contains("pay_expires_at"),
+            "every column kept: {table}"
+        );
+        assert_eq!(schema(&conn, "transactions"), attached);
+        assert_eq!(rows(&conn), stored);
+        assert!(
+            !conn
+                .query_row(
+                    "SELECT count(*) FROM sqlite_schema WHERE sql LIKE '%transactions_rebuilt%'",
+                    [],
+                    |r| r.get::<_, i64>(0)
+                )
+                .unwrap()
+                .is_positive(),
+            "nothing names the table set aside"
+        );
+        let parents: Vec<String> = conn
+            .prepare("SELECT \"table\" FROM pragma_foreign_key_list('items')")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(parents, ["transactions"]);
+        let problems: i64 = conn
+            .query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(problems, 0);
+        // The triggers work on the new table, and the foreign keys are enforced.
+        conn.execute_batch(
+            "INSERT INTO transactions (id, provider_id, reference, status, title, currency,
+                 payload, total, created_at, updated_at)
+             VALUES ('t2', 'p1', 'CHK-BBBBBBBB', 'PENDING', 'Trip', 'EUR', '{}', '1.00',
+                 '2026-01-02T00:00:00Z', '2026-01-02T00:00:00Z');",
+        )
+        .unwrap();
+        let searched_after: i64 = conn
+            .query_row("SELECT count(*) FROM transaction_search_keys", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(searched_after, searched + 1, "the search trigger noted t2");
+        assert!(
+            conn.execute(
+                "INSERT INTO items (transaction_id, order_no, total) VALUES ('nope', 1, '1')",
+                []
+            )
+            .is_err(),
+            "an item of no transaction is refused"
+        );
+        assert!(
+            conn.execute("DELETE FROM transactions WHERE id = 't1'", [])
+                .is_err(),
+            "a transaction with items cannot go"
+        );
     }
 
     #[test]
