@@ -748,6 +748,51 @@ mod tests {
         }
     }
 
+    /// As on SQLite: a deletion of a parent row checks each foreign key pointing at it, and
+    /// without an index leading with the referencing columns that check reads the whole child
+    /// table. Every foreign key of a parent that is ever deleted has one. Needs
+    /// `CHECKOUT_TEST_PG_URL`.
+    #[cfg(feature = "test-support")]
+    #[tokio::test]
+    #[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
+    async fn every_foreign_key_of_a_deletable_parent_is_indexed() {
+        // Parents that are never deleted: their children's columns need no index.
+        const NEVER_DELETED: [&str; 2] = ["events", "webhook_deliveries"];
+        let db = super::super::testing::TestDatabase::create(
+            "every_foreign_key_of_a_deletable_parent_is_indexed",
+        );
+        migrate_url(db.url()).await.expect("migrate");
+        let (client, driver) = super::super::connect(db.url()).await.expect("connect");
+        // Each foreign key, its parent, and whether an index's leading columns are its columns
+        // (in any order).
+        let rows = client
+            .query(
+                "SELECT c.conrelid::regclass::text, c.confrelid::regclass::text, \
+                        c.conname::text, \
+                        EXISTS (SELECT 1 FROM pg_index i \
+                                WHERE i.indrelid = c.conrelid \
+                                  AND (i.indkey::int2[])[0:cardinality(c.conkey) - 1] \
+                                      @> c.conkey \
+                                  AND cardinality(c.conkey) <= i.indnkeyatts) \
+                 FROM pg_constraint c \
+                 WHERE c.contype = 'f' AND c.connamespace = 'public'::regnamespace",
+                &[],
+            )
+            .await
+            .expect("foreign keys");
+        assert!(rows.len() > 10, "only {} foreign keys found", rows.len());
+        for row in &rows {
+            let (table, parent, name, indexed): (String, String, String, bool) =
+                (row.get(0), row.get(1), row.get(2), row.get(3));
+            assert!(
+                indexed || NEVER_DELETED.contains(&parent.as_str()),
+                "{table}.{name} references {parent} without an index"
+            );
+        }
+        drop(client);
+        let _ = driver.await;
+    }
+
     #[test]
     fn amounts_are_never_floating_point() {
         for migration in MIGRATIONS {
