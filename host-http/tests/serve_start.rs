@@ -1073,6 +1073,22 @@ fn the_version_line_names_the_compiled_in_tz_database_r_6_7() {
     );
 }
 
+/// The server runs without transparent huge pages (src/main.rs, `small_pages_only`): the
+/// kernel says so in the process's status, which Linux has shown since 5.0.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_server_runs_without_transparent_huge_pages() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let demo = start_demo(&dir.path().join("checkout.db"), &free_port().to_string());
+    let status = std::fs::read_to_string(format!("/proc/{}/status", demo.child.id()))
+        .expect("the server's /proc status");
+    let thp = status
+        .lines()
+        .find_map(|line| line.strip_prefix("THP_enabled:"))
+        .unwrap_or_else(|| panic!("no THP_enabled line in:\n{status}"));
+    assert_eq!(thp.trim(), "0", "transparent huge pages are on");
+}
+
 /// `--listen localhost:PORT`, as a newcomer types it: the name is resolved and the server
 /// answers on the address it names.
 #[test]
