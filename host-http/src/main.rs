@@ -62,8 +62,8 @@ enum Command {
 /// (`MADV_HUGEPAGE`), and the kernel then backs a whole 2 MiB range with memory once any of its
 /// 4 KiB pages is in use (khugepaged's default `max_ptes_none` of 511): over half a million
 /// requests of every route the resident memory jumped by 52 MB in two seconds, and stayed there,
-/// while the service held no more (docs/PERFORMANCE.md, "Memory, half a million of every
-/// route"). Without them resident memory is what the allocators hold. Where the switch does
+/// while the service held no more (docs/PERFORMANCE.md, "Memory, a million of every route").
+/// Without them resident memory is what the allocators hold. Where the switch does
 /// not exist (not Linux, a kernel before 3.15) nothing changes.
 fn small_pages_only() {
     #[cfg(target_os = "linux")]
