@@ -756,8 +756,6 @@ mod tests {
     #[tokio::test]
     #[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
     async fn every_foreign_key_of_a_deletable_parent_is_indexed() {
-        // Parents that are never deleted: their children's columns need no index.
-        const NEVER_DELETED: [&str; 2] = ["events", "webhook_deliveries"];
         let db = super::super::testing::TestDatabase::create(
             "every_foreign_key_of_a_deletable_parent_is_indexed",
         );
@@ -785,7 +783,7 @@ mod tests {
             let (table, parent, name, indexed): (String, String, String, bool) =
                 (row.get(0), row.get(1), row.get(2), row.get(3));
             assert!(
-                indexed || NEVER_DELETED.contains(&parent.as_str()),
+                indexed || crate::store::NEVER_DELETED_PARENTS.contains(&parent.as_str()),
                 "{table}.{name} references {parent} without an index"
             );
         }
