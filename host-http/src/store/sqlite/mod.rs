@@ -1100,3 +1100,35 @@ impl Store for SqliteStore {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::Connection;
+
+    /// The workspace's `.cargo/config.toml` builds SQLite without
+    /// `SQLITE_ENABLE_MEMORY_MANAGEMENT`, so that every connection keeps a page cache of its
+    /// own instead of drawing from one pool shared by all threads (docs/PERFORMANCE.md,
+    /// "Memory, a million of every route"). A build that missed the setting (cargo run from
+    /// outside the workspace, a changed `libsqlite3-sys`) fails here.
+    #[test]
+    fn sqlite_is_built_with_a_page_cache_per_connection() {
+        let conn = Connection::open_in_memory().unwrap();
+        let options: Vec<String> = conn
+            .prepare("PRAGMA compile_options")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            options.iter().any(|option| option == "THREADSAFE=1"),
+            "the list is read: {options:?}"
+        );
+        assert!(
+            !options
+                .iter()
+                .any(|option| option == "ENABLE_MEMORY_MANAGEMENT"),
+            "SQLite was built with ENABLE_MEMORY_MANAGEMENT: {options:?}"
+        );
+    }
+}
