@@ -85,6 +85,21 @@ pub fn open_migrated(path: &Path) -> Result<Connection, StoreError> {
     Ok(conn)
 }
 
+/// Whether SQLite was compiled with `SQLITE_ENABLE_MEMORY_MANAGEMENT`, which makes every
+/// connection's page cache draw from one pool shared by the whole process. The workspace's
+/// `.cargo/config.toml` builds it without (docs/PERFORMANCE.md, "Memory, a million of every
+/// route").
+pub fn shares_one_page_cache(conn: &Connection) -> Result<bool, rusqlite::Error> {
+    let mut options = conn.prepare("PRAGMA compile_options")?;
+    let mut rows = options.query([])?;
+    while let Some(row) = rows.next()? {
+        if row.get_ref(0)?.as_str().ok() == Some("ENABLE_MEMORY_MANAGEMENT") {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// The SQLite implementation of [`Store`].
 #[derive(Debug)]
 pub struct SqliteStore {
@@ -101,6 +116,14 @@ impl SqliteStore {
     /// Opens (creating and migrating if needed) the database at `path` and starts its writer.
     pub fn open(path: &Path) -> Result<Arc<SqliteStore>, StoreError> {
         let conn = open_migrated(path)?;
+        if shares_one_page_cache(&conn)? {
+            tracing::warn!(
+                "this build's SQLite shares one page cache among all connections \
+                 (SQLITE_ENABLE_MEMORY_MANAGEMENT: a build that did not read the workspace's \
+                 .cargo/config.toml, such as `cargo install` without `--config \
+                 .cargo/config.toml`); resident memory can grow under load (docs/DEPLOYMENT.md)"
+            );
+        }
         let writer = Writer::spawn(conn, path)?;
         Ok(Arc::new(SqliteStore {
             path: path.to_owned(),
@@ -1124,11 +1147,13 @@ mod tests {
             options.iter().any(|option| option == "THREADSAFE=1"),
             "the list is read: {options:?}"
         );
+        let shared = options
+            .iter()
+            .any(|option| option == "ENABLE_MEMORY_MANAGEMENT");
         assert!(
-            !options
-                .iter()
-                .any(|option| option == "ENABLE_MEMORY_MANAGEMENT"),
+            !shared,
             "SQLite was built with ENABLE_MEMORY_MANAGEMENT: {options:?}"
         );
+        assert_eq!(super::shares_one_page_cache(&conn).unwrap(), shared);
     }
 }
