@@ -21,7 +21,8 @@
 # With --memory N, then N requests of every route of the service (the API, the payment page,
 # the files, the dashboard's pages; memory_run lists them and what the Stripe and sign-in
 # routes get instead) against a fresh server, in 5 rounds (--rounds), printing each route's
-# answers by status and time and the server's resident memory (VmRSS, VmHWM) after every round.
+# answers by status and time and the server's resident memory (VmRSS, VmHWM) after every round,
+# with its anonymous memory split between the Rust allocator's arenas and the rest (SQLite's).
 #
 # Usage: scripts/load.sh [--db sqlite|postgres://...] [--duration S=10] [--connections N=64]
 #                        [--threads T=2] [--pool N=16] [--memory N] [--rounds R=5]
@@ -287,6 +288,23 @@ sample_memory() { # prints "rss_kib hwm_kib" of the server
     awk '/^VmRSS/ {r = $2} /^VmHWM/ {h = $2} END {print r, h}' "/proc/$SERVER_PID/status"
 }
 
+# Prints "rust_kib c_kib": the server's resident anonymous memory in mimalloc's arenas (the
+# Rust allocator; it maps them from 0x20000000000 up, 11 hex digits starting with 2) and in the
+# rest (glibc's heap and per-thread arenas, which SQLite's C code allocates from, and the
+# threads' stacks), from /proc/<pid>/smaps. File mappings (the binary, SQLite's -shm) are left
+# out.
+sample_arenas() {
+    awk '/^[0-9a-f]+-[0-9a-f]+ / {
+            split($1, range, "-")
+            if ($6 != "" && $6 != "[heap]") kind = "file"
+            else if (length(range[1]) == 11 && substr(range[1], 1, 1) == "2") kind = "rust"
+            else kind = "c"
+            next
+        }
+        /^Rss:/ {kib[kind] += $2}
+        END {printf "%d %d\n", kib["rust"], kib["c"]}' "/proc/$SERVER_PID/smaps"
+}
+
 # --memory: every route of the service, N requests each (MEMORY), in ROUNDS rounds; the
 # resident memory after each round. Routes that change a transaction take one transaction
 # each from the creates of their round: two creates per round's share (one set paid by the
@@ -445,7 +463,8 @@ memory_run() { # db: every route MEMORY times, resident memory after each round
             ROUTE_HEADERS_EXTRA="$session"$'\n''Accept-Language: en' \
                 route_run "GET /dashboard/${page%%=*}" GET "/dashboard/${page#*=}" "$share"
         done
-        printf 'after round %s: VmRSS, VmHWM (KiB): %s\n' "$round" "$(sample_memory)"
+        printf 'after round %s: VmRSS, VmHWM (KiB): %s; anonymous, Rust allocator / C allocator and stacks (KiB): %s\n' \
+            "$round" "$(sample_memory)" "$(sample_arenas)"
     done
     stop_server
 }
