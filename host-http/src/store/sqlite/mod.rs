@@ -121,7 +121,7 @@ impl SqliteStore {
                 "this build's SQLite shares one page cache among all connections \
                  (SQLITE_ENABLE_MEMORY_MANAGEMENT: a build that did not read the workspace's \
                  .cargo/config.toml, such as `cargo install` without `--config \
-                 .cargo/config.toml`); resident memory can grow under load (docs/DEPLOYMENT.md)"
+                 .cargo/config.toml`); resident memory can grow under load (docs/DECISIONS-performance.md)"
             );
         }
         let writer = Writer::spawn(conn, path)?;
