@@ -1136,16 +1136,16 @@ fn search_statement(
     let filters = filter_conditions(filter, "t.", "k.", &mut values);
     values.push(i64::from(filter.limit).into());
     let limit = values.len();
-    // Two parts merged newest first: the index, but for the transactions noted since its last
-    // update (`INDEX_PENDING`: its entries for them may be missing or old), and those noted
-    // ones, tested one by one (the writer brings the index up to date every 50 ms, so they
-    // are few). CROSS JOIN keeps SQLite's join order: left to choose, it read the provider's
+    // Two parts merged newest first: the index (in the search file), but for the transactions
+    // noted since its last update (its entries for them may be missing or old), and those
+    // noted ones, tested one by one (the indexer brings the index up to date every 50 ms, so
+    // they are few). One statement: it reads the notes before the index (`search_index.rs`). CROSS JOIN keeps SQLite's join order: left to choose, it read the provider's
     // range of `transaction_search_keys` (all its transactions) to probe the few notes.
     let columns = "t.id, t.reference, t.title, t.status, t.currency, t.total, \
                    t.refunded_amount, json_extract(t.payment, '$.customer.email'), t.created_at";
     let sql = format!(
         "SELECT {columns}, transaction_search.rowid AS key \
-         FROM transaction_search \
+         FROM search.transaction_search \
          CROSS JOIN transaction_search_keys k ON k.key = transaction_search.rowid \
          CROSS JOIN transactions t ON t.id = k.transaction_id \
          WHERE transaction_search MATCH ?1 \

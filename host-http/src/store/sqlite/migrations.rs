@@ -371,8 +371,9 @@ CREATE TABLE credential_usage (
         // first page of them, and another provider's matches are never read.
         //
         // The triggers only note which keys changed (`transaction_search_pending`); the writer
-        // indexes them every 50 ms, 512 at a time ([`INDEX_PENDING`]), and a search tests the
-        // noted ones one by one. FTS5 writes a segment each time it is written to (at every savepoint, and
+        // indexed them every 50 ms, 512 at a time (since migration 25 a thread of its own does,
+        // into a file of its own: `search_index.rs`), and a search tests the noted ones one by
+        // one. FTS5 writes a segment each time it is written to (at every savepoint, and
         // the writer runs each job in one; at every commit): indexed by the triggers, or once
         // per batch of a few creates, it cost 40-60 us a create (creates fell from 9,000/s to
         // 5,500-5,900/s); a few hundred at once cost about 20 us each, notes included.
@@ -510,6 +511,69 @@ CREATE TABLE overview_sums (
         // file has them.
         sql: "",
     },
+    Migration {
+        version: 25,
+        description: "the search index in a file of its own",
+        // The trigram index (migration 21) moves to the search file, written by a thread of
+        // its own (`search_index.rs`); the main file keeps the keys and the notes of what
+        // the index must learn. A note is now made anew (a new number) each time its
+        // transaction changes, rather than changed in place: the indexer remembers the last
+        // number it indexed, and a note changed in place under a number it had passed would
+        // be missed. AUTOINCREMENT keeps numbers from being given twice. The generation is
+        // NULL until the search file is built, which notes every transaction again.
+        sql: r#"
+DROP TRIGGER transactions_search_insert;
+DROP TRIGGER transactions_search_update;
+DROP TRIGGER transactions_search_delete;
+DROP TABLE transaction_search;
+DROP TABLE transaction_search_pending;
+CREATE TABLE transaction_search_pending (     -- keys whose index entry is to be written
+    seq        INTEGER PRIMARY KEY AUTOINCREMENT,  -- first noted, first indexed
+    key        INTEGER NOT NULL UNIQUE,
+    reference  TEXT,                               -- what to index; NULL: the transaction is gone
+    title      TEXT,
+    email      TEXT
+);
+CREATE TABLE search_generation (
+    id          INTEGER PRIMARY KEY CHECK (id = 1),
+    generation  TEXT                               -- = the search file's; NULL: not built
+);
+INSERT INTO search_generation (id, generation) VALUES (1, NULL);
+
+CREATE TRIGGER transactions_search_insert AFTER INSERT ON transactions
+BEGIN
+    INSERT INTO transaction_search_keys (key, transaction_id, created_at)
+    SELECT coalesce(
+               (SELECT key FROM transaction_search_keys
+                WHERE key > n.number * 1099511627776 AND key < (n.number + 1) * 1099511627776
+                ORDER BY key DESC LIMIT 1),
+               n.number * 1099511627776) + 1,
+           NEW.id, NEW.created_at
+    FROM search_providers n WHERE n.provider_id = NEW.provider_id;
+    INSERT INTO transaction_search_pending (key, reference, title, email)
+    SELECT key, NEW.reference, NEW.title, json_extract(NEW.payment, '$.customer.email')
+    FROM transaction_search_keys WHERE transaction_id = NEW.id;
+END;
+CREATE TRIGGER transactions_search_update AFTER UPDATE OF reference, title, payment ON transactions
+WHEN OLD.reference IS NOT NEW.reference OR OLD.title IS NOT NEW.title
+     OR OLD.payment IS NOT NEW.payment
+BEGIN
+    DELETE FROM transaction_search_pending
+    WHERE key = (SELECT key FROM transaction_search_keys WHERE transaction_id = NEW.id);
+    INSERT INTO transaction_search_pending (key, reference, title, email)
+    SELECT key, NEW.reference, NEW.title, json_extract(NEW.payment, '$.customer.email')
+    FROM transaction_search_keys WHERE transaction_id = NEW.id;
+END;
+CREATE TRIGGER transactions_search_delete AFTER DELETE ON transactions
+BEGIN
+    DELETE FROM transaction_search_pending
+    WHERE key = (SELECT key FROM transaction_search_keys WHERE transaction_id = OLD.id);
+    INSERT INTO transaction_search_pending (key, reference, title, email)
+    SELECT key, NULL, NULL, NULL FROM transaction_search_keys WHERE transaction_id = OLD.id;
+    DELETE FROM transaction_search_keys WHERE transaction_id = OLD.id;
+END;
+"#,
+    },
 ];
 
 /// A migration's step that SQL cannot take, run after its SQL in its transaction.
@@ -558,24 +622,6 @@ fn rebuild_transactions(conn: &Connection) -> Result<(), crate::store::StoreErro
     Ok(())
 }
 
-/// Brings the search index (migration 21) up to date with the first 512 transactions the
-/// triggers noted, from the text noted with them (so that it reads no transaction): removes
-/// their entries where one may exist, writes those of the ones that still exist, clears their
-/// notes. Run by the writer every 50 ms while notes
-/// wait, in a write transaction of its own: at most 512 a time keeps the wait of the jobs
-/// queued behind it short, and is still more than creates add in 50 ms.
-pub const INDEX_PENDING: &str = "
-DELETE FROM transaction_search WHERE rowid IN (
-    SELECT key FROM (SELECT key, stale FROM transaction_search_pending ORDER BY seq LIMIT 512)
-    WHERE stale);
-INSERT INTO transaction_search (rowid, reference, title, email)
-SELECT key, reference, title, email FROM (
-    SELECT key, reference, title, email FROM transaction_search_pending ORDER BY seq LIMIT 512)
-WHERE reference IS NOT NULL;
-DELETE FROM transaction_search_pending
-WHERE seq IN (SELECT seq FROM transaction_search_pending ORDER BY seq LIMIT 512);
-";
-
 /// Why the schema could not be brought up to date.
 #[derive(Debug, thiserror::Error)]
 pub enum MigrationError {
@@ -603,7 +649,12 @@ pub fn latest_version() -> u32 {
 /// Applies every migration newer than the file's `user_version`, each in its own IMMEDIATE
 /// transaction, so that two processes opening a fresh file at once do not both migrate it.
 pub fn migrate(conn: &mut Connection) -> Result<u32, MigrationError> {
-    for migration in MIGRATIONS {
+    migrate_to(conn, latest_version())
+}
+
+/// [`migrate`], up to version `last`.
+fn migrate_to(conn: &mut Connection, last: u32) -> Result<u32, MigrationError> {
+    for migration in MIGRATIONS.iter().filter(|m| m.version <= last) {
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let current: u32 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         if current > latest_version() {
@@ -637,7 +688,7 @@ pub fn migrate(conn: &mut Connection) -> Result<u32, MigrationError> {
             "database migrated"
         );
     }
-    Ok(latest_version())
+    Ok(last)
 }
 
 /// The migrations that make a table again, with foreign keys off (see [`migrate`]).
@@ -860,6 +911,7 @@ BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = OLD.trans
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::sqlite::search_index;
 
     #[test]
     fn versions_are_numbered_from_one_without_gaps() {
@@ -881,7 +933,7 @@ mod tests {
         conn.pragma_update(None, "foreign_keys", true).unwrap();
         let before_24 = &MIGRATIONS[..23];
         assert_eq!(before_24.last().unwrap().version, 23);
-        for migration in before_24 {
+        let apply = |conn: &mut Connection, migration: &Migration| {
             let tx = conn.transaction().unwrap();
             tx.execute_batch(migration.sql).unwrap();
             for (_, step) in CODE_STEPS.iter().filter(|(v, _)| *v == migration.version) {
@@ -890,6 +942,9 @@ mod tests {
             tx.pragma_update(None, "user_version", migration.version)
                 .unwrap();
             tx.commit().unwrap();
+        };
+        for migration in before_24 {
+            apply(&mut conn, migration);
         }
         conn.execute_batch(
             "INSERT INTO providers (id, name, created_at) VALUES ('p1', 'P', '2026-01-01T00:00:00Z');
@@ -928,7 +983,7 @@ mod tests {
             })
             .unwrap();
 
-        assert_eq!(migrate(&mut conn).unwrap(), 24);
+        assert_eq!(migrate_to(&mut conn, 24).unwrap(), 24);
 
         let table: String = conn
             .query_row(
@@ -1268,7 +1323,8 @@ mod tests {
     }
 
     /// Migration 21 gives the transactions already there their search keys, one range per
-    /// provider in creation order, and the triggers keep the search index true after it.
+    /// provider in creation order, and the triggers keep the search index true after it (in
+    /// its own file since migration 25).
     #[test]
     fn search_keys_are_given_per_provider_in_creation_order() {
         let mut conn = Connection::open_in_memory().unwrap();
@@ -1294,6 +1350,12 @@ mod tests {
         ))
         .unwrap();
         migrate(&mut conn).unwrap();
+        // The index in a search file of its own (migration 25), built from every transaction.
+        conn.execute_batch("ATTACH DATABASE ':memory:' AS search")
+            .unwrap();
+        assert_eq!(search_index::prepare(&conn).unwrap(), 0);
+        let step = |conn: &Connection| search_index::index_step(conn, search_index::STEP).unwrap();
+        assert_eq!(step(&conn).1, 3, "the three already there");
         conn.execute_batch(&format!(
             "INSERT INTO providers (id, name, created_at) VALUES ('p3', 'Initech', '3');
              {}{}",
@@ -1301,13 +1363,14 @@ mod tests {
             insert("e", "p3", "CHK-E", "Faro", "2025-01-03"),
         ))
         .unwrap();
-        let pending: i64 = conn
-            .query_row("SELECT count(*) FROM transaction_search_pending", [], |r| {
-                r.get(0)
-            })
-            .unwrap();
-        assert_eq!(pending, 2, "the two new ones wait for the writer");
-        conn.execute_batch(INDEX_PENDING).unwrap();
+        let (indexed, taken) = step(&conn);
+        assert_eq!(taken, 2, "the two new ones wait for the indexer");
+        assert_eq!(step(&conn), (indexed, 0), "nothing is indexed twice");
+        assert_eq!(
+            search_index::forget_indexed(&conn, indexed).unwrap(),
+            5,
+            "the writer deletes the notes the index holds"
+        );
         let keys: Vec<(String, i64)> = conn
             .prepare("SELECT transaction_id, key FROM transaction_search_keys ORDER BY key")
             .unwrap()
@@ -1329,7 +1392,7 @@ mod tests {
         assert_eq!(keys, expected);
         let found = |conn: &Connection, text: &str| -> Vec<i64> {
             conn.prepare(
-                "SELECT rowid FROM transaction_search WHERE transaction_search MATCH ?1 \
+                "SELECT rowid FROM search.transaction_search WHERE transaction_search MATCH ?1 \
                  ORDER BY rowid",
             )
             .unwrap()
@@ -1350,14 +1413,14 @@ mod tests {
         .unwrap();
         assert!(
             found(&conn, "ada@example").is_empty(),
-            "not before the writer's step"
+            "not before the indexer's step"
         );
-        conn.execute_batch(INDEX_PENDING).unwrap();
+        step(&conn);
         assert_eq!(found(&conn, "ada@example"), vec![range + 1]);
         assert_eq!(found(&conn, "porto"), vec![range + 1], "the rest stays");
         conn.execute_batch("DELETE FROM transactions WHERE id = 'b'")
             .unwrap();
-        conn.execute_batch(INDEX_PENDING).unwrap();
+        step(&conn);
         assert_eq!(found(&conn, "lisbon"), vec![range + 3, 2 * range + 1]);
         let left: i64 = conn
             .query_row("SELECT count(*) FROM transaction_search_keys", [], |r| {

@@ -40,6 +40,7 @@ pub mod ledger;
 pub mod migrations;
 pub mod outbox;
 pub mod processors;
+mod search_index;
 mod writer;
 
 use writer::Writer;
@@ -85,6 +86,34 @@ pub fn open_migrated(path: &Path) -> Result<Connection, StoreError> {
     Ok(conn)
 }
 
+/// Attaches the search index's file of the database at `path` to `conn` (as `search`), as the
+/// server's readers have it; for tools that run the dashboard's statements themselves.
+pub fn attach_search(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    search_index::attach(conn, &search_index::search_path(path))
+}
+
+/// Brings the search index of the database at `path` up to date in one go (building it
+/// anew if it does not match the file), and deletes the notes it then holds; returns how many
+/// notes it indexed. For tools that fill a file with many transactions while no server runs:
+/// a server indexes 512 at a time.
+pub fn index_search(path: &Path) -> Result<usize, StoreError> {
+    let conn = open_migrated(path)?;
+    search_index::attach(&conn, &search_index::search_path(path))?;
+    search_index::prepare(&conn)?;
+    const CHUNK: usize = 50_000;
+    let mut total = 0;
+    loop {
+        let (indexed, taken) = search_index::index_step(&conn, CHUNK)?;
+        total += taken;
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        search_index::forget_indexed(&conn, indexed)?;
+        conn.execute_batch("COMMIT")?;
+        if taken < CHUNK {
+            return Ok(total);
+        }
+    }
+}
+
 /// Whether SQLite was compiled with `SQLITE_ENABLE_MEMORY_MANAGEMENT`, which makes every
 /// connection's page cache draw from one pool shared by the whole process. The workspace's
 /// `.cargo/config.toml` builds it without (docs/PERFORMANCE.md, "Memory, a million of every
@@ -104,6 +133,8 @@ pub fn shares_one_page_cache(conn: &Connection) -> Result<bool, rusqlite::Error>
 #[derive(Debug)]
 pub struct SqliteStore {
     path: PathBuf,
+    /// The search index's file, attached to every reader (`search_index.rs`).
+    search_path: PathBuf,
     writer: Writer,
     readers: Mutex<Vec<Connection>>,
     /// Tells whether anything was committed since a value of `fresh` was read.
@@ -127,6 +158,7 @@ impl SqliteStore {
         let writer = Writer::spawn(conn, path)?;
         Ok(Arc::new(SqliteStore {
             path: path.to_owned(),
+            search_path: search_index::search_path(path),
             writer,
             readers: Mutex::new(Vec::new()),
             commits: commits::CommitWatch::open(path),
@@ -154,6 +186,7 @@ impl SqliteStore {
             None => {
                 let conn = Connection::open(&self.path)?;
                 configure(&conn)?;
+                search_index::attach(&conn, &self.search_path)?;
                 conn.pragma_update(None, "query_only", true)?;
                 Ok(conn)
             }

@@ -3,6 +3,7 @@
 //! thread beside it that copies the WAL back into the database.
 
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -11,6 +12,7 @@ use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use super::configure;
+use super::search_index::{self, Indexer};
 use crate::store::StoreError;
 
 /// Most jobs committed together; bounds the latency one batch adds to its first job.
@@ -31,6 +33,7 @@ pub(super) struct Writer {
     sender: Mutex<Option<mpsc::Sender<Message>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     checkpointer: Checkpointer,
+    indexer: Arc<Indexer>,
 }
 
 impl Writer {
@@ -42,15 +45,20 @@ impl Writer {
         conn.pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES)?;
         conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)?;
         let checkpointer = Checkpointer::spawn(path)?;
+        let indexer = Arc::new(Indexer::spawn(path)?);
         let signal = checkpointer.signal.clone();
         let (sender, receiver) = mpsc::channel::<Message>();
-        let thread = std::thread::Builder::new()
-            .name("sqlite-writer".to_owned())
-            .spawn(move || writer_loop(conn, receiver, &signal))?;
+        let thread = {
+            let indexer = indexer.clone();
+            std::thread::Builder::new()
+                .name("sqlite-writer".to_owned())
+                .spawn(move || writer_loop(conn, receiver, &signal, &indexer))?
+        };
         Ok(Writer {
             sender: Mutex::new(Some(sender)),
             thread: Mutex::new(Some(thread)),
             checkpointer,
+            indexer,
         })
     }
 
@@ -103,6 +111,8 @@ impl Writer {
         {
             tracing::error!("the sqlite writer thread panicked");
         }
+        // After the writer: what its last batches noted is indexed before the thread stops.
+        self.indexer.stop();
     }
 }
 
@@ -228,18 +238,23 @@ fn in_savepoint<R>(
     result
 }
 
-/// How often the writer brings the search index up to date (`INDEX_PENDING`, up to 512
-/// transactions), while anything waits for it. Indexing a few hundred transactions at once
-/// costs a fraction per transaction of indexing each batch's few (FTS5 writes a segment each
-/// time).
-const INDEX_EVERY: Duration = Duration::from_millis(50);
+/// How often the writer deletes the notes the search index holds while no batch comes to
+/// take them along.
+const FORGET_EVERY: Duration = Duration::from_millis(50);
 
-fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Message>, signal: &CheckpointSignal) {
+fn writer_loop(
+    conn: Connection,
+    receiver: mpsc::Receiver<Message>,
+    signal: &CheckpointSignal,
+    indexer: &Indexer,
+) {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
     let mut stopping = false;
-    let mut indexed_at = Instant::now();
+    // Notes up to this one are deleted; at first, none is known to be.
+    let mut forgotten = 0;
+    let mut forgot_at = Instant::now();
     while !stopping {
-        match receiver.recv_timeout(INDEX_EVERY) {
+        match receiver.recv_timeout(FORGET_EVERY) {
             Ok(Message::Job(job)) => batch.push(job),
             Ok(Message::Shutdown) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -255,15 +270,21 @@ fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Message>, signal: &Che
                 Err(_) => break,
             }
         }
+        let indexed = indexer.indexed.load(Ordering::Acquire);
+        let forget = (indexed > forgotten).then_some(indexed);
         if !batch.is_empty() {
-            commit_batch(&conn, &mut batch);
+            if commit_batch(&conn, &mut batch, forget) {
+                forgotten = forget.unwrap_or(forgotten);
+            }
             signal.committed();
-        }
-        if indexed_at.elapsed() >= INDEX_EVERY {
-            if index_pending(&conn) {
+        } else if let Some(indexed) = forget
+            && forgot_at.elapsed() >= FORGET_EVERY
+        {
+            if forget_alone(&conn, indexed) {
+                forgotten = indexed;
                 signal.committed();
             }
-            indexed_at = Instant::now();
+            forgot_at = Instant::now();
         }
     }
     // Jobs queued behind the shutdown message still get their answer.
@@ -273,53 +294,51 @@ fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Message>, signal: &Che
         }
     }
     if !batch.is_empty() {
-        commit_batch(&conn, &mut batch);
+        commit_batch(&conn, &mut batch, None);
     }
-    index_pending(&conn);
     if let Err((_, error)) = conn.close() {
         tracing::error!(%error, "closing the database failed");
     }
 }
 
-/// Brings the search index up to date ([`super::migrations::INDEX_PENDING`]) in a write
-/// transaction of its own, if any transaction waits for it; returns whether it committed.
-/// Should it fail, the noted transactions wait for the next time (searches test them one by
-/// one meanwhile).
-fn index_pending(conn: &Connection) -> bool {
-    let waiting = conn
-        .prepare_cached("SELECT EXISTS (SELECT 1 FROM transaction_search_pending)")
-        .and_then(|mut s| s.query_row([], |r| r.get::<_, bool>(0)));
-    match waiting {
-        Ok(true) => {}
-        Ok(false) => return false,
-        Err(error) => {
-            tracing::error!(%error, "could not read what the search index waits for");
-            return false;
-        }
-    }
-    let indexed = conn
+/// Deletes the notes the search index holds in a write transaction of its own (when no batch
+/// comes to take them along); returns whether it committed. Should it fail, the next time
+/// deletes them (searches test them one by one meanwhile).
+fn forget_alone(conn: &Connection, indexed: i64) -> bool {
+    let forgotten = conn
         .execute_batch("BEGIN IMMEDIATE")
-        .and_then(|()| conn.execute_batch(super::migrations::INDEX_PENDING))
-        .and_then(|()| conn.execute_batch("COMMIT"));
-    match indexed {
+        .map_err(StoreError::from)
+        .and_then(|()| search_index::forget_indexed(conn, indexed))
+        .and_then(|_| Ok(conn.execute_batch("COMMIT")?));
+    match forgotten {
         Ok(()) => true,
         Err(error) => {
-            tracing::error!(%error, "indexing transactions for search failed; retried later");
+            tracing::error!(%error, "deleting the search index's notes failed; retried later");
             let _ = conn.execute_batch("ROLLBACK");
             false
         }
     }
 }
 
-fn commit_batch(conn: &Connection, batch: &mut Vec<Job>) {
+/// Commits `batch` in one transaction, deleting with it the notes the search index holds up
+/// to `forget`; returns whether both were done.
+fn commit_batch(conn: &Connection, batch: &mut Vec<Job>, forget: Option<i64>) -> bool {
     if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
         tracing::error!(%error, jobs = batch.len(), "could not begin a write batch");
         // Dropping a job unrun drops its reply channel: its caller gets `StoreError::Closed`.
         batch.clear();
-        return;
+        return false;
     }
     let finishers: Vec<Box<dyn FnOnce(bool) + Send>> =
         batch.drain(..).map(|job| job(conn)).collect();
+    let forgot = match forget.map(|indexed| search_index::forget_indexed(conn, indexed)) {
+        Some(Err(error)) => {
+            // The jobs' work stands; the notes go next time.
+            tracing::warn!(%error, "deleting the search index's notes failed; retried later");
+            false
+        }
+        _ => true,
+    };
     let committed = match conn.execute_batch("COMMIT") {
         Ok(()) => true,
         Err(error) => {
@@ -331,4 +350,5 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>) {
     for finish in finishers {
         finish(committed);
     }
+    committed && forgot
 }
