@@ -361,18 +361,24 @@ mod tests {
         .unwrap()
     }
 
+    /// A migrated file (`checkout.db` in the directory) with two transactions of one provider.
+    fn two_transactions() -> (tempfile::TempDir, Connection) {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open_migrated(&dir.path().join("checkout.db")).unwrap();
+        conn.execute_batch("INSERT INTO providers (id, name, created_at) VALUES ('p1', 'A', '1')")
+            .unwrap();
+        insert(&conn, "2026-01-01", "Lisbon");
+        insert(&conn, "2026-01-02", "Porto");
+        (dir, conn)
+    }
+
     /// The indexer thread writes what the triggers note into the search file, and reports how
     /// far it got, up to which the writer deletes the notes; it indexes what is noted before
     /// it stops.
     #[test]
     fn the_indexer_writes_the_search_file_and_the_notes_are_then_deleted() {
-        let dir = tempfile::tempdir().unwrap();
+        let (dir, conn) = two_transactions();
         let path = dir.path().join("checkout.db");
-        let conn = open_migrated(&path).unwrap();
-        conn.execute_batch("INSERT INTO providers (id, name, created_at) VALUES ('p1', 'A', '1')")
-            .unwrap();
-        insert(&conn, "2026-01-01", "Lisbon");
-        insert(&conn, "2026-01-02", "Porto");
         let indexer = Indexer::spawn(&path).unwrap();
         let range = 1_i64 << 40;
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -416,13 +422,8 @@ mod tests {
     /// again.
     #[test]
     fn a_search_file_that_does_not_match_is_built_again() {
-        let dir = tempfile::tempdir().unwrap();
+        let (dir, conn) = two_transactions();
         let path = dir.path().join("checkout.db");
-        let conn = open_migrated(&path).unwrap();
-        conn.execute_batch("INSERT INTO providers (id, name, created_at) VALUES ('p1', 'A', '1')")
-            .unwrap();
-        insert(&conn, "2026-01-01", "Lisbon");
-        insert(&conn, "2026-01-02", "Porto");
         attach(&conn, &search_path(&path)).unwrap();
         assert_eq!(
             prepare(&conn).unwrap(),
