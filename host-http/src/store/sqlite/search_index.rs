@@ -67,6 +67,36 @@ pub(super) fn attach(conn: &Connection, search: &Path) -> Result<(), StoreError>
     Ok(())
 }
 
+/// Whether `error` says the search file is not a database SQLite can read.
+fn damaged(error: &StoreError) -> bool {
+    matches!(
+        error,
+        StoreError::Sqlite(rusqlite::Error::SqliteFailure(failure, _))
+            if matches!(
+                failure.code,
+                rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt
+            )
+    )
+}
+
+/// Deletes the search file with its WAL and shared-memory files.
+fn remove_search_file(search: &Path) -> Result<(), StoreError> {
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = search.as_os_str().to_owned();
+        name.push(suffix);
+        match std::fs::remove_file(&name) {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                return Err(StoreError::Corrupt {
+                    column: "search file",
+                    detail: format!("{}: {error}", PathBuf::from(name).display()),
+                });
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Makes the search file's tables (on `conn`, which has it attached) and rebuilds it when it
 /// does not match the main file; returns how far the index got (`indexed_seq`).
 pub(super) fn prepare(conn: &Connection) -> Result<i64, StoreError> {
@@ -269,8 +299,25 @@ impl Indexer {
     pub(super) fn spawn(path: &Path) -> Result<Indexer, StoreError> {
         let conn = Connection::open(path)?;
         configure(&conn)?;
-        attach(&conn, &search_path(path))?;
-        let indexed = Arc::new(AtomicI64::new(prepare(&conn)?));
+        let search = search_path(path);
+        let indexed = match attach(&conn, &search).and_then(|()| prepare(&conn)) {
+            // Derived data: a damaged search file is made again rather than stop the server.
+            // Only then: another process may have the file open for other errors.
+            Err(error) if damaged(&error) => {
+                tracing::warn!(
+                    %error,
+                    file = %search.display(),
+                    "the search file is damaged; it is made again from the database"
+                );
+                // Attached or not, depending on where it failed.
+                let _ = conn.execute_batch("DETACH DATABASE search");
+                remove_search_file(&search)?;
+                attach(&conn, &search)?;
+                prepare(&conn)?
+            }
+            other => other?,
+        };
+        let indexed = Arc::new(AtomicI64::new(indexed));
         let signal = Arc::new((Mutex::new(false), Condvar::new()));
         let thread = {
             let (indexed, signal) = (indexed.clone(), signal.clone());
@@ -419,7 +466,7 @@ mod tests {
 
     /// A search file that is missing, belongs to another main file, or is ahead of the notes
     /// (a main file restored from an older copy) is emptied, and every transaction noted
-    /// again.
+    /// again; one that is not a database is deleted and made again.
     #[test]
     fn a_search_file_that_does_not_match_is_built_again() {
         let (dir, conn) = two_transactions();
@@ -457,15 +504,19 @@ mod tests {
 
         // No search file.
         drop(conn);
-        for suffix in ["", "-wal", "-shm"] {
-            let mut name = search_path(&path).into_os_string();
-            name.push(suffix);
-            let _ = std::fs::remove_file(name);
-        }
+        remove_search_file(&search_path(&path)).unwrap();
         let conn = open_migrated(&path).unwrap();
         attach(&conn, &search_path(&path)).unwrap();
         prepare(&conn).unwrap();
         index_step(&conn, STEP).unwrap();
+        assert_eq!(found(&path, "lisbo"), vec![range + 1]);
+        drop(conn);
+
+        // A search file that is not a database: the indexer makes it again.
+        remove_search_file(&search_path(&path)).unwrap();
+        std::fs::write(search_path(&path), vec![b'x'; 8192]).unwrap();
+        let indexer = Indexer::spawn(&path).unwrap();
+        indexer.stop();
         assert_eq!(found(&path, "lisbo"), vec![range + 1]);
     }
 }
