@@ -111,7 +111,8 @@ impl Writer {
         {
             tracing::error!("the sqlite writer thread panicked");
         }
-        // After the writer: what its last batches noted is indexed before the thread stops.
+        // The writer thread stops the indexer before it closes; this is for a writer thread
+        // that panicked.
         self.indexer.stop();
     }
 }
@@ -296,6 +297,12 @@ fn writer_loop(
     if !batch.is_empty() {
         commit_batch(&conn, &mut batch, None);
     }
+    // What the last batches noted is indexed, and the notes deleted, before the file closes.
+    indexer.stop();
+    let indexed = indexer.indexed.load(Ordering::Acquire);
+    if indexed > forgotten {
+        forget_alone(&conn, indexed);
+    }
     if let Err((_, error)) = conn.close() {
         tracing::error!(%error, "closing the database failed");
     }
@@ -351,4 +358,36 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>, forget: Option<i64>) ->
         finish(committed);
     }
     committed && forgot
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shutdown leaves the index holding every transaction committed, and no note behind.
+    #[tokio::test]
+    async fn a_shutdown_indexes_what_was_noted_and_deletes_the_notes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("checkout.db");
+        let writer = Writer::spawn(super::super::open_migrated(&path).unwrap(), &path).unwrap();
+        writer
+            .execute(|conn| {
+                conn.execute_batch(
+                    "INSERT INTO providers (id, name, created_at) VALUES ('p1', 'A', '1');
+                     INSERT INTO transactions (id, provider_id, reference, status, title,
+                         currency, payload, total, created_at, updated_at)
+                     VALUES ('t1', 'p1', 'CHK-1', 'PENDING', 'Lisbon', 'EUR', '{}', '1', '1',
+                         '1');",
+                )?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        writer.shutdown();
+        let conn = Connection::open(&path).unwrap();
+        search_index::attach(&conn, &search_index::search_path(&path)).unwrap();
+        let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+        assert_eq!(count("SELECT count(*) FROM search.search_indexed"), 1);
+        assert_eq!(count("SELECT count(*) FROM transaction_search_pending"), 0);
+    }
 }
