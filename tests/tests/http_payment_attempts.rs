@@ -118,10 +118,11 @@ async fn simultaneous_posts_of_one_page_charge_once() {
     assert_eq!(status["status"], "PAID");
 }
 
-/// The failed-attempt limit (10 an hour) holds under concurrency: thirty simultaneous declined
-/// posts reach the processor once (the others: 409), and however they are sent, exactly ten
-/// declined attempts reach it in the window before the page refuses with 429. Before, 29 of 30
-/// simultaneous posts reached the processor.
+/// The failed-attempt limit (10 an hour) holds under concurrency: of thirty simultaneous
+/// declined posts, one at a time reaches the processor (the others meanwhile: 409), never more
+/// than ten in all, and however they are sent, exactly ten declined attempts reach it in the
+/// window before the page refuses with 429. Before, 29 of 30 simultaneous posts reached the
+/// processor.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn simultaneous_declined_posts_cannot_pass_the_attempt_limit() {
     let server = Arc::new(TestServer::start().await);
@@ -132,8 +133,10 @@ async fn simultaneous_declined_posts_cannot_pass_the_attempt_limit() {
     let attempts = format!("SELECT count(*) FROM payment_attempts WHERE transaction_id = '{id}'");
 
     let statuses = all_at_once(&server, &path, &declined, 30).await;
+    // 402: declined by the processor; 409: another attempt was in flight; 429: the limit was
+    // reached by the attempts before (one after another, a burst can reach it).
     assert!(
-        statuses.iter().all(|s| *s == 402 || *s == 409),
+        statuses.iter().all(|s| matches!(s, 402 | 409 | 429)),
         "{statuses:?}"
     );
     let reached = count(&server, &attempts);
@@ -143,8 +146,12 @@ async fn simultaneous_declined_posts_cannot_pass_the_attempt_limit() {
         "every 402 is one attempt the processor declined: {statuses:?}"
     );
     assert!(
-        reached < 10,
+        reached <= 10,
         "{reached} of 30 simultaneous posts reached the processor"
+    );
+    assert!(
+        !statuses.contains(&429) || reached == 10,
+        "refused before the limit: {statuses:?}"
     );
     // Waves of simultaneous posts until the page refuses: never past ten.
     for _ in 0..20 {
