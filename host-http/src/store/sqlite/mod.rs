@@ -98,16 +98,14 @@ pub fn attach_search(conn: &Connection, path: &Path) -> Result<(), StoreError> {
 /// a server indexes 512 at a time.
 pub fn index_search(path: &Path) -> Result<usize, StoreError> {
     let conn = open_migrated(path)?;
-    search_index::attach(&conn, &search_index::search_path(path))?;
+    attach_search(&conn, path)?;
     search_index::prepare(&conn)?;
     const CHUNK: usize = 50_000;
     let mut total = 0;
     loop {
         let (indexed, taken) = search_index::index_step(&conn, CHUNK)?;
         total += taken;
-        conn.execute_batch("BEGIN IMMEDIATE")?;
-        search_index::forget_indexed(&conn, indexed)?;
-        conn.execute_batch("COMMIT")?;
+        search_index::forget_indexed_alone(&conn, indexed)?;
         if taken < CHUNK {
             return Ok(total);
         }
@@ -133,8 +131,6 @@ pub fn shares_one_page_cache(conn: &Connection) -> Result<bool, rusqlite::Error>
 #[derive(Debug)]
 pub struct SqliteStore {
     path: PathBuf,
-    /// The search index's file, attached to every reader (`search_index.rs`).
-    search_path: PathBuf,
     writer: Writer,
     readers: Mutex<Vec<Connection>>,
     /// Tells whether anything was committed since a value of `fresh` was read.
@@ -158,7 +154,6 @@ impl SqliteStore {
         let writer = Writer::spawn(conn, path)?;
         Ok(Arc::new(SqliteStore {
             path: path.to_owned(),
-            search_path: search_index::search_path(path),
             writer,
             readers: Mutex::new(Vec::new()),
             commits: commits::CommitWatch::open(path),
@@ -186,7 +181,8 @@ impl SqliteStore {
             None => {
                 let conn = Connection::open(&self.path)?;
                 configure(&conn)?;
-                search_index::attach(&conn, &self.search_path)?;
+                // The search index's file (`search_index.rs`), which searches read.
+                attach_search(&conn, &self.path)?;
                 conn.pragma_update(None, "query_only", true)?;
                 Ok(conn)
             }

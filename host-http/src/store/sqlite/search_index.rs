@@ -186,13 +186,17 @@ fn rebuild(conn: &Connection) -> Result<i64, StoreError> {
     Ok(indexed)
 }
 
+/// Commits the open transaction, or rolls it back (also when the commit fails).
 fn finish(conn: &Connection, commit: bool) -> Result<(), StoreError> {
-    if commit {
-        conn.execute_batch("COMMIT")?;
+    let committed = if commit {
+        conn.execute_batch("COMMIT")
     } else {
+        Ok(())
+    };
+    if !commit || committed.is_err() {
         let _ = conn.execute_batch("ROLLBACK");
     }
-    Ok(())
+    Ok(committed?)
 }
 
 /// Indexes the next notes, up to `limit`, in one transaction of the search file; returns how
@@ -282,6 +286,14 @@ pub(super) fn forget_indexed(conn: &Connection, indexed: i64) -> Result<usize, S
     Ok(conn
         .prepare_cached("DELETE FROM transaction_search_pending WHERE seq <= ?1")?
         .execute([indexed])?)
+}
+
+/// [`forget_indexed`] in a write transaction of its own (rolled back on failure).
+pub(super) fn forget_indexed_alone(conn: &Connection, indexed: i64) -> Result<usize, StoreError> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let forgotten = forget_indexed(conn, indexed);
+    finish(conn, forgotten.is_ok())?;
+    forgotten
 }
 
 /// The indexer thread: a connection to the main file with the search file attached, which

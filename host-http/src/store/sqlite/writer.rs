@@ -312,16 +312,10 @@ fn writer_loop(
 /// comes to take them along); returns whether it committed. Should it fail, the next time
 /// deletes them (searches test them one by one meanwhile).
 fn forget_alone(conn: &Connection, indexed: i64) -> bool {
-    let forgotten = conn
-        .execute_batch("BEGIN IMMEDIATE")
-        .map_err(StoreError::from)
-        .and_then(|()| search_index::forget_indexed(conn, indexed))
-        .and_then(|_| Ok(conn.execute_batch("COMMIT")?));
-    match forgotten {
-        Ok(()) => true,
+    match search_index::forget_indexed_alone(conn, indexed) {
+        Ok(_) => true,
         Err(error) => {
             tracing::error!(%error, "deleting the search index's notes failed; retried later");
-            let _ = conn.execute_batch("ROLLBACK");
             false
         }
     }
