@@ -334,11 +334,12 @@ fn seed_sqlite(path: &std::path::Path, args: &Args) -> Result<(), String> {
                           ?2 + i * (({SPAN_MS}) / ?1) + ((i * 2654435761) % 4294967296) % 997 AS ms \
                    FROM n), \
              v AS (SELECT i, h, c, ms, {status} AS status, {email} AS cust_email FROM k) \
-             INSERT INTO transactions (id, provider_id, reference, status, title, currency, \
-                 ref_ids, note, attachments, email, payload, time_zone, total, paid_amount, \
-                 refunded_amount, paid_at, payment, created_at, updated_at, pay_token_hash, \
-                 pay_expires_at) \
-             SELECT printf('%08x-%04x-7%03x-%04x-%012x', ms >> 16, ms & 65535, h & 4095, \
+             INSERT INTO transactions (rowid, id, provider_id, reference, status, title, \
+                 currency, ref_ids, note, attachments, email, payload, time_zone, total, \
+                 paid_amount, refunded_amount, paid_at, payment, created_at, updated_at, \
+                 pay_token_hash, pay_expires_at) \
+             SELECT ?5 + 1 + v.i, \
+                    printf('%08x-%04x-7%03x-%04x-%012x', ms >> 16, ms & 65535, h & 4095, \
                         32768 + (h >> 20) % 16384, ?4 * 1099511627776 + i), \
                     ?3, {reference}, v.status, {title}, {currency}, \
                     t.ref_ids, t.note, t.attachments, t.email, t.payload, t.time_zone, t.total, \
@@ -365,8 +366,23 @@ fn seed_sqlite(path: &std::path::Path, args: &Args) -> Result<(), String> {
             [&template],
         )
         .map_err(err)?;
+        // The rows' rowids are their search keys, the next ones of the provider's range
+        // (migration 26), as the writer gives them.
+        let last_key: i64 = conn
+            .query_row(
+                "SELECT coalesce( \
+                     (SELECT t.rowid FROM transactions t \
+                      WHERE t.rowid > n.number * 1099511627776 \
+                        AND t.rowid < (n.number + 1) * 1099511627776 \
+                      ORDER BY t.rowid DESC LIMIT 1), \
+                     n.number * 1099511627776) \
+                 FROM search_providers n WHERE n.provider_id = ?1",
+                [provider],
+                |r| r.get(0),
+            )
+            .map_err(err)?;
         let inserted = conn
-            .execute(&sql, params![count, start_ms, provider, tag])
+            .execute(&sql, params![count, start_ms, provider, tag, last_key])
             .map_err(err)?;
         conn.execute_batch("DROP TABLE bench_template; COMMIT")
             .map_err(err)?;

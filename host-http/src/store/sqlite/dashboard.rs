@@ -1068,7 +1068,7 @@ pub fn list_statement(
          FROM transactions WHERE provider_id = ?1",
     );
     let mut values: Vec<rusqlite::types::Value> = vec![provider_id.to_owned().into()];
-    sql.push_str(&filter_conditions(filter, "", "", &mut values));
+    sql.push_str(&filter_conditions(filter, "", &mut values));
     if let Some(search) = &filter.search {
         let pattern = format!("%{}%", like_escaped(search));
         values.push(pattern.into());
@@ -1115,7 +1115,7 @@ fn search_statement(
     let mut high = low + SEARCH_KEY_RANGE;
     if let Some((_, id)) = &filter.before {
         let key: Option<i64> = conn
-            .prepare_cached("SELECT key FROM transaction_search_keys WHERE transaction_id = ?1")?
+            .prepare_cached("SELECT rowid FROM transactions WHERE id = ?1")?
             .query_row([id], |r| r.get(0))
             .optional()?;
         match key {
@@ -1133,21 +1133,22 @@ fn search_statement(
         provider_id.to_owned().into(),
         format!("%{}%", like_escaped(search)).into(),
     ];
-    let filters = filter_conditions(filter, "t.", "k.", &mut values);
+    let filters = filter_conditions(filter, "t.", &mut values);
     values.push(i64::from(filter.limit).into());
     let limit = values.len();
     // Two parts merged newest first: the index (in the search file), but for the transactions
     // noted since its last update (its entries for them may be missing or old), and those
     // noted ones, tested one by one (the indexer brings the index up to date every 50 ms, so
-    // they are few). One statement: it reads the notes before the index (`search_index.rs`). CROSS JOIN keeps SQLite's join order: left to choose, it read the provider's
-    // range of `transaction_search_keys` (all its transactions) to probe the few notes.
+    // they are few). One statement: it reads the notes before the index (`search_index.rs`).
+    // A search key is its transaction's rowid (migration 26). CROSS JOIN keeps SQLite's join
+    // order: left to choose, it read the provider's range of transactions to probe the few
+    // notes.
     let columns = "t.id, t.reference, t.title, t.status, t.currency, t.total, \
                    t.refunded_amount, json_extract(t.payment, '$.customer.email'), t.created_at";
     let sql = format!(
         "SELECT {columns}, transaction_search.rowid AS key \
          FROM search.transaction_search \
-         CROSS JOIN transaction_search_keys k ON k.key = transaction_search.rowid \
-         CROSS JOIN transactions t ON t.id = k.transaction_id \
+         CROSS JOIN transactions t ON t.rowid = transaction_search.rowid \
          WHERE transaction_search MATCH ?1 \
          AND transaction_search.rowid > ?2 AND transaction_search.rowid < ?3 \
          AND transaction_search.rowid NOT IN (SELECT key FROM transaction_search_pending) \
@@ -1155,8 +1156,7 @@ fn search_statement(
          UNION ALL \
          SELECT {columns}, p.key AS key \
          FROM transaction_search_pending p \
-         CROSS JOIN transaction_search_keys k ON k.key = p.key \
-         CROSS JOIN transactions t ON t.id = k.transaction_id \
+         CROSS JOIN transactions t ON t.rowid = p.key \
          WHERE p.key > ?2 AND p.key < ?3 AND t.provider_id = ?4 \
          AND (lower(p.reference) LIKE ?5 ESCAPE '\\' OR lower(p.title) LIKE ?5 ESCAPE '\\' \
               OR lower(p.email) LIKE ?5 ESCAPE '\\'){filters} \
@@ -1166,11 +1166,10 @@ fn search_statement(
 }
 
 /// ` AND …` for the filter's status, currency and date range, its values bound after those in
-/// `values`; `row` qualifies the status and currency columns, `created` the creation instant.
+/// `values`; `row` qualifies the columns.
 fn filter_conditions(
     filter: &TransactionFilter,
     row: &str,
-    created: &str,
     values: &mut Vec<rusqlite::types::Value>,
 ) -> String {
     let mut conditions = String::new();
@@ -1185,10 +1184,10 @@ fn filter_conditions(
         bind(format!(" AND {row}currency ="), currency.clone());
     }
     if let Some(from) = filter.from {
-        bind(format!(" AND {created}created_at >="), format_instant(from));
+        bind(format!(" AND {row}created_at >="), format_instant(from));
     }
     if let Some(until) = filter.until {
-        bind(format!(" AND {created}created_at <"), format_instant(until));
+        bind(format!(" AND {row}created_at <"), format_instant(until));
     }
     conditions
 }

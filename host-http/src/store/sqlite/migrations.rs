@@ -574,6 +574,73 @@ BEGIN
 END;
 "#,
     },
+    Migration {
+        version: 26,
+        description: "a transaction's search key is its rowid",
+        // Each create wrote a row of `transaction_search_keys` (its key, given in its
+        // provider's range by a trigger) and that row's index of transaction ids: about a
+        // sixth of the writer's time per create (docs/PERFORMANCE.md, "The search key as the
+        // rowid"). The key becomes the transaction's rowid, which the writer gives in the
+        // insert itself; the keys table goes. The numbers stay those of the keys table, so
+        // the search file stays true. A transaction inserted without such a rowid (by SQL
+        // of its own) is moved to the next key of its provider's range by a trigger of its own
+        // (`transactions_search_insert_keyed`).
+        // The versions' update trigger is taken off while the rows move: moving is no change.
+        sql: r#"
+DROP TRIGGER transactions_search_insert;
+DROP TRIGGER transactions_search_update;
+DROP TRIGGER transactions_search_delete;
+DROP TRIGGER transactions_updated_version;
+UPDATE transactions
+SET rowid = (SELECT k.key FROM transaction_search_keys k WHERE k.transaction_id = transactions.id);
+DROP TABLE transaction_search_keys;
+CREATE TRIGGER transactions_updated_version AFTER UPDATE ON transactions
+BEGIN UPDATE transaction_versions SET version = version + 1 WHERE id = NEW.id; END;
+
+CREATE TRIGGER transactions_search_insert AFTER INSERT ON transactions
+WHEN EXISTS (SELECT 1 FROM search_providers n
+             WHERE n.provider_id = NEW.provider_id
+               AND NEW.rowid > n.number * 1099511627776
+               AND NEW.rowid < (n.number + 1) * 1099511627776)
+BEGIN
+    INSERT INTO transaction_search_pending (key, reference, title, email)
+    VALUES (NEW.rowid, NEW.reference, NEW.title, json_extract(NEW.payment, '$.customer.email'));
+END;
+CREATE TRIGGER transactions_search_insert_keyed AFTER INSERT ON transactions
+WHEN NOT EXISTS (SELECT 1 FROM search_providers n
+                 WHERE n.provider_id = NEW.provider_id
+                   AND NEW.rowid > n.number * 1099511627776
+                   AND NEW.rowid < (n.number + 1) * 1099511627776)
+BEGIN
+    UPDATE transactions SET rowid = (
+        SELECT coalesce(
+                   (SELECT t.rowid FROM transactions t
+                    WHERE t.rowid > n.number * 1099511627776
+                      AND t.rowid < (n.number + 1) * 1099511627776
+                    ORDER BY t.rowid DESC LIMIT 1),
+                   n.number * 1099511627776) + 1
+        FROM search_providers n WHERE n.provider_id = NEW.provider_id)
+    WHERE rowid = NEW.rowid;
+    INSERT INTO transaction_search_pending (key, reference, title, email)
+    SELECT rowid, NEW.reference, NEW.title, json_extract(NEW.payment, '$.customer.email')
+    FROM transactions WHERE id = NEW.id;
+END;
+CREATE TRIGGER transactions_search_update AFTER UPDATE OF reference, title, payment ON transactions
+WHEN OLD.reference IS NOT NEW.reference OR OLD.title IS NOT NEW.title
+     OR OLD.payment IS NOT NEW.payment
+BEGIN
+    DELETE FROM transaction_search_pending WHERE key = NEW.rowid;
+    INSERT INTO transaction_search_pending (key, reference, title, email)
+    VALUES (NEW.rowid, NEW.reference, NEW.title, json_extract(NEW.payment, '$.customer.email'));
+END;
+CREATE TRIGGER transactions_search_delete AFTER DELETE ON transactions
+BEGIN
+    DELETE FROM transaction_search_pending WHERE key = OLD.rowid;
+    INSERT INTO transaction_search_pending (key, reference, title, email)
+    VALUES (OLD.rowid, NULL, NULL, NULL);
+END;
+"#,
+    },
 ];
 
 /// A migration's step that SQL cannot take, run after its SQL in its transaction.
@@ -1324,7 +1391,8 @@ mod tests {
 
     /// Migration 21 gives the transactions already there their search keys, one range per
     /// provider in creation order, and the triggers keep the search index true after it (in
-    /// its own file since migration 25).
+    /// its own file since migration 25). Since migration 26 a key is its transaction's rowid;
+    /// these rows, inserted without one, are moved to their provider's next key.
     #[test]
     fn search_keys_are_given_per_provider_in_creation_order() {
         let mut conn = Connection::open_in_memory().unwrap();
@@ -1372,7 +1440,7 @@ mod tests {
             "the writer deletes the notes the index holds"
         );
         let keys: Vec<(String, i64)> = conn
-            .prepare("SELECT transaction_id, key FROM transaction_search_keys ORDER BY key")
+            .prepare("SELECT id, rowid FROM transactions ORDER BY rowid")
             .unwrap()
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
             .unwrap()
@@ -1422,12 +1490,133 @@ mod tests {
             .unwrap();
         step(&conn);
         assert_eq!(found(&conn, "lisbon"), vec![range + 3, 2 * range + 1]);
-        let left: i64 = conn
-            .query_row("SELECT count(*) FROM transaction_search_keys", [], |r| {
-                r.get(0)
-            })
+    }
+
+    /// Migration 26: each transaction's rowid becomes its search key, the keys table goes, and
+    /// the search file built before stays true (its keys are the same numbers); the versions
+    /// do not move.
+    #[test]
+    fn migration_26_makes_the_search_keys_the_rowids_and_keeps_the_search_file() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        assert_eq!(migrate_to(&mut conn, 25).unwrap(), 25);
+        let insert = |id: &str, provider: &str, title: &str, at: &str| {
+            format!(
+                "INSERT INTO transactions (id, provider_id, reference, status, title, currency, \
+                   payload, total, created_at, updated_at) \
+                   VALUES ('{id}', '{provider}', 'CHK-{id}', 'PENDING', '{title}', 'EUR', \
+                   '{{}}', '1', '{at}', '{at}');"
+            )
+        };
+        conn.execute_batch(&format!(
+            "INSERT INTO providers (id, name, created_at) VALUES ('p1', 'Acme', '1');
+             INSERT INTO providers (id, name, created_at) VALUES ('p2', 'Globex', '2');
+             {}{}{}",
+            insert("a", "p1", "Lisbon", "2025-01-01"),
+            insert("c", "p2", "Lisbon", "2025-01-01"),
+            insert("b", "p1", "Porto", "2025-01-02"),
+        ))
+        .unwrap();
+        conn.execute_batch("UPDATE transactions SET status = 'PAID' WHERE id = 'b'")
             .unwrap();
-        assert_eq!(left, 4);
+        conn.execute_batch("ATTACH DATABASE ':memory:' AS search")
+            .unwrap();
+        // The search file as this build makes it, its notes as the build of migration 25 made
+        // them (by the keys table).
+        search_index::prepare(&conn).unwrap();
+        conn.execute_batch(
+            "DELETE FROM transaction_search_pending;
+             INSERT INTO transaction_search_pending (key, reference, title, email)
+             SELECT k.key, t.reference, t.title, NULL
+             FROM transaction_search_keys k JOIN transactions t ON t.id = k.transaction_id
+             ORDER BY k.key;",
+        )
+        .unwrap();
+        let (indexed, taken) = search_index::index_step(&conn, search_index::STEP).unwrap();
+        assert_eq!(taken, 3);
+        search_index::forget_indexed(&conn, indexed).unwrap();
+        let keys: Vec<(String, i64)> = conn
+            .prepare("SELECT transaction_id, key FROM transaction_search_keys ORDER BY key")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let versions = |conn: &Connection| -> Vec<(String, i64)> {
+            conn.prepare("SELECT id, version FROM transaction_versions ORDER BY id")
+                .unwrap()
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        };
+        let versions_before = versions(&conn);
+
+        migrate(&mut conn).unwrap();
+
+        let rowids: Vec<(String, i64)> = conn
+            .prepare("SELECT id, rowid FROM transactions ORDER BY rowid")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(rowids, keys);
+        let range = 1_i64 << 40;
+        assert_eq!(
+            rowids.iter().map(|(_, key)| *key).collect::<Vec<_>>(),
+            vec![range + 1, range + 2, 2 * range + 1]
+        );
+        assert_eq!(
+            versions(&conn),
+            versions_before,
+            "moving a row is no change"
+        );
+        let tables: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE name = 'transaction_search_keys'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(tables, 0);
+        assert_eq!(
+            search_index::prepare(&conn).unwrap(),
+            indexed,
+            "the search file is kept, not built again"
+        );
+        let found = |conn: &Connection, text: &str| -> Vec<i64> {
+            conn.prepare(
+                "SELECT t.rowid FROM search.transaction_search \
+                 JOIN transactions t ON t.rowid = transaction_search.rowid \
+                 WHERE transaction_search MATCH ?1 ORDER BY t.rowid",
+            )
+            .unwrap()
+            .query_map([format!("\"{text}\"")], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+        };
+        assert_eq!(found(&conn, "lisbon"), vec![range + 1, 2 * range + 1]);
+        // The triggers note by rowid: a title changed, and a new transaction at its
+        // provider's next key.
+        conn.execute_batch(&format!(
+            "UPDATE transactions SET title = 'Lisbon too' WHERE id = 'b'; {}",
+            insert("d", "p2", "Lisbon again", "2025-01-03")
+        ))
+        .unwrap();
+        let noted: Vec<i64> = conn
+            .prepare("SELECT key FROM transaction_search_pending ORDER BY seq")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(noted, vec![range + 2, 2 * range + 2]);
+        search_index::index_step(&conn, search_index::STEP).unwrap();
+        assert_eq!(
+            found(&conn, "lisbon"),
+            vec![range + 1, range + 2, 2 * range + 1, 2 * range + 2]
+        );
     }
 
     #[test]

@@ -583,12 +583,21 @@ fn insert_transaction(
         reference = super::new_reference(transaction.created_at);
     }
     let now = format_instant(transaction.created_at);
+    // The rowid is the transaction's search key: the next in its provider's range
+    // (migration 26), one seek at the range's end.
     conn.prepare_cached(
-        "INSERT INTO transactions (id, provider_id, reference, status, title, currency, ref_ids, \
-         note, attachments, email, payload, total, refunded_amount, created_at, updated_at, \
-         time_zone, pay_token_hash, pay_expires_at) \
-         VALUES (?1, ?2, ?3, 'PENDING', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, '0', ?12, ?12, ?13, ?14, \
-         ?15)",
+        "INSERT INTO transactions (rowid, id, provider_id, reference, status, title, currency, \
+         ref_ids, note, attachments, email, payload, total, refunded_amount, created_at, \
+         updated_at, time_zone, pay_token_hash, pay_expires_at) \
+         VALUES ((SELECT coalesce( \
+                     (SELECT t.rowid FROM transactions t \
+                      WHERE t.rowid > n.number * 1099511627776 \
+                        AND t.rowid < (n.number + 1) * 1099511627776 \
+                      ORDER BY t.rowid DESC LIMIT 1), \
+                     n.number * 1099511627776) + 1 \
+                  FROM search_providers n WHERE n.provider_id = ?2), \
+                 ?1, ?2, ?3, 'PENDING', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, '0', ?12, ?12, ?13, \
+                 ?14, ?15)",
     )?
     .execute(params![
         transaction.id,

@@ -165,9 +165,8 @@ fn rebuild(conn: &Connection) -> Result<i64, StoreError> {
         conn.execute_batch(
             "DELETE FROM transaction_search_pending;
              INSERT INTO transaction_search_pending (key, reference, title, email)
-             SELECT k.key, t.reference, t.title, json_extract(t.payment, '$.customer.email')
-             FROM transaction_search_keys k JOIN transactions t ON t.id = k.transaction_id
-             ORDER BY k.key;",
+             SELECT rowid, reference, title, json_extract(payment, '$.customer.email')
+             FROM transactions ORDER BY rowid;",
         )?;
         let noted = conn.changes();
         conn.execute(
