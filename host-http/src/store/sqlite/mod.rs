@@ -1172,7 +1172,7 @@ mod tests {
     /// "Memory, a million of every route"). A build that missed the setting (cargo run from
     /// outside the workspace, a changed `libsqlite3-sys`) fails here.
     #[test]
-    fn sqlite_is_built_with_a_page_cache_per_connection() {
+    fn sqlite_is_built_with_a_page_cache_per_connection_and_no_allocation_count() {
         let conn = Connection::open_in_memory().unwrap();
         let options: Vec<String> = conn
             .prepare("PRAGMA compile_options")
@@ -1193,5 +1193,9 @@ mod tests {
             "SQLite was built with ENABLE_MEMORY_MANAGEMENT: {options:?}"
         );
         assert_eq!(super::shares_one_page_cache(&conn).unwrap(), shared);
+        assert!(
+            options.iter().any(|option| option == "DEFAULT_MEMSTATUS=0"),
+            "SQLite counts its allocations behind a process-wide mutex: {options:?}"
+        );
     }
 }

@@ -120,9 +120,16 @@ impl Writer {
 /// Pages the WAL may hold before the writer checkpoints it itself (about 40 MB). The
 /// checkpointer keeps it far below that; this bounds the WAL if the checkpointer falls behind.
 const WRITER_CHECKPOINT_PAGES: i64 = 10_000;
-/// The writer's page cache in KiB (negative `cache_size`): indexes of keys chosen by clients
-/// (idempotency keys) are read from all over the file.
-const WRITER_CACHE_KIB: i64 = -32_768;
+/// The writer's page cache in KiB (negative `cache_size`). Every commit of a file under 1 GiB
+/// walked the whole hash table of the cache, one bucket per page it can hold: when a b-tree
+/// split leaves its new pages out of order, SQLite swaps their numbers through the number of
+/// the page at 1 GiB (the lock page), and the cache then takes that number for its largest;
+/// at the end of the write transaction it drops every page past the file's end, and with that
+/// number more than a hash table's length past the end, it walks the whole table. At 32 MB
+/// (8,192 buckets) the walk was 5 % of the samples of creates (docs/PERFORMANCE.md, "The
+/// writer's page cache"); at 4 MB it is an eighth of that. Idempotency keys, read from all
+/// over the file, come from the OS's page cache when they miss.
+const WRITER_CACHE_KIB: i64 = -4_096;
 /// The least time from the end of one checkpoint to the start of the next while the writer
 /// commits: each copies what a few milliseconds of commits wrote, so its fsync of the database
 /// file is short and a commit's WAL fsync that queues behind it waits little (the table in
