@@ -570,19 +570,75 @@ pub(super) fn owner_check(
     })
 }
 
+/// A create's rows as the writer binds them, made on the request's thread before the job is
+/// queued: the JSON columns, the decimals, the instants, a reference and the `created` event.
+/// The writer, whose time per create bounds the creates, then only checks the reference and
+/// inserts.
+struct PreparedCreate {
+    transaction: NewTransaction,
+    response: Option<IdempotentResponse>,
+    reference: String,
+    created_at: String,
+    ref_ids: String,
+    attachments: String,
+    email: Option<String>,
+    total: String,
+    pay_expires_at: String,
+    items: Vec<PreparedItem>,
+    event: events::NewEvent,
+}
+
+struct PreparedItem {
+    total: String,
+    policy: Option<String>,
+    period: Option<String>,
+}
+
+impl PreparedCreate {
+    fn new(
+        transaction: NewTransaction,
+        response: Option<IdempotentResponse>,
+    ) -> Result<PreparedCreate, StoreError> {
+        let reference = super::new_reference(transaction.created_at);
+        let items = transaction
+            .items
+            .iter()
+            .map(|item| {
+                Ok(PreparedItem {
+                    total: item.total.to_string(),
+                    policy: item.policy.as_ref().map(to_json).transpose()?,
+                    period: item.period.as_ref().map(to_json).transpose()?,
+                })
+            })
+            .collect::<Result<_, StoreError>>()?;
+        Ok(PreparedCreate {
+            event: events::created(&transaction, &reference)?,
+            created_at: format_instant(transaction.created_at),
+            ref_ids: to_json(&transaction.ref_ids)?,
+            attachments: to_json(&transaction.attachments)?,
+            email: transaction.email.as_ref().map(to_json).transpose()?,
+            total: transaction.total.to_string(),
+            pay_expires_at: format_instant(transaction.payment_link.expires_at),
+            reference,
+            items,
+            transaction,
+            response,
+        })
+    }
+}
+
 fn insert_transaction(
     conn: &Connection,
-    transaction: &NewTransaction,
-    response: Option<&IdempotentResponse>,
+    prepared: &mut PreparedCreate,
 ) -> Result<String, StoreError> {
-    let mut reference = super::new_reference(transaction.created_at);
+    let transaction = &prepared.transaction;
     let mut exists = conn.prepare_cached("SELECT 1 FROM transactions WHERE reference = ?1")?;
-    // 25 random bits per second: a collision is rare; the single writer makes
-    // check-then-insert safe.
-    while exists.exists([&reference])? {
-        reference = super::new_reference(transaction.created_at);
+    // 25 random bits per second: a collision is rare (the event names the reference, so it is
+    // made again); the single writer makes check-then-insert safe.
+    while exists.exists([&prepared.reference])? {
+        prepared.reference = super::new_reference(transaction.created_at);
+        prepared.event = events::created(transaction, &prepared.reference)?;
     }
-    let now = format_instant(transaction.created_at);
     // The rowid is the transaction's search key: the next in its provider's range
     // (migration 26), one seek at the range's end.
     conn.prepare_cached(
@@ -602,45 +658,44 @@ fn insert_transaction(
     .execute(params![
         transaction.id,
         transaction.provider_id,
-        reference,
+        prepared.reference,
         transaction.title,
         transaction.currency,
-        to_json(&transaction.ref_ids)?,
+        prepared.ref_ids,
         transaction.note,
-        to_json(&transaction.attachments)?,
-        transaction.email.as_ref().map(to_json).transpose()?,
+        prepared.attachments,
+        prepared.email,
         transaction.payload,
-        transaction.total.to_string(),
-        now,
+        prepared.total,
+        prepared.created_at,
         transaction.time_zone,
         transaction
             .payment_link
             .token_hash
             .as_ref()
             .map(<[u8; 32]>::as_slice),
-        format_instant(transaction.payment_link.expires_at),
+        prepared.pay_expires_at,
     ])?;
     let mut insert_item = conn.prepare_cached(
         "INSERT INTO items (transaction_id, order_no, name, category, total, policy, period, \
          status, refunded) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'ACTIVE', '0')",
     )?;
-    for (index, item) in transaction.items.iter().enumerate() {
-        let order_no = u32::try_from(index).unwrap_or(u32::MAX).saturating_add(1);
+    for ((item, rows), order_no) in transaction.items.iter().zip(&prepared.items).zip(1_u32..) {
         insert_item.execute(params![
             transaction.id,
             order_no,
             item.name,
             item.category.map(Category::as_str),
-            item.total.to_string(),
-            item.policy.as_ref().map(to_json).transpose()?,
-            item.period.as_ref().map(to_json).transpose()?,
+            rows.total,
+            rows.policy,
+            rows.period,
         ])?;
     }
-    if let Some(response) = response {
+    if let Some(response) = &prepared.response {
         finish_idempotency(conn, response)?;
     }
-    outbox::write_event(conn, &events::created(transaction, &reference)?)?;
-    Ok(reference)
+    outbox::write_event(conn, &prepared.event)?;
+    Ok(prepared.reference.clone())
 }
 
 /// Stores the response of a claimed key, completing it (R-9.1). A key with its claim's identity
@@ -948,9 +1003,13 @@ impl Store for SqliteStore {
         transaction: NewTransaction,
         response: Option<IdempotentResponse>,
     ) -> BoxFuture<'_, Result<String, StoreError>> {
+        let mut prepared = match PreparedCreate::new(transaction, response) {
+            Ok(prepared) => prepared,
+            Err(error) => return Box::pin(std::future::ready(Err(error))),
+        };
         Box::pin(
             self.writer
-                .execute(move |conn| insert_transaction(conn, &transaction, response.as_ref())),
+                .execute(move |conn| insert_transaction(conn, &mut prepared)),
         )
     }
 
@@ -1165,6 +1224,59 @@ impl Store for SqliteStore {
 #[cfg(test)]
 mod tests {
     use rusqlite::Connection;
+
+    use super::{Decimal, NewTransaction, PreparedCreate, Utc, events};
+    use crate::store::PaymentLink;
+
+    /// The reference is drawn on the request's thread, with the `created` event that names it.
+    /// One another transaction took meanwhile is drawn again by the writer, and the event made
+    /// again with it: the stored event names the stored reference (R-3.2).
+    #[test]
+    fn a_taken_reference_is_drawn_again_and_the_event_names_the_new_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = super::open_migrated(&dir.path().join("checkout.db")).unwrap();
+        conn.execute_batch("INSERT INTO providers (id, name, created_at) VALUES ('p1', 'A', '1')")
+            .unwrap();
+        let transaction = |id: &str| NewTransaction {
+            id: id.to_owned(),
+            provider_id: "p1".to_owned(),
+            title: "Trip".to_owned(),
+            currency: "EUR".to_owned(),
+            ref_ids: Default::default(),
+            note: None,
+            attachments: Vec::new(),
+            email: None,
+            payload: "{}".to_owned(),
+            time_zone: "UTC".to_owned(),
+            total: Decimal::ONE,
+            items: Vec::new(),
+            created_at: Utc::now(),
+            payment_link: PaymentLink {
+                token_hash: None,
+                expires_at: Utc::now(),
+            },
+        };
+        let mut first = PreparedCreate::new(transaction("t1"), None).unwrap();
+        let taken = super::insert_transaction(&conn, &mut first).unwrap();
+        let mut second = PreparedCreate::new(transaction("t2"), None).unwrap();
+        second.reference = taken.clone();
+        second.event = events::created(&second.transaction, &taken).unwrap();
+
+        let stored = super::insert_transaction(&conn, &mut second).unwrap();
+
+        assert_ne!(stored, taken);
+        let (reference, payload): (String, String) = conn
+            .query_row(
+                "SELECT t.reference, e.payload FROM transactions t \
+                 JOIN events e ON e.transaction_id = t.id WHERE t.id = 't2'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(reference, stored);
+        assert!(payload.contains(&stored), "{payload}");
+        assert!(!payload.contains(&taken), "{payload}");
+    }
 
     /// The workspace's `.cargo/config.toml` builds SQLite without
     /// `SQLITE_ENABLE_MEMORY_MANAGEMENT`, so that every connection keeps a page cache of its
