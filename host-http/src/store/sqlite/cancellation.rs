@@ -691,7 +691,7 @@ impl CancellationStore for SqliteStore {
         Box::pin(self.writer.execute(move |conn| {
             let deleted = conn
                 .prepare_cached("DELETE FROM files WHERE id = ?1 AND share_token IS NOT NULL")?
-                .execute([id])?;
+                .execute([&id])?;
             Ok(deleted == 1)
         }))
     }

@@ -335,7 +335,7 @@ impl DashboardStore for SqliteStore {
                     at: now,
                 },
             )?;
-            user.password_hash = Some(password_hash);
+            user.password_hash = Some(password_hash.clone());
             user.invite_expires_at = None;
             Ok(Some(user))
         }))
@@ -425,7 +425,7 @@ impl DashboardStore for SqliteStore {
                 at,
                 session.second_factor_due
             ])?;
-            entry.map_or(Ok(()), |entry| audit(conn, &entry))
+            entry.as_ref().map_or(Ok(()), |entry| audit(conn, entry))
         }))
     }
 

@@ -1204,7 +1204,7 @@ impl Store for SqliteStore {
         Box::pin(self.writer.execute(move |conn| {
             Ok(conn
                 .prepare_cached("DELETE FROM idempotency_keys WHERE created_at < ?1")?
-                .execute([before])?)
+                .execute([&before])?)
         }))
     }
 

@@ -1,6 +1,8 @@
 //! The single writer of the SQLite store: a thread that owns the write connection and commits
-//! every queued job together (group commit), each inside its own SAVEPOINT, and a checkpointer
-//! thread beside it that copies the WAL back into the database.
+//! every queued job together (group commit), and a checkpointer thread beside it that copies
+//! the WAL back into the database. A batch runs its jobs one after the other in one
+//! transaction; should one of them fail, the batch rolls back and runs again with each job
+//! inside a SAVEPOINT of its own, so that a failure undoes its own job only.
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -18,12 +20,52 @@ use crate::store::StoreError;
 /// Most jobs committed together; bounds the latency one batch adds to its first job.
 const MAX_BATCH: usize = 1024;
 
-/// A unit of work for the writer thread: runs inside the batch's transaction and returns what
-/// to do once the batch's fate is known (`true` = committed).
-type Job = Box<dyn FnOnce(&Connection) -> Box<dyn FnOnce(bool) + Send> + Send>;
+/// A unit of work for the writer thread, run inside the batch's transaction (twice when
+/// another job of its batch failed: [`commit_batch`]), answered once the batch's fate is known.
+trait Job: Send {
+    /// Runs the work, in a savepoint of its own when `savepoint`; returns whether it succeeded.
+    fn run(&mut self, conn: &Connection, savepoint: bool) -> bool;
+    /// Answers the caller with the last run's result, if the batch `committed`.
+    fn finish(self: Box<Self>, committed: bool);
+}
+
+/// A job as queued by [`Writer::execute`]: the work, its last result and where the answer goes.
+struct Queued<R, F> {
+    work: F,
+    result: Option<Result<R, StoreError>>,
+    reply: oneshot::Sender<Result<R, StoreError>>,
+}
+
+impl<R, F> Job for Queued<R, F>
+where
+    R: Send,
+    F: FnMut(&Connection) -> Result<R, StoreError> + Send,
+{
+    fn run(&mut self, conn: &Connection, savepoint: bool) -> bool {
+        let result = if savepoint {
+            in_savepoint(conn, &mut self.work)
+        } else {
+            (self.work)(conn)
+        };
+        let succeeded = result.is_ok();
+        self.result = Some(result);
+        succeeded
+    }
+
+    fn finish(self: Box<Self>, committed: bool) {
+        let result = self.result.unwrap_or(Err(StoreError::Closed));
+        let outcome = if committed {
+            result
+        } else {
+            result.and(Err(StoreError::CommitFailed))
+        };
+        // The caller may have gone away (client disconnected); nothing to do then.
+        let _ = self.reply.send(outcome);
+    }
+}
 
 enum Message {
-    Job(Job),
+    Job(Box<dyn Job>),
     Shutdown,
 }
 
@@ -62,27 +104,22 @@ impl Writer {
         })
     }
 
-    /// Queues `work` and resolves after the batch holding it has committed.
+    /// Queues `work` and resolves after the batch holding it has committed. The work may run
+    /// twice, the first run's writes rolled back (another job of its batch failed): it reads
+    /// what it decides on inside the batch, as every job does.
     pub(super) fn execute<R, F>(
         &self,
         work: F,
     ) -> impl Future<Output = Result<R, StoreError>> + use<R, F>
     where
         R: Send + 'static,
-        F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
+        F: FnMut(&Connection) -> Result<R, StoreError> + Send + 'static,
     {
         let (reply, answer) = oneshot::channel::<Result<R, StoreError>>();
-        let job: Job = Box::new(move |conn: &Connection| {
-            let result = in_savepoint(conn, work);
-            Box::new(move |committed: bool| {
-                let outcome = if committed {
-                    result
-                } else {
-                    result.and(Err(StoreError::CommitFailed))
-                };
-                // The caller may have gone away (client disconnected); nothing to do then.
-                let _ = reply.send(outcome);
-            })
+        let job: Box<dyn Job> = Box::new(Queued {
+            work,
+            result: None,
+            reply,
         });
         let sent = self
             .sender
@@ -256,7 +293,7 @@ fn writer_loop(
     signal: &CheckpointSignal,
     indexer: &Indexer,
 ) {
-    let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
+    let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
     let mut stopping = false;
     // Notes up to this one are deleted; at first, none is known to be.
     let mut forgotten = 0;
@@ -329,16 +366,25 @@ fn forget_alone(conn: &Connection, indexed: i64) -> bool {
 }
 
 /// Commits `batch` in one transaction, deleting with it the notes the search index holds up
-/// to `forget`; returns whether both were done.
-fn commit_batch(conn: &Connection, batch: &mut Vec<Job>, forget: Option<i64>) -> bool {
-    if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
-        tracing::error!(%error, jobs = batch.len(), "could not begin a write batch");
-        // Dropping a job unrun drops its reply channel: its caller gets `StoreError::Closed`.
-        batch.clear();
+/// to `forget`; returns whether both were done. The jobs run one after the other without
+/// savepoints (a savepoint saves each page a job is first to change, which cost the writer
+/// about a tenth of its time); should one fail, the transaction rolls back and the batch runs
+/// again with each job in a savepoint of its own.
+fn commit_batch(conn: &Connection, batch: &mut Vec<Box<dyn Job>>, forget: Option<i64>) -> bool {
+    if !begin(conn, batch) {
         return false;
     }
-    let finishers: Vec<Box<dyn FnOnce(bool) + Send>> =
-        batch.drain(..).map(|job| job(conn)).collect();
+    if !batch.iter_mut().all(|job| job.run(conn, false)) {
+        // A failed job may have written part of its work: nothing of the first run stays.
+        // (SQLite has rolled back by itself after some errors; that ROLLBACK fails harmlessly.)
+        let _ = conn.execute_batch("ROLLBACK");
+        if !begin(conn, batch) {
+            return false;
+        }
+        for job in batch.iter_mut() {
+            job.run(conn, true);
+        }
+    }
     let forgot = match forget.map(|indexed| search_index::forget_indexed(conn, indexed)) {
         Some(Err(error)) => {
             // The jobs' work stands; the notes go next time.
@@ -350,20 +396,92 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>, forget: Option<i64>) ->
     let committed = match conn.execute_batch("COMMIT") {
         Ok(()) => true,
         Err(error) => {
-            tracing::error!(%error, jobs = finishers.len(), "write batch failed to commit");
+            tracing::error!(%error, jobs = batch.len(), "write batch failed to commit");
             let _ = conn.execute_batch("ROLLBACK");
             false
         }
     };
-    for finish in finishers {
-        finish(committed);
+    for job in batch.drain(..) {
+        job.finish(committed);
     }
     committed && forgot
+}
+
+/// Begins the batch's write transaction; when it cannot, drops the batch's jobs unrun (their
+/// callers get [`StoreError::Closed`]) and returns `false`.
+fn begin(conn: &Connection, batch: &mut Vec<Box<dyn Job>>) -> bool {
+    match conn.execute_batch("BEGIN IMMEDIATE") {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::error!(%error, jobs = batch.len(), "could not begin a write batch");
+            batch.clear();
+            false
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A job that fails after writing undoes its own writes only: the batch rolls back and runs
+    /// again with each job in a savepoint of its own, and the other jobs' work commits once.
+    #[tokio::test]
+    async fn a_failed_job_undoes_its_own_writes_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("checkout.db");
+        let writer = Writer::spawn(super::super::open_migrated(&path).unwrap(), &path).unwrap();
+        writer
+            .execute(|conn| {
+                conn.execute_batch("CREATE TABLE t (v INTEGER)")?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        // Holds the writer while the next three queue, so that they make one batch.
+        let hold = writer.execute(|_| {
+            std::thread::sleep(Duration::from_millis(300));
+            Ok(())
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let first = writer.execute({
+            let runs = runs.clone();
+            move |conn| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                conn.execute("INSERT INTO t VALUES (1)", [])?;
+                Ok(1)
+            }
+        });
+        let failing = writer.execute(|conn| {
+            conn.execute("INSERT INTO t VALUES (2)", [])?;
+            Err::<(), _>(StoreError::ClaimLost)
+        });
+        let last = writer.execute(|conn| {
+            conn.execute("INSERT INTO t VALUES (3)", [])?;
+            Ok(3)
+        });
+        hold.await.unwrap();
+        assert_eq!(first.await.unwrap(), 1);
+        assert!(matches!(failing.await, Err(StoreError::ClaimLost)));
+        assert_eq!(last.await.unwrap(), 3);
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            2,
+            "the first run was rolled back"
+        );
+        let values = writer
+            .execute(|conn| {
+                Ok(conn
+                    .prepare("SELECT v FROM t ORDER BY v")?
+                    .query_map([], |r| r.get::<_, i64>(0))?
+                    .collect::<Result<Vec<_>, _>>()?)
+            })
+            .await
+            .unwrap();
+        assert_eq!(values, vec![1, 3]);
+        writer.shutdown();
+    }
 
     /// A shutdown leaves the index holding every transaction committed, and no note behind.
     #[tokio::test]
