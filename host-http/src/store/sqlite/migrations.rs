@@ -1389,6 +1389,39 @@ mod tests {
         assert_eq!(dropped, 0, "the indexes only the overview read are gone");
     }
 
+    /// An insert of a transaction with the columns the search reads (the search tests).
+    fn insert_sql(id: &str, provider: &str, reference: &str, title: &str, at: &str) -> String {
+        format!(
+            "INSERT INTO transactions (id, provider_id, reference, status, title, currency, \
+               payload, total, created_at, updated_at) \
+               VALUES ('{id}', '{provider}', '{reference}', 'PENDING', '{title}', 'EUR', \
+               '{{}}', '1', '{at}', '{at}');"
+        )
+    }
+
+    /// Rows of two columns, a text and a number, in the order `sql` gives.
+    fn pairs(conn: &Connection, sql: &str) -> Vec<(String, i64)> {
+        conn.prepare(sql)
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    /// The keys the search file's index finds for `text`, in order.
+    fn found(conn: &Connection, text: &str) -> Vec<i64> {
+        conn.prepare(
+            "SELECT rowid FROM search.transaction_search WHERE transaction_search MATCH ?1 \
+             ORDER BY rowid",
+        )
+        .unwrap()
+        .query_map([format!("\"{text}\"")], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+    }
+
     /// Migration 21 gives the transactions already there their search keys, one range per
     /// provider in creation order, and the triggers keep the search index true after it (in
     /// its own file since migration 25). Since migration 26 a key is its transaction's rowid;
@@ -1400,14 +1433,7 @@ mod tests {
             conn.execute_batch(migration.sql).unwrap();
         }
         conn.pragma_update(None, "user_version", 20).unwrap();
-        let insert = |id: &str, provider: &str, reference: &str, title: &str, at: &str| {
-            format!(
-                "INSERT INTO transactions (id, provider_id, reference, status, title, currency, \
-                   payload, total, created_at, updated_at) \
-                   VALUES ('{id}', '{provider}', '{reference}', 'PENDING', '{title}', 'EUR', \
-                   '{{}}', '1', '{at}', '{at}');"
-            )
-        };
+        let insert = insert_sql;
         conn.execute_batch(&format!(
             "INSERT INTO providers (id, name, created_at) VALUES ('p1', 'Acme', '1');
              INSERT INTO providers (id, name, created_at) VALUES ('p2', 'Globex', '2');
@@ -1439,13 +1465,7 @@ mod tests {
             5,
             "the writer deletes the notes the index holds"
         );
-        let keys: Vec<(String, i64)> = conn
-            .prepare("SELECT id, rowid FROM transactions ORDER BY rowid")
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let keys = pairs(&conn, "SELECT id, rowid FROM transactions ORDER BY rowid");
         let range = 1_i64 << 40;
         let expected: Vec<(String, i64)> = [
             ("a", range + 1),
@@ -1458,17 +1478,6 @@ mod tests {
         .map(|(id, key)| (id.to_owned(), key))
         .collect();
         assert_eq!(keys, expected);
-        let found = |conn: &Connection, text: &str| -> Vec<i64> {
-            conn.prepare(
-                "SELECT rowid FROM search.transaction_search WHERE transaction_search MATCH ?1 \
-                 ORDER BY rowid",
-            )
-            .unwrap()
-            .query_map([format!("\"{text}\"")], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap()
-        };
         assert_eq!(
             found(&conn, "lisbo"),
             vec![range + 2, range + 3, 2 * range + 1]
@@ -1500,12 +1509,7 @@ mod tests {
         let mut conn = Connection::open_in_memory().unwrap();
         assert_eq!(migrate_to(&mut conn, 25).unwrap(), 25);
         let insert = |id: &str, provider: &str, title: &str, at: &str| {
-            format!(
-                "INSERT INTO transactions (id, provider_id, reference, status, title, currency, \
-                   payload, total, created_at, updated_at) \
-                   VALUES ('{id}', '{provider}', 'CHK-{id}', 'PENDING', '{title}', 'EUR', \
-                   '{{}}', '1', '{at}', '{at}');"
-            )
+            insert_sql(id, provider, &format!("CHK-{id}"), title, at)
         };
         conn.execute_batch(&format!(
             "INSERT INTO providers (id, name, created_at) VALUES ('p1', 'Acme', '1');
@@ -1534,32 +1538,21 @@ mod tests {
         let (indexed, taken) = search_index::index_step(&conn, search_index::STEP).unwrap();
         assert_eq!(taken, 3);
         search_index::forget_indexed(&conn, indexed).unwrap();
-        let keys: Vec<(String, i64)> = conn
-            .prepare("SELECT transaction_id, key FROM transaction_search_keys ORDER BY key")
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        let versions = |conn: &Connection| -> Vec<(String, i64)> {
-            conn.prepare("SELECT id, version FROM transaction_versions ORDER BY id")
-                .unwrap()
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-                .unwrap()
-                .collect::<Result<_, _>>()
-                .unwrap()
+        let keys = pairs(
+            &conn,
+            "SELECT transaction_id, key FROM transaction_search_keys ORDER BY key",
+        );
+        let versions = |conn: &Connection| {
+            pairs(
+                conn,
+                "SELECT id, version FROM transaction_versions ORDER BY id",
+            )
         };
         let versions_before = versions(&conn);
 
         migrate(&mut conn).unwrap();
 
-        let rowids: Vec<(String, i64)> = conn
-            .prepare("SELECT id, rowid FROM transactions ORDER BY rowid")
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let rowids = pairs(&conn, "SELECT id, rowid FROM transactions ORDER BY rowid");
         assert_eq!(rowids, keys);
         let range = 1_i64 << 40;
         assert_eq!(
@@ -1584,18 +1577,6 @@ mod tests {
             indexed,
             "the search file is kept, not built again"
         );
-        let found = |conn: &Connection, text: &str| -> Vec<i64> {
-            conn.prepare(
-                "SELECT t.rowid FROM search.transaction_search \
-                 JOIN transactions t ON t.rowid = transaction_search.rowid \
-                 WHERE transaction_search MATCH ?1 ORDER BY t.rowid",
-            )
-            .unwrap()
-            .query_map([format!("\"{text}\"")], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap()
-        };
         assert_eq!(found(&conn, "lisbon"), vec![range + 1, 2 * range + 1]);
         // The triggers note by rowid: a title changed, and a new transaction at its
         // provider's next key.
