@@ -29,7 +29,14 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_file(server_log(self.addr));
     }
+}
+
+/// Where a test server listening at `addr` writes its log (`RUST_LOG=warn`), shown when it
+/// does not start.
+fn server_log(addr: SocketAddr) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("checkout-test-server-{}.log", addr.port()))
 }
 
 pub fn free_port() -> SocketAddr {
@@ -87,7 +94,11 @@ pub fn spawn(launch: &Launch<'_>) -> Server {
         .env_remove(host_http::fault::FAULT_ENV)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .stderr(
+            std::fs::File::create(server_log(addr))
+                .map(Stdio::from)
+                .unwrap_or_else(|_| Stdio::null()),
+        );
     match launch.gateway_url {
         Some(url) => {
             let read_timeout = launch.gateway_read_timeout_ms.unwrap_or(300).to_string();
@@ -263,7 +274,8 @@ impl Http {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("server at {addr} did not start");
+        let log = std::fs::read_to_string(server_log(addr)).unwrap_or_default();
+        panic!("server at {addr} did not start; its log:\n{log}");
     }
 
     /// The status record of a transaction (asserting 200).
