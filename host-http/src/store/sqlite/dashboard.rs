@@ -1028,12 +1028,12 @@ impl DashboardStore for SqliteStore {
     }
 }
 
-/// The filtered page: the provider's rows by the index on (provider_id, created_at), newest
-/// first; the keyset condition continues after the last row shown.
 /// One provider's range of search keys (migration 21): its number times this.
 const SEARCH_KEY_RANGE: i64 = 1 << 40;
 
-fn list_transactions(
+/// The filtered page: the provider's rows by the index on (provider_id, created_at), newest
+/// first; the keyset condition continues after the last row shown.
+pub(super) fn list_transactions(
     conn: &Connection,
     provider_id: &str,
     filter: &TransactionFilter,
@@ -1132,34 +1132,44 @@ fn search_statement(
         high.into(),
         provider_id.to_owned().into(),
         format!("%{}%", like_escaped(search)).into(),
+        number.into(),
     ];
     let filters = filter_conditions(filter, "t.", &mut values);
     values.push(i64::from(filter.limit).into());
     let limit = values.len();
-    // Two parts merged newest first: the index (in the search file), but for the transactions
-    // noted since its last update (its entries for them may be missing or old), and those
-    // noted ones, tested one by one (the indexer brings the index up to date every 50 ms, so
-    // they are few). One statement: it reads the notes before the index (`search_index.rs`).
-    // A search key is its transaction's rowid (migration 26). CROSS JOIN keeps SQLite's join
-    // order: left to choose, it read the provider's range of transactions to probe the few
-    // notes.
+    // Three parts merged newest first (`search_index.rs`): the index up to the range's
+    // watermark, but for the transactions noted since its last update (their entries may be
+    // missing or old); the noted ones; and those past the watermark, not yet indexed. The last
+    // two are tested one by one (the indexer brings the index up to date every 50 ms, so they
+    // are few). One statement: it reads the main file before the search file. A search key is
+    // its transaction's rowid (migration 26). CROSS JOIN keeps SQLite's join order: left to
+    // choose, it read the provider's range of transactions to probe the few notes.
     let columns = "t.id, t.reference, t.title, t.status, t.currency, t.total, \
                    t.refunded_amount, json_extract(t.payment, '$.customer.email'), t.created_at";
+    let watermark =
+        "coalesce((SELECT w.key FROM search.search_watermarks w WHERE w.number = ?6), ?2)";
+    let matches = "(lower(t.reference) LIKE ?5 ESCAPE '\\' OR lower(t.title) LIKE ?5 ESCAPE '\\' \
+                   OR lower(json_extract(t.payment, '$.customer.email')) LIKE ?5 ESCAPE '\\')";
     let sql = format!(
         "SELECT {columns}, transaction_search.rowid AS key \
          FROM search.transaction_search \
          CROSS JOIN transactions t ON t.rowid = transaction_search.rowid \
          WHERE transaction_search MATCH ?1 \
          AND transaction_search.rowid > ?2 AND transaction_search.rowid < ?3 \
+         AND transaction_search.rowid <= {watermark} \
          AND transaction_search.rowid NOT IN (SELECT key FROM transaction_search_pending) \
          AND t.provider_id = ?4{filters} \
          UNION ALL \
          SELECT {columns}, p.key AS key \
          FROM transaction_search_pending p \
          CROSS JOIN transactions t ON t.rowid = p.key \
-         WHERE p.key > ?2 AND p.key < ?3 AND t.provider_id = ?4 \
-         AND (lower(p.reference) LIKE ?5 ESCAPE '\\' OR lower(p.title) LIKE ?5 ESCAPE '\\' \
-              OR lower(p.email) LIKE ?5 ESCAPE '\\'){filters} \
+         WHERE p.key > ?2 AND p.key < ?3 AND t.provider_id = ?4 AND {matches}{filters} \
+         UNION ALL \
+         SELECT {columns}, t.rowid AS key \
+         FROM transactions t \
+         WHERE t.rowid > {watermark} AND t.rowid < ?3 \
+         AND t.rowid NOT IN (SELECT key FROM transaction_search_pending) \
+         AND t.provider_id = ?4 AND {matches}{filters} \
          ORDER BY key DESC LIMIT ?{limit}"
     );
     Ok(Some((sql, values)))

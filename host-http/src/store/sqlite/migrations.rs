@@ -641,6 +641,27 @@ BEGIN
 END;
 "#,
     },
+    Migration {
+        version: 27,
+        description: "new transactions are indexed by key, without a note",
+        // A create noted its transaction for the search index (a row of
+        // `transaction_search_pending`, its unique index of keys and AUTOINCREMENT, then the
+        // note's deletion): a sixth of the writer's time per create (docs/PERFORMANCE.md, "The
+        // search's watermarks"). A provider's new transactions are the end of its range of
+        // keys, so the indexer now takes them from there, past the key it last indexed (its
+        // watermark, in the search file); notes stay for what changes or goes, and for rows
+        // the keyed trigger moved. `noted_until` keeps each range's last key noted the old
+        // way, from which a search file made before this starts its watermark.
+        sql: r#"
+DROP TRIGGER transactions_search_insert;
+ALTER TABLE search_providers ADD COLUMN noted_until INTEGER;
+UPDATE search_providers SET noted_until = (
+    SELECT t.rowid FROM transactions t
+    WHERE t.rowid > search_providers.number * 1099511627776
+      AND t.rowid < (search_providers.number + 1) * 1099511627776
+    ORDER BY t.rowid DESC LIMIT 1);
+"#,
+    },
 ];
 
 /// A migration's step that SQL cannot take, run after its SQL in its transaction.
@@ -1448,7 +1469,10 @@ mod tests {
         conn.execute_batch("ATTACH DATABASE ':memory:' AS search")
             .unwrap();
         assert_eq!(search_index::prepare(&conn).unwrap(), 0);
-        let step = |conn: &Connection| search_index::index_step(conn, search_index::STEP).unwrap();
+        let mut sweep = search_index::Sweep::default();
+        let mut step = |conn: &Connection| {
+            search_index::index_step(conn, search_index::STEP, &mut sweep).unwrap()
+        };
         assert_eq!(step(&conn).1, 3, "the three already there");
         conn.execute_batch(&format!(
             "INSERT INTO providers (id, name, created_at) VALUES ('p3', 'Initech', '3');
@@ -1462,7 +1486,7 @@ mod tests {
         assert_eq!(step(&conn), (indexed, 0), "nothing is indexed twice");
         assert_eq!(
             search_index::forget_indexed(&conn, indexed).unwrap(),
-            5,
+            2,
             "the writer deletes the notes the index holds"
         );
         let keys = pairs(&conn, "SELECT id, rowid FROM transactions ORDER BY rowid");
@@ -1535,7 +1559,12 @@ mod tests {
              ORDER BY k.key;",
         )
         .unwrap();
-        let (indexed, taken) = search_index::index_step(&conn, search_index::STEP).unwrap();
+        let (indexed, taken) = search_index::index_step(
+            &conn,
+            search_index::STEP,
+            &mut search_index::Sweep::notes_only(),
+        )
+        .unwrap();
         assert_eq!(taken, 3);
         search_index::forget_indexed(&conn, indexed).unwrap();
         let keys = pairs(
@@ -1578,8 +1607,8 @@ mod tests {
             "the search file is kept, not built again"
         );
         assert_eq!(found(&conn, "lisbon"), vec![range + 1, 2 * range + 1]);
-        // The triggers note by rowid: a title changed, and a new transaction at its
-        // provider's next key.
+        // The triggers note by rowid: a title changed; a new transaction at its provider's
+        // next key is not noted (migration 27), the indexer takes it from its range.
         conn.execute_batch(&format!(
             "UPDATE transactions SET title = 'Lisbon too' WHERE id = 'b'; {}",
             insert("d", "p2", "Lisbon again", "2025-01-03")
@@ -1592,12 +1621,92 @@ mod tests {
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
-        assert_eq!(noted, vec![range + 2, 2 * range + 2]);
-        search_index::index_step(&conn, search_index::STEP).unwrap();
+        assert_eq!(noted, vec![range + 2]);
+        search_index::index_step(
+            &conn,
+            search_index::STEP,
+            &mut search_index::Sweep::default(),
+        )
+        .unwrap();
         assert_eq!(
             found(&conn, "lisbon"),
             vec![range + 1, range + 2, 2 * range + 1, 2 * range + 2]
         );
+    }
+
+    /// Migration 27: a new transaction is no longer noted. A search file made before it keeps
+    /// its index; each range's watermark starts at the last key noted before the migration,
+    /// so what was indexed is not read again, and what was noted is still indexed from its note.
+    #[test]
+    fn migration_27_keeps_the_search_file_and_starts_its_watermarks() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        assert_eq!(migrate_to(&mut conn, 26).unwrap(), 26);
+        let insert = |id: &str, provider: &str, title: &str| {
+            insert_sql(id, provider, &format!("CHK-{id}"), title, "2025-01-01")
+        };
+        conn.execute_batch(&format!(
+            "INSERT INTO providers (id, name, created_at) VALUES ('p1', 'Acme', '1');
+             INSERT INTO providers (id, name, created_at) VALUES ('p2', 'Globex', '2');
+             {}{}{}",
+            insert("a", "p1", "Lisbon"),
+            insert("b", "p2", "Lisbon"),
+            insert("c", "p1", "Porto"),
+        ))
+        .unwrap();
+        // The search file as the build of migration 26 made it: indexed from the notes, and
+        // without watermarks.
+        conn.execute_batch("ATTACH DATABASE ':memory:' AS search")
+            .unwrap();
+        search_index::prepare(&conn).unwrap();
+        conn.execute_batch("UPDATE search.search_state SET indexed_seq = 0")
+            .unwrap();
+        let notes_only = || search_index::Sweep::notes_only();
+        let (indexed, taken) =
+            search_index::index_step(&conn, search_index::STEP, &mut notes_only()).unwrap();
+        assert_eq!(taken, 3);
+        search_index::forget_indexed(&conn, indexed).unwrap();
+        conn.execute_batch("DROP TABLE search.search_watermarks")
+            .unwrap();
+        // Noted by migration 26's trigger, not yet indexed.
+        conn.execute_batch(&insert("d", "p2", "Faro")).unwrap();
+
+        migrate(&mut conn).unwrap();
+
+        let range = 1_i64 << 40;
+        assert_eq!(
+            pairs(
+                &conn,
+                "SELECT provider_id, noted_until FROM search_providers ORDER BY number"
+            ),
+            vec![
+                ("p1".to_owned(), range + 2),
+                ("p2".to_owned(), 2 * range + 2)
+            ]
+        );
+        assert_eq!(
+            search_index::prepare(&conn).unwrap(),
+            indexed,
+            "the search file is kept, not built again"
+        );
+        let (_, taken) =
+            search_index::index_step(&conn, search_index::STEP, &mut Default::default()).unwrap();
+        assert_eq!(taken, 1, "the note of d only: the rest is not read again");
+        assert_eq!(found(&conn, "lisbon"), vec![range + 1, 2 * range + 1]);
+        assert_eq!(found(&conn, "faro"), vec![2 * range + 2]);
+        // A new transaction at its provider's next key: no note, found in its range.
+        conn.execute_batch(&insert("e", "p2", "Braga")).unwrap();
+        let notes: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM transaction_search_pending WHERE key = ?1",
+                [2 * range + 3],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(notes, 0);
+        let (_, taken) =
+            search_index::index_step(&conn, search_index::STEP, &mut Default::default()).unwrap();
+        assert_eq!(taken, 1);
+        assert_eq!(found(&conn, "braga"), vec![2 * range + 3]);
     }
 
     #[test]

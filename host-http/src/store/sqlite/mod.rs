@@ -94,19 +94,20 @@ pub fn attach_search(conn: &Connection, path: &Path) -> Result<(), StoreError> {
 
 /// Brings the search index of the database at `path` up to date in one go (building it
 /// anew if it does not match the file), and deletes the notes it then holds; returns how many
-/// notes it indexed. For tools that fill a file with many transactions while no server runs:
-/// a server indexes 512 at a time.
+/// notes and transactions it indexed. For tools that fill a file with many transactions while
+/// no server runs: a server indexes 512 at a time.
 pub fn index_search(path: &Path) -> Result<usize, StoreError> {
     let conn = open_migrated(path)?;
     attach_search(&conn, path)?;
     search_index::prepare(&conn)?;
     const CHUNK: usize = 50_000;
     let mut total = 0;
+    let mut sweep = search_index::Sweep::default();
     loop {
-        let (indexed, taken) = search_index::index_step(&conn, CHUNK)?;
+        let (indexed, taken) = search_index::index_step(&conn, CHUNK, &mut sweep)?;
         total += taken;
         search_index::forget_indexed_alone(&conn, indexed)?;
-        if taken < CHUNK {
+        if taken < CHUNK && !sweep.unfinished() {
             return Ok(total);
         }
     }

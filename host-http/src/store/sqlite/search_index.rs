@@ -1,25 +1,41 @@
 //! The dashboard's search index in a file of its own, written by a thread of its own.
 //!
-//! The transactions' triggers note in the main file what the index must learn
-//! (`transaction_search_pending`, one row per search key, numbered in the order noted). The
-//! indexer thread reads those notes and writes the trigram index (FTS5) into the search file
-//! (`<database>-search`), together with how far it got (`search_state.indexed_seq`). The
-//! writer then deletes the notes up to there in the main file, with its next batch.
+//! A transaction's search key is its rowid, in its provider's range of keys (migration 26); a
+//! provider's new transactions are the end of its range. The indexer thread takes them from
+//! there: past the last key it indexed for that provider (its watermark,
+//! `search_watermarks`), it reads the transactions from the main file and writes their trigram
+//! entries (FTS5) into the search file (`<database>-search`), with the new watermark. What
+//! changes or goes (and a row the keyed trigger moved into its range) is noted by the
+//! transactions' triggers instead (`transaction_search_pending`, one row per key, numbered in
+//! the order noted); the indexer takes the notes first and records how far it got
+//! (`search_state.indexed_seq`); the writer then deletes the notes up to there, with its next
+//! batch. Which ranges may have grown, the indexer learns from the events written since its
+//! last step (each create writes one, and events are never deleted); at its start it looks at
+//! every range.
 //!
 //! Why a second file: written into the main file, each step of the index held the main file's
 //! write lock for several milliseconds, and the creates queued behind it waited; its pages
 //! went through the main WAL and the checkpoints besides (docs/PERFORMANCE.md, "The search
-//! index in a file of its own"). In a file of its own it is written beside the writer.
+//! index in a file of its own"). In a file of its own it is written beside the writer. Why no
+//! note for a new transaction: the note's row, its index and its deletion were a sixth of the
+//! writer's time per create (docs/PERFORMANCE.md, "The search's watermarks").
 //!
-//! A search reads both files in one statement: the index, but for the keys still noted, and
-//! the noted ones tested one by one. SQLite begins a statement's read of the main file before
-//! that of an attached one, and a note is deleted only after the index holding it committed;
-//! so a statement that no longer sees a note sees the index entry that replaced it.
+//! A search reads both files in one statement: the index up to the provider's watermark, but
+//! for the keys still noted; the noted transactions and those past the watermark, tested one by
+//! one. SQLite begins a statement's read of the main file before that of an attached one; the
+//! indexer indexes only what it read from the main file, and a note is deleted only after the
+//! index holding it committed; so a transaction the statement sees in the main file is either
+//! in the index it sees, noted, or past the watermark.
+//!
+//! A deleted transaction's key may be given again (a new key is the range's last one plus
+//! one): the indexer lowers the range's watermark below a deleted key when it takes the note.
 //!
 //! The search file can be rebuilt from the main file at any time: when it is missing, belongs
-//! to another main file (`search_generation` differs), or is ahead of the notes (a main file
-//! restored from an older copy), [`prepare`] empties it and notes every transaction again.
+//! to another main file (`search_generation` differs), or is ahead of it (a main file restored
+//! from an older copy: more notes indexed than were made, or a watermark past the end of its
+//! range), [`prepare`] empties it, and the indexer takes every range from its start.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -31,10 +47,16 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::configure;
 use crate::store::StoreError;
 
-/// Notes indexed in one transaction of the search file.
+/// Notes and new transactions indexed in one transaction of the search file.
 pub(super) const STEP: usize = 512;
+/// The width of a provider's range of search keys (migration 21).
+const RANGE: i64 = 1 << 40;
 /// How often the indexer looks for new notes while it finds fewer than [`STEP`].
 const INDEX_EVERY: Duration = Duration::from_millis(50);
+/// How often the indexer looks at every range, not only those of the providers with new
+/// events: for transactions inserted by SQL of its own, without an event (it also does when it
+/// starts and before it stops).
+const LOOK_AT_ALL_EVERY: Duration = Duration::from_secs(10);
 
 /// The schema of the search file, made when missing.
 const SEARCH_SCHEMA: &str = "
@@ -42,6 +64,10 @@ CREATE VIRTUAL TABLE IF NOT EXISTS search.transaction_search USING fts5(
     reference, title, email, tokenize = 'trigram', content = '', contentless_delete = 1);
 CREATE TABLE IF NOT EXISTS search.search_indexed (   -- keys with an entry in the index
     key  INTEGER PRIMARY KEY
+);
+CREATE TABLE IF NOT EXISTS search.search_watermarks (  -- per provider: up to where its range
+    number  INTEGER PRIMARY KEY,                         -- is indexed (search_providers.number);
+    key     INTEGER NOT NULL                             -- none: nothing of it yet
 );
 CREATE TABLE IF NOT EXISTS search.search_state (
     id           INTEGER PRIMARY KEY CHECK (id = 1),
@@ -102,6 +128,11 @@ fn remove_search_file(search: &Path) -> Result<(), StoreError> {
 pub(super) fn prepare(conn: &Connection) -> Result<i64, StoreError> {
     conn.pragma_update(Some("search"), "journal_mode", "WAL")?;
     conn.pragma_update(Some("search"), "synchronous", "FULL")?;
+    let had_watermarks: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM search.sqlite_schema WHERE name = 'search_watermarks')",
+        [],
+        |r| r.get(0),
+    )?;
     conn.execute_batch(SEARCH_SCHEMA)?;
     let main_generation: Option<String> = conn
         .query_row("SELECT generation FROM search_generation", [], |r| r.get(0))
@@ -119,9 +150,35 @@ pub(super) fn prepare(conn: &Connection) -> Result<i64, StoreError> {
         && main == search
         && *indexed <= noted
     {
-        return Ok(*indexed);
+        if !had_watermarks {
+            // A search file made before migration 27: each range is in it (or noted) up to
+            // the last key noted at the migration.
+            conn.execute(
+                "INSERT INTO search.search_watermarks (number, key) \
+                 SELECT number, noted_until FROM search_providers WHERE noted_until IS NOT NULL",
+                [],
+            )?;
+        }
+        if !past_the_end(conn)? {
+            return Ok(*indexed);
+        }
     }
     rebuild(conn)
+}
+
+/// Whether a watermark lies past the last transaction of its range: the main file is older
+/// than the search file (restored from a copy), and keys the index holds may be given again.
+/// (Also, harmlessly, when the last transactions of a range were deleted and the indexer has
+/// not yet taken their notes.)
+fn past_the_end(conn: &Connection) -> Result<bool, StoreError> {
+    Ok(conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM search.search_watermarks w \
+         WHERE w.key > coalesce((SELECT t.rowid FROM main.transactions t \
+                                 WHERE t.rowid > w.number * ?1 AND t.rowid < (w.number + 1) * ?1 \
+                                 ORDER BY t.rowid DESC LIMIT 1), w.number * ?1))",
+        [RANGE],
+        |r| r.get(0),
+    )?)
 }
 
 /// The number of the last note ever made (notes are numbered by AUTOINCREMENT).
@@ -136,19 +193,20 @@ fn last_noted(conn: &Connection) -> Result<i64, StoreError> {
         .unwrap_or(0))
 }
 
-/// Empties the search file and notes every transaction again. The search file first (a new
-/// generation, the index empty, nothing indexed past the notes made so far), then the main
-/// file (every key noted anew, the generation recorded): stopped between the two, the next
-/// start finds the generations different and starts over.
+/// Empties the search file, so that the indexer takes every range from its start. The search
+/// file first (a new generation, the index and the watermarks empty, the notes made so far
+/// counted as indexed: the ranges' transactions are read anew), then the main file (the
+/// generation recorded): stopped between the two, the next start finds the generations
+/// different and starts over.
 fn rebuild(conn: &Connection) -> Result<i64, StoreError> {
     let generation = uuid::Uuid::now_v7().simple().to_string();
-    let started = std::time::Instant::now();
     conn.execute_batch("BEGIN")?;
     let emptied = (|| -> Result<i64, StoreError> {
         let noted = last_noted(conn)?;
         conn.execute_batch(
             "INSERT INTO search.transaction_search (transaction_search) VALUES ('delete-all');
-             DELETE FROM search.search_indexed;",
+             DELETE FROM search.search_indexed;
+             DELETE FROM search.search_watermarks;",
         )?;
         conn.execute(
             "INSERT INTO search.search_state (id, generation, indexed_seq) VALUES (1, ?1, ?2) \
@@ -160,26 +218,14 @@ fn rebuild(conn: &Connection) -> Result<i64, StoreError> {
     })();
     finish(conn, emptied.is_ok())?;
     let indexed = emptied?;
-    conn.execute_batch("BEGIN IMMEDIATE")?;
-    let noted = (|| -> Result<usize, StoreError> {
-        conn.execute_batch(
-            "DELETE FROM transaction_search_pending;
-             INSERT INTO transaction_search_pending (key, reference, title, email)
-             SELECT rowid, reference, title, json_extract(payment, '$.customer.email')
-             FROM transactions ORDER BY rowid;",
-        )?;
-        let noted = conn.changes();
-        conn.execute(
-            "UPDATE search_generation SET generation = ?1",
-            [&generation],
-        )?;
-        Ok(usize::try_from(noted).unwrap_or(usize::MAX))
-    })();
-    finish(conn, noted.is_ok())?;
-    let noted = noted?;
+    conn.execute(
+        "UPDATE search_generation SET generation = ?1",
+        [&generation],
+    )?;
+    let transactions: i64 =
+        conn.query_row("SELECT count(*) FROM transactions", [], |r| r.get(0))?;
     tracing::info!(
-        transactions = noted,
-        elapsed_ms = started.elapsed().as_millis() as u64,
+        transactions,
         "the search index starts over; the indexer writes it in the background"
     );
     Ok(indexed)
@@ -198,12 +244,48 @@ fn finish(conn: &Connection, commit: bool) -> Result<(), StoreError> {
     Ok(committed?)
 }
 
-/// Indexes the next notes, up to `limit`, in one transaction of the search file; returns how
-/// far the index got and how many notes it took. The transaction takes the search file's
-/// write lock first (waiting for another process's indexer, if any) and reads the position
-/// under it, so two processes on the same files never index a note twice; nothing is
-/// written while no note waits.
-pub(super) fn index_step(conn: &Connection, limit: usize) -> Result<(i64, usize), StoreError> {
+/// Which ranges of keys the indexer looks at next for new transactions.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Sweep {
+    /// The last event seen: the ranges of the providers with events past it may have grown.
+    /// `None`: every range is looked at.
+    seen: Option<i64>,
+    /// Ranges (by provider number) with more new transactions than a step took.
+    more: BTreeSet<i64>,
+}
+
+impl Sweep {
+    /// The next step looks at every range.
+    fn look_at_all(&mut self) {
+        self.seen = None;
+    }
+
+    /// A sweep that looks at no range until events come (for tests of the notes alone).
+    #[cfg(test)]
+    pub(super) fn notes_only() -> Sweep {
+        Sweep {
+            seen: Some(i64::MAX),
+            more: BTreeSet::new(),
+        }
+    }
+
+    /// Whether a range has new transactions left for the next step.
+    pub(super) fn unfinished(&self) -> bool {
+        !self.more.is_empty()
+    }
+}
+
+/// Indexes, in one transaction of the search file, the next notes and then the new
+/// transactions of the ranges `sweep` names, up to `limit` in all; returns how far the notes
+/// got and how many notes and transactions it took. The transaction takes the search file's
+/// write lock first (waiting for another process's indexer, if any) and reads the positions
+/// under it, so two processes on the same files never index the same thing twice; nothing is
+/// written while nothing waits.
+pub(super) fn index_step(
+    conn: &Connection,
+    limit: usize,
+    sweep: &mut Sweep,
+) -> Result<(i64, usize), StoreError> {
     let indexed: i64 = conn
         .prepare_cached("SELECT indexed_seq FROM search.search_state WHERE id = 1")?
         .query_row([], |r| r.get(0))?;
@@ -212,24 +294,78 @@ pub(super) fn index_step(conn: &Connection, limit: usize) -> Result<(i64, usize)
             "SELECT EXISTS (SELECT 1 FROM main.transaction_search_pending WHERE seq > ?1)",
         )?
         .query_row([indexed], |r| r.get::<_, bool>(0))?;
-    if !waiting {
+    let grown = match sweep.seen {
+        None => true,
+        Some(seen) => last_event(conn)? > seen,
+    };
+    if !waiting && !grown && sweep.more.is_empty() {
         return Ok((indexed, 0));
     }
+    let mut next = sweep.clone();
     conn.prepare_cached("BEGIN")?.execute([])?;
     let stepped = conn
         .prepare_cached("UPDATE search.search_state SET indexed_seq = indexed_seq WHERE id = 1")
         .and_then(|mut lock| lock.execute([]))
         .map_err(StoreError::from)
-        .and_then(|_| step(conn, limit));
+        .and_then(|_| step(conn, limit, &mut next));
     if stepped.is_ok() {
         conn.prepare_cached("COMMIT")?.execute([])?;
+        *sweep = next;
     } else {
         let _ = conn.execute_batch("ROLLBACK");
     }
     stepped
 }
 
-fn step(conn: &Connection, limit: usize) -> Result<(i64, usize), StoreError> {
+/// The number of the last event written (events are numbered by AUTOINCREMENT in the order
+/// they were committed, and never deleted).
+fn last_event(conn: &Connection) -> Result<i64, StoreError> {
+    Ok(conn
+        .prepare_cached("SELECT seq FROM main.sqlite_sequence WHERE name = 'events'")?
+        .query_row([], |r| r.get(0))
+        .optional()?
+        .unwrap_or(0))
+}
+
+/// Writes one key's entry: removes the one it had, if any, and enters `text` (reference,
+/// title, e-mail), if any.
+struct Entries<'c> {
+    forget: rusqlite::CachedStatement<'c>,
+    remove: rusqlite::CachedStatement<'c>,
+    enter: rusqlite::CachedStatement<'c>,
+    remember: rusqlite::CachedStatement<'c>,
+}
+
+type Text = (Option<String>, Option<String>, Option<String>);
+
+impl<'c> Entries<'c> {
+    fn new(conn: &'c Connection) -> Result<Entries<'c>, StoreError> {
+        Ok(Entries {
+            forget: conn.prepare_cached("DELETE FROM search.search_indexed WHERE key = ?1")?,
+            remove: conn
+                .prepare_cached("DELETE FROM search.transaction_search WHERE rowid = ?1")?,
+            enter: conn.prepare_cached(
+                "INSERT INTO search.transaction_search (rowid, reference, title, email) \
+                 VALUES (?1, ?2, ?3, ?4)",
+            )?,
+            remember: conn.prepare_cached("INSERT INTO search.search_indexed (key) VALUES (?1)")?,
+        })
+    }
+
+    fn write(&mut self, key: i64, text: Option<&Text>) -> Result<(), StoreError> {
+        // An entry is removed only where one was written: FTS5 cannot tell.
+        if self.forget.execute([key])? > 0 {
+            self.remove.execute([key])?;
+        }
+        if let Some((reference, title, email)) = text {
+            self.enter.execute(params![key, reference, title, email])?;
+            self.remember.execute([key])?;
+        }
+        Ok(())
+    }
+}
+
+fn step(conn: &Connection, limit: usize, sweep: &mut Sweep) -> Result<(i64, usize), StoreError> {
     let indexed: i64 = conn
         .prepare_cached("SELECT indexed_seq FROM search.search_state WHERE id = 1")?
         .query_row([], |r| r.get(0))?;
@@ -244,39 +380,106 @@ fn step(conn: &Connection, limit: usize) -> Result<(i64, usize), StoreError> {
                 Ok((
                     r.get::<_, i64>(0)?,
                     r.get::<_, i64>(1)?,
-                    r.get::<_, Option<String>>(2)?,
-                    r.get::<_, Option<String>>(3)?,
-                    r.get::<_, Option<String>>(4)?,
+                    (
+                        r.get::<_, Option<String>>(2)?,
+                        r.get::<_, Option<String>>(3)?,
+                        r.get::<_, Option<String>>(4)?,
+                    ),
                 ))
             },
         )?
         .collect::<Result<Vec<_>, _>>()?;
-    let Some(last) = notes.last().map(|note| note.0) else {
-        return Ok((indexed, 0));
-    };
-    let mut forget = conn.prepare_cached("DELETE FROM search.search_indexed WHERE key = ?1")?;
-    let mut remove =
-        conn.prepare_cached("DELETE FROM search.transaction_search WHERE rowid = ?1")?;
-    let mut enter = conn.prepare_cached(
-        "INSERT INTO search.transaction_search (rowid, reference, title, email) \
-         VALUES (?1, ?2, ?3, ?4)",
+    let mut entries = Entries::new(conn)?;
+    let mut lower = conn.prepare_cached(
+        "UPDATE search.search_watermarks SET key = min(key, ?2 - 1) WHERE number = ?1",
     )?;
-    let mut remember =
-        conn.prepare_cached("INSERT INTO search.search_indexed (key) VALUES (?1)")?;
-    for (_, key, reference, title, email) in &notes {
-        // An entry is removed only where one was written: FTS5 cannot tell.
-        if forget.execute([key])? > 0 {
-            remove.execute([key])?;
-        }
-        // A note without a reference is a transaction deleted.
-        if reference.is_some() {
-            enter.execute(params![key, reference, title, email])?;
-            remember.execute([key])?;
+    let mut ranges = std::mem::take(&mut sweep.more);
+    for (_, key, text) in &notes {
+        // A note without a reference is a transaction deleted: its key may be given again,
+        // so the range is taken again from below it.
+        if text.0.is_some() {
+            entries.write(*key, Some(text))?;
+        } else {
+            entries.write(*key, None)?;
+            let number = key.div_euclid(RANGE);
+            lower.execute([number, *key])?;
+            ranges.insert(number);
         }
     }
+    let indexed = notes.last().map_or(indexed, |note| note.0);
     conn.prepare_cached("UPDATE search.search_state SET indexed_seq = ?1 WHERE id = 1")?
-        .execute([last])?;
-    Ok((last, notes.len()))
+        .execute([indexed])?;
+
+    // The ranges that may have grown: those of the providers with events since the last step
+    // (every range at first), and those a step left unfinished.
+    let last_event = last_event(conn)?;
+    let grown = match sweep.seen {
+        None => conn
+            .prepare_cached("SELECT number FROM main.search_providers")?
+            .query_map([], |r| r.get::<_, i64>(0))?
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(seen) if last_event > seen => conn
+            .prepare_cached(
+                "SELECT DISTINCT n.number FROM main.events e \
+                 JOIN main.search_providers n ON n.provider_id = e.provider_id \
+                 WHERE e.seq > ?1",
+            )?
+            .query_map([seen], |r| r.get::<_, i64>(0))?
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(_) => Vec::new(),
+    };
+    ranges.extend(grown);
+    sweep.seen = Some(last_event);
+    let mut taken = notes.len();
+    let mut newest = conn.prepare_cached(
+        "SELECT rowid, reference, title, json_extract(payment, '$.customer.email') \
+         FROM main.transactions WHERE rowid > ?1 AND rowid < ?2 ORDER BY rowid LIMIT ?3",
+    )?;
+    let mut watermark = conn.prepare_cached(
+        "SELECT coalesce((SELECT key FROM search.search_watermarks WHERE number = ?1), ?1 * ?2)",
+    )?;
+    let mut raise = conn.prepare_cached(
+        "INSERT INTO search.search_watermarks (number, key) VALUES (?1, ?2) \
+         ON CONFLICT (number) DO UPDATE SET key = excluded.key",
+    )?;
+    for number in ranges {
+        let budget = limit.saturating_sub(taken);
+        if budget == 0 {
+            sweep.more.insert(number);
+            continue;
+        }
+        let from: i64 = watermark.query_row(params![number, RANGE], |r| r.get(0))?;
+        let rows = newest
+            .query_map(
+                params![
+                    from,
+                    (number + 1) * RANGE,
+                    i64::try_from(budget).unwrap_or(i64::MAX)
+                ],
+                |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        (
+                            r.get::<_, Option<String>>(1)?,
+                            r.get::<_, Option<String>>(2)?,
+                            r.get::<_, Option<String>>(3)?,
+                        ),
+                    ))
+                },
+            )?
+            .collect::<Result<Vec<_>, _>>()?;
+        for (key, text) in &rows {
+            entries.write(*key, Some(text))?;
+        }
+        if let Some((last, _)) = rows.last() {
+            raise.execute([number, *last])?;
+        }
+        if rows.len() == budget {
+            sweep.more.insert(number);
+        }
+        taken += rows.len();
+    }
+    Ok((indexed, taken))
 }
 
 /// Deletes the notes the index holds (up to `indexed`), in the main file's write transaction
@@ -361,11 +564,19 @@ impl Indexer {
 
 fn index_loop(conn: &Connection, indexed: &AtomicI64, signal: &(Mutex<bool>, Condvar)) {
     let (stopped, wake) = signal;
+    // Every range is looked at first: what was committed while no indexer ran.
+    let mut sweep = Sweep::default();
+    let mut looked_at_all = std::time::Instant::now();
+    let mut stopping = false;
     loop {
-        let full = match index_step(conn, STEP) {
+        if looked_at_all.elapsed() >= LOOK_AT_ALL_EVERY {
+            sweep.look_at_all();
+            looked_at_all = std::time::Instant::now();
+        }
+        let full = match index_step(conn, STEP, &mut sweep) {
             Ok((position, taken)) => {
                 indexed.store(position, Ordering::Release);
-                taken == STEP
+                taken >= STEP || sweep.unfinished()
             }
             Err(error) => {
                 // The notes stay; searches test them one by one meanwhile.
@@ -375,7 +586,13 @@ fn index_loop(conn: &Connection, indexed: &AtomicI64, signal: &(Mutex<bool>, Con
         };
         let Ok(guard) = stopped.lock() else { return };
         if *guard && !full {
-            return;
+            if stopping {
+                return;
+            }
+            // One step more, over every range, before the thread stops.
+            stopping = true;
+            sweep.look_at_all();
+            continue;
         }
         if !full && wake.wait_timeout(guard, INDEX_EVERY).is_err() {
             return;
@@ -395,7 +612,8 @@ mod tests {
         conn.execute(
             "INSERT INTO transactions (id, provider_id, reference, status, title, currency, \
              payload, total, created_at, updated_at) \
-             VALUES (?1, 'p1', 'CHK-' || ?1, 'PENDING', ?2, 'EUR', '{}', '1', ?1, ?1)",
+             VALUES (?1, 'p1', 'CHK-' || ?1, 'PENDING', ?2, 'EUR', '{}', '1', \
+                     ?1 || 'T00:00:00Z', ?1 || 'T00:00:00Z')",
             params![id, title],
         )
         .unwrap();
@@ -419,7 +637,42 @@ mod tests {
         .unwrap()
     }
 
-    /// A migrated file (`checkout.db` in the directory) with two transactions of one provider.
+    /// A new transaction as the writer makes one: at its provider's next key, with an event.
+    fn create(conn: &Connection, id: &str, title: &str) {
+        insert(conn, id, title);
+        conn.execute(
+            "INSERT INTO events (id, provider_id, transaction_id, type, payload, created_at) \
+             VALUES ('evt_' || ?1, 'p1', ?1, 'transaction.created', '{}', ?1)",
+            [id],
+        )
+        .unwrap();
+    }
+
+    /// The titles a dashboard search for `text` finds, newest first.
+    fn searched(conn: &Connection, text: &str) -> Vec<String> {
+        let filter = crate::store::dashboard::TransactionFilter {
+            search: Some(text.to_owned()),
+            limit: 50,
+            ..Default::default()
+        };
+        super::super::dashboard::list_transactions(conn, "p1", &filter)
+            .unwrap()
+            .into_iter()
+            .map(|summary| summary.title)
+            .collect()
+    }
+
+    fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what}: not in time");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// A migrated file (`checkout.db` in the directory) with two transactions of one provider:
+    /// the first inserted without a key (moved to the range's first by the keyed trigger, and
+    /// noted), the second at the range's next key (not noted).
     fn two_transactions() -> (tempfile::TempDir, Connection) {
         let dir = tempfile::tempdir().unwrap();
         let conn = open_migrated(&dir.path().join("checkout.db")).unwrap();
@@ -430,54 +683,123 @@ mod tests {
         (dir, conn)
     }
 
-    /// The indexer thread writes what the triggers note into the search file, and reports how
-    /// far it got, up to which the writer deletes the notes; it indexes what is noted before
-    /// it stops.
+    /// The indexer thread takes every range at its start, a provider's new transactions when
+    /// its events say so, and what the triggers note; it reports how far the notes got, up to
+    /// which the writer deletes them; before it stops it looks at every range once more.
     #[test]
     fn the_indexer_writes_the_search_file_and_the_notes_are_then_deleted() {
         let (dir, conn) = two_transactions();
         let path = dir.path().join("checkout.db");
+        assert_eq!(notes(&conn), 1, "only the row the keyed trigger moved");
         let indexer = Indexer::spawn(&path).unwrap();
         let range = 1_i64 << 40;
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        // The file is new: every transaction is noted again (3 and 4).
-        assert_eq!(last_noted(&conn).unwrap(), 4);
-        while indexer.indexed.load(Ordering::Acquire) < 4 {
-            assert!(std::time::Instant::now() < deadline, "not indexed in time");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert_eq!(found(&path, "lisbo"), vec![range + 1]);
-        assert_eq!(
-            forget_indexed(&conn, indexer.indexed.load(Ordering::Acquire)).unwrap(),
-            2
-        );
+        wait_until("the first look at every range", || {
+            found(&path, "lisbo") == vec![range + 1] && found(&path, "porto") == vec![range + 2]
+        });
+        assert_eq!(indexer.indexed.load(Ordering::Acquire), 1);
+        assert_eq!(forget_indexed(&conn, 1).unwrap(), 1);
         assert_eq!(notes(&conn), 0);
+
+        // A create: found through its event, without a note.
+        create(&conn, "2026-01-03", "Faro");
+        assert_eq!(notes(&conn), 0);
+        wait_until("the new transaction", || {
+            found(&path, "faro") == vec![range + 3]
+        });
+
+        // A title changed, the newest transaction deleted and its key given again by SQL of
+        // its own (no event): the index follows by the time the indexer stops.
         conn.execute(
-            "UPDATE transactions SET title = 'Faro' WHERE id = '2026-01-02'",
+            "UPDATE transactions SET title = 'Braga' WHERE id = '2026-01-02'",
             [],
         )
         .unwrap();
-        insert(&conn, "2026-01-03", "Lisbon again");
-        conn.execute("DELETE FROM transactions WHERE id = '2026-01-01'", [])
+        conn.execute("DELETE FROM transactions WHERE id = '2026-01-03'", [])
             .unwrap();
+        insert(&conn, "2026-01-04", "Lisbon again");
+        let key: i64 = conn
+            .query_row(
+                "SELECT rowid FROM transactions WHERE id = '2026-01-04'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(key, range + 3, "the deleted transaction's key");
         indexer.stop();
-        assert_eq!(found(&path, "lisbo"), vec![range + 3]);
+        assert_eq!(found(&path, "lisbo"), vec![range + 1, range + 3]);
         assert_eq!(
             found(&path, "porto"),
             Vec::<i64>::new(),
             "the old entry is gone"
         );
-        assert_eq!(found(&path, "faro"), vec![range + 2]);
-        assert_eq!(
-            indexer.indexed.load(Ordering::Acquire),
-            7,
-            "three notes more"
-        );
+        assert_eq!(found(&path, "faro"), Vec::<i64>::new());
+        assert_eq!(found(&path, "braga"), vec![range + 2]);
+        assert_eq!(indexer.indexed.load(Ordering::Acquire), 3, "two notes more");
     }
 
-    /// A search file that is missing, belongs to another main file, or is ahead of the notes
-    /// (a main file restored from an older copy) is emptied, and every transaction noted
-    /// again; one that is not a database is deleted and made again.
+    /// A search finds what the index does not hold yet: the transactions past the range's
+    /// watermark and the noted ones, tested one by one, also a transaction at a key deleted
+    /// and given again before the indexer took the deletion's note; and nothing twice.
+    #[test]
+    fn a_search_finds_what_is_not_indexed_yet() {
+        let (dir, conn) = two_transactions();
+        let path = dir.path().join("checkout.db");
+        attach(&conn, &search_path(&path)).unwrap();
+        prepare(&conn).unwrap();
+        assert_eq!(
+            searched(&conn, "lisbo"),
+            vec!["Lisbon"],
+            "nothing indexed yet"
+        );
+        assert_eq!(index_step(&conn, STEP, &mut Sweep::default()).unwrap().1, 2);
+        forget_indexed(&conn, 1).unwrap();
+        assert_eq!(searched(&conn, "lisbo"), vec!["Lisbon"], "from the index");
+
+        create(&conn, "2026-01-03", "Lisbon by night");
+        conn.execute(
+            "UPDATE transactions SET title = 'Lisbon, Porto' WHERE id = '2026-01-02'",
+            [],
+        )
+        .unwrap();
+        assert_eq!(
+            searched(&conn, "lisbo"),
+            vec!["Lisbon by night", "Lisbon, Porto", "Lisbon"],
+            "past the watermark, noted, indexed"
+        );
+        let mut sweep = Sweep::default();
+        let (indexed, _) = index_step(&conn, STEP, &mut sweep).unwrap();
+        forget_indexed(&conn, indexed).unwrap();
+        let range = 1_i64 << 40;
+        assert_eq!(found(&path, "by night"), vec![range + 3]);
+        // The newest deleted, its key given again: the deletion's note stands for it until
+        // the indexer takes it.
+        conn.execute("DELETE FROM transactions WHERE id = '2026-01-03'", [])
+            .unwrap();
+        create(&conn, "2026-01-04", "Lisbon at dawn");
+        assert_eq!(
+            searched(&conn, "lisbo"),
+            vec!["Lisbon at dawn", "Lisbon, Porto", "Lisbon"]
+        );
+        let (indexed, _) = index_step(&conn, STEP, &mut sweep).unwrap();
+        forget_indexed(&conn, indexed).unwrap();
+        assert_eq!(notes(&conn), 0);
+        assert_eq!(found(&path, "dawn"), vec![range + 3]);
+        assert_eq!(found(&path, "by night"), Vec::<i64>::new());
+        assert_eq!(
+            searched(&conn, "lisbo"),
+            vec!["Lisbon at dawn", "Lisbon, Porto", "Lisbon"],
+            "all from the index"
+        );
+        create(&conn, "2026-01-05", "Porto by night");
+        index_step(&conn, STEP, &mut sweep).unwrap();
+        assert_eq!(found(&path, "by night"), vec![range + 4]);
+        assert_eq!(searched(&conn, "night"), vec!["Porto by night"]);
+    }
+
+    /// A search file that is missing, belongs to another main file, or is ahead of it (a main
+    /// file restored from an older copy: more notes indexed than made, or a watermark past the
+    /// end of its range) is emptied, and every range taken from its start; one that is not a
+    /// database is deleted and made again.
     #[test]
     fn a_search_file_that_does_not_match_is_built_again() {
         let (dir, conn) = two_transactions();
@@ -485,33 +807,37 @@ mod tests {
         attach(&conn, &search_path(&path)).unwrap();
         assert_eq!(
             prepare(&conn).unwrap(),
-            2,
-            "the triggers' notes are set aside"
+            1,
+            "the notes made so far are set aside"
         );
-        assert_eq!(notes(&conn), 2, "every transaction noted again");
-        let (indexed, taken) = index_step(&conn, STEP).unwrap();
-        assert_eq!((indexed, taken), (4, 2));
+        let (indexed, taken) = index_step(&conn, STEP, &mut Sweep::default()).unwrap();
+        assert_eq!((indexed, taken), (1, 2), "the range read from its start");
         forget_indexed(&conn, indexed).unwrap();
-        assert_eq!(prepare(&conn).unwrap(), 4, "a matching file is kept");
+        assert_eq!(prepare(&conn).unwrap(), 1, "a matching file is kept");
+        assert_eq!(
+            index_step(&conn, STEP, &mut Sweep::default()).unwrap(),
+            (1, 0),
+            "and not read again"
+        );
         assert_eq!(notes(&conn), 0);
         let range = 1_i64 << 40;
         assert_eq!(found(&path, "porto"), vec![range + 2]);
+        let rebuilt = |conn: &Connection, what: &str| {
+            prepare(conn).unwrap();
+            assert_eq!(found(&path, "porto"), Vec::<i64>::new(), "{what}: emptied");
+            index_step(conn, STEP, &mut Sweep::default()).unwrap();
+            assert_eq!(found(&path, "porto"), vec![range + 2], "{what}");
+        };
 
-        // Another main file's search file.
         conn.execute("UPDATE search_generation SET generation = 'other'", [])
             .unwrap();
-        assert_eq!(prepare(&conn).unwrap(), 4);
-        assert_eq!(found(&path, "porto"), Vec::<i64>::new(), "emptied");
-        assert_eq!(notes(&conn), 2);
-        let (indexed, _) = index_step(&conn, STEP).unwrap();
-        forget_indexed(&conn, indexed).unwrap();
-        assert_eq!(found(&path, "porto"), vec![range + 2]);
-
-        // A search file ahead of the notes.
+        rebuilt(&conn, "another main file's search file");
         conn.execute("UPDATE search.search_state SET indexed_seq = 1000", [])
             .unwrap();
-        prepare(&conn).unwrap();
-        assert_eq!(notes(&conn), 2);
+        rebuilt(&conn, "more notes indexed than made");
+        conn.execute("UPDATE search.search_watermarks SET key = key + 1", [])
+            .unwrap();
+        rebuilt(&conn, "a watermark past the end");
 
         // No search file.
         drop(conn);
@@ -519,7 +845,7 @@ mod tests {
         let conn = open_migrated(&path).unwrap();
         attach(&conn, &search_path(&path)).unwrap();
         prepare(&conn).unwrap();
-        index_step(&conn, STEP).unwrap();
+        index_step(&conn, STEP, &mut Sweep::default()).unwrap();
         assert_eq!(found(&path, "lisbo"), vec![range + 1]);
         drop(conn);
 
