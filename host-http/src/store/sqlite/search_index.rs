@@ -152,9 +152,10 @@ pub(super) fn prepare(conn: &Connection) -> Result<i64, StoreError> {
     {
         if !had_watermarks {
             // A search file made before migration 27: each range is in it (or noted) up to
-            // the last key noted at the migration.
+            // the last key noted at the migration. (OR IGNORE: another process starting at
+            // the same time may have done it first.)
             conn.execute(
-                "INSERT INTO search.search_watermarks (number, key) \
+                "INSERT OR IGNORE INTO search.search_watermarks (number, key) \
                  SELECT number, noted_until FROM search_providers WHERE noted_until IS NOT NULL",
                 [],
             )?;
