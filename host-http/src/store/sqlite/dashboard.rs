@@ -1028,9 +1028,6 @@ impl DashboardStore for SqliteStore {
     }
 }
 
-/// One provider's range of search keys (migration 21): its number times this.
-const SEARCH_KEY_RANGE: i64 = 1 << 40;
-
 /// The filtered page: the provider's rows by the index on (provider_id, created_at), newest
 /// first; the keyset condition continues after the last row shown.
 pub(super) fn list_transactions(
@@ -1111,8 +1108,8 @@ fn search_statement(
     let Some(number) = number else {
         return Ok(None);
     };
-    let low = number * SEARCH_KEY_RANGE;
-    let mut high = low + SEARCH_KEY_RANGE;
+    let low = number * super::search_index::SEARCH_KEY_RANGE;
+    let mut high = low + super::search_index::SEARCH_KEY_RANGE;
     if let Some((_, id)) = &filter.before {
         let key: Option<i64> = conn
             .prepare_cached("SELECT rowid FROM transactions WHERE id = ?1")?

@@ -648,10 +648,9 @@ fn insert_transaction(
          updated_at, time_zone, pay_token_hash, pay_expires_at) \
          VALUES ((SELECT coalesce( \
                      (SELECT t.rowid FROM transactions t \
-                      WHERE t.rowid > n.number * 1099511627776 \
-                        AND t.rowid < (n.number + 1) * 1099511627776 \
+                      WHERE t.rowid > n.number * ?16 AND t.rowid < (n.number + 1) * ?16 \
                       ORDER BY t.rowid DESC LIMIT 1), \
-                     n.number * 1099511627776) + 1 \
+                     n.number * ?16) + 1 \
                   FROM search_providers n WHERE n.provider_id = ?2), \
                  ?1, ?2, ?3, 'PENDING', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, '0', ?12, ?12, ?13, \
                  ?14, ?15)",
@@ -676,6 +675,7 @@ fn insert_transaction(
             .as_ref()
             .map(<[u8; 32]>::as_slice),
         prepared.pay_expires_at,
+        search_index::SEARCH_KEY_RANGE,
     ])?;
     let mut insert_item = conn.prepare_cached(
         "INSERT INTO items (transaction_id, order_no, name, category, total, policy, period, \

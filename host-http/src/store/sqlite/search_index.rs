@@ -49,8 +49,10 @@ use crate::store::StoreError;
 
 /// Notes and new transactions indexed in one transaction of the search file.
 pub(super) const STEP: usize = 512;
-/// The width of a provider's range of search keys (migration 21).
-const RANGE: i64 = 1 << 40;
+/// The width of a provider's range of search keys (migration 21): a key is the provider's
+/// number times this, plus its count of transactions. SQL of the migrations writes it as
+/// 1099511627776.
+pub(super) const SEARCH_KEY_RANGE: i64 = 1 << 40;
 /// How often the indexer looks for new notes while it finds fewer than [`STEP`].
 const INDEX_EVERY: Duration = Duration::from_millis(50);
 /// How often the indexer looks at every range, not only those of the providers with new
@@ -177,7 +179,7 @@ fn past_the_end(conn: &Connection) -> Result<bool, StoreError> {
          WHERE w.key > coalesce((SELECT t.rowid FROM main.transactions t \
                                  WHERE t.rowid > w.number * ?1 AND t.rowid < (w.number + 1) * ?1 \
                                  ORDER BY t.rowid DESC LIMIT 1), w.number * ?1))",
-        [RANGE],
+        [SEARCH_KEY_RANGE],
         |r| r.get(0),
     )?)
 }
@@ -402,7 +404,7 @@ fn step(conn: &Connection, limit: usize, sweep: &mut Sweep) -> Result<(i64, usiz
             entries.write(*key, Some(text))?;
         } else {
             entries.write(*key, None)?;
-            let number = key.div_euclid(RANGE);
+            let number = key.div_euclid(SEARCH_KEY_RANGE);
             lower.execute([number, *key])?;
             ranges.insert(number);
         }
@@ -449,12 +451,12 @@ fn step(conn: &Connection, limit: usize, sweep: &mut Sweep) -> Result<(i64, usiz
             sweep.more.insert(number);
             continue;
         }
-        let from: i64 = watermark.query_row(params![number, RANGE], |r| r.get(0))?;
+        let from: i64 = watermark.query_row(params![number, SEARCH_KEY_RANGE], |r| r.get(0))?;
         let rows = newest
             .query_map(
                 params![
                     from,
-                    (number + 1) * RANGE,
+                    (number + 1) * SEARCH_KEY_RANGE,
                     i64::try_from(budget).unwrap_or(i64::MAX)
                 ],
                 |r| {
