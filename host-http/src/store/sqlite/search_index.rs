@@ -400,10 +400,9 @@ fn step(conn: &Connection, limit: usize, sweep: &mut Sweep) -> Result<(i64, usiz
     for (_, key, text) in &notes {
         // A note without a reference is a transaction deleted: its key may be given again,
         // so the range is taken again from below it.
-        if text.0.is_some() {
-            entries.write(*key, Some(text))?;
-        } else {
-            entries.write(*key, None)?;
+        let deleted = text.0.is_none();
+        entries.write(*key, (!deleted).then_some(text))?;
+        if deleted {
             let number = key.div_euclid(SEARCH_KEY_RANGE);
             lower.execute([number, *key])?;
             ranges.insert(number);
