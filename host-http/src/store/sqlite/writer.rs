@@ -424,13 +424,19 @@ fn begin(conn: &Connection, batch: &mut Vec<Box<dyn Job>>) -> bool {
 mod tests {
     use super::*;
 
+    /// A writer on a new migrated file in a directory of its own (kept while the first lives).
+    fn new_writer() -> (tempfile::TempDir, std::path::PathBuf, Writer) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("checkout.db");
+        let writer = Writer::spawn(super::super::open_migrated(&path).unwrap(), &path).unwrap();
+        (dir, path, writer)
+    }
+
     /// A job that fails after writing undoes its own writes only: the batch rolls back and runs
     /// again with each job in a savepoint of its own, and the other jobs' work commits once.
     #[tokio::test]
     async fn a_failed_job_undoes_its_own_writes_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("checkout.db");
-        let writer = Writer::spawn(super::super::open_migrated(&path).unwrap(), &path).unwrap();
+        let (_dir, _, writer) = new_writer();
         writer
             .execute(|conn| {
                 conn.execute_batch("CREATE TABLE t (v INTEGER)")?;
@@ -486,9 +492,7 @@ mod tests {
     /// A shutdown leaves the index holding every transaction committed, and no note behind.
     #[tokio::test]
     async fn a_shutdown_indexes_what_was_noted_and_deletes_the_notes() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("checkout.db");
-        let writer = Writer::spawn(super::super::open_migrated(&path).unwrap(), &path).unwrap();
+        let (_dir, path, writer) = new_writer();
         writer
             .execute(|conn| {
                 conn.execute_batch(
