@@ -1116,7 +1116,7 @@ impl Services {
             &principal,
             Some(key),
             route,
-            json_cancellation_hash(id, body.as_bytes()),
+            || json_cancellation_hash(id, body.as_bytes()),
             now,
         );
         let key_running = match self.prior(key.as_ref(), now).await? {

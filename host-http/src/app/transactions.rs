@@ -74,7 +74,7 @@ impl Services {
             principal,
             request.idempotency_key,
             request.route,
-            body_hash(request.body),
+            || body_hash(request.body),
             now,
         );
         match self.replay(key.as_ref(), now).await {

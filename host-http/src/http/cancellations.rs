@@ -50,7 +50,7 @@ pub async fn cancel_json(
         &principal,
         key,
         paths::CANCEL,
-        json_cancellation_hash(&id, &body),
+        || json_cancellation_hash(&id, &body),
         now,
     );
     let key_running = match services.prior(key.as_ref(), now).await? {
@@ -118,8 +118,13 @@ pub async fn cancel_multipart(
             (id, paths::CANCEL_FORM)
         }
     };
-    let hash = form_cancellation_hash(&id, &form.request, form.file.as_ref());
-    let key = key_of(&principal, key, route, hash, now);
+    let key = key_of(
+        &principal,
+        key,
+        route,
+        || form_cancellation_hash(&id, &form.request, form.file.as_ref()),
+        now,
+    );
     let key_running = match services.prior(key.as_ref(), now).await? {
         Prior::Finished(stored) => return replayed(stored),
         Prior::New => false,
