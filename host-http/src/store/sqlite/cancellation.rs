@@ -569,7 +569,7 @@ impl CancellationStore for SqliteStore {
                 .prepare_cached(
                     "SELECT id FROM cancellations WHERE outcome = 'PENDING' \
                      AND (lease_until IS NULL OR lease_until < ?1) \
-                     ORDER BY created_at, id LIMIT ?2",
+                     ORDER BY created_at, id LIMIT +?2",
                 )?
                 .query_map(params![now, limit], |r| r.get(0))?
                 .collect::<Result<_, _>>()?;

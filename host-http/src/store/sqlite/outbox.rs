@@ -205,7 +205,7 @@ impl OutboxStore for SqliteStore {
             let rows = conn
                 .prepare_cached(
                     "SELECT id, payload FROM events WHERE provider_id = ?1 AND seq > ?2 \
-                     ORDER BY seq LIMIT ?3",
+                     ORDER BY seq LIMIT +?3",
                 )?
                 .query_map(params![provider_id, from, limit], |r| {
                     Ok(EventRecord {
@@ -255,7 +255,7 @@ impl OutboxStore for SqliteStore {
                      JOIN webhook_endpoints w ON w.id = d.endpoint_id \
                      LEFT JOIN busy b ON b.endpoint_id = d.endpoint_id \
                      WHERE due.rank + COALESCE(b.n, 0) <= ?3 \
-                     ORDER BY d.event_seq LIMIT ?2",
+                     ORDER BY d.event_seq LIMIT +?2",
                 )?
                 .query_map(params![now, limit, per_endpoint], |r| {
                     Ok((
@@ -379,7 +379,7 @@ impl OutboxStore for SqliteStore {
                      FROM email_messages m JOIN events e ON e.seq = m.event_seq \
                      WHERE m.status = 'QUEUED' AND m.next_attempt_at <= ?1 \
                      AND (m.lease_until IS NULL OR m.lease_until < ?1) \
-                     ORDER BY m.event_seq LIMIT ?2",
+                     ORDER BY m.event_seq LIMIT +?2",
                 )?
                 .query_map(params![now, limit], |r| {
                     Ok((

@@ -375,7 +375,7 @@ fn step(conn: &Connection, limit: usize, sweep: &mut Sweep) -> Result<(i64, usiz
     let notes = conn
         .prepare_cached(
             "SELECT seq, key, reference, title, email FROM main.transaction_search_pending \
-             WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+             WHERE seq > ?1 ORDER BY seq LIMIT +?2",
         )?
         .query_map(
             params![indexed, i64::try_from(limit).unwrap_or(i64::MAX)],
@@ -435,7 +435,7 @@ fn step(conn: &Connection, limit: usize, sweep: &mut Sweep) -> Result<(i64, usiz
     let mut taken = notes.len();
     let mut newest = conn.prepare_cached(
         "SELECT rowid, reference, title, json_extract(payment, '$.customer.email') \
-         FROM main.transactions WHERE rowid > ?1 AND rowid < ?2 ORDER BY rowid LIMIT ?3",
+         FROM main.transactions WHERE rowid > ?1 AND rowid < ?2 ORDER BY rowid LIMIT +?3",
     )?;
     let mut watermark = conn.prepare_cached(
         "SELECT coalesce((SELECT key FROM search.search_watermarks WHERE number = ?1), ?1 * ?2)",
