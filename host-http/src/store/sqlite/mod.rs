@@ -39,6 +39,30 @@ use rust_decimal::Decimal;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+/// SQL for the last search key given in a provider's range (migration 26), or the range's
+/// floor when it has none: `$number` is the range's number, `$range` the parameter bound to
+/// [`search_index::SEARCH_KEY_RANGE`]. A create takes the key after it; the search file is
+/// ahead of the main file when a watermark lies past it.
+macro_rules! range_end {
+    ($number:literal, $range:literal) => {
+        concat!(
+            "coalesce((SELECT t.rowid FROM main.transactions t WHERE t.rowid > ",
+            $number,
+            " * ",
+            $range,
+            " AND t.rowid < (",
+            $number,
+            " + 1) * ",
+            $range,
+            " ORDER BY t.rowid DESC LIMIT 1), ",
+            $number,
+            " * ",
+            $range,
+            ")"
+        )
+    };
+}
+
 pub mod admin;
 pub mod cancellation;
 mod commits;
@@ -649,19 +673,16 @@ fn insert_transaction(
     }
     // The rowid is the transaction's search key: the next in its provider's range
     // (migration 26), one seek at the range's end.
-    conn.prepare_cached(
+    conn.prepare_cached(concat!(
         "INSERT INTO transactions (rowid, id, provider_id, reference, status, title, currency, \
          ref_ids, note, attachments, email, payload, total, refunded_amount, created_at, \
          updated_at, time_zone, pay_token_hash, pay_expires_at) \
-         VALUES ((SELECT coalesce( \
-                     (SELECT t.rowid FROM transactions t \
-                      WHERE t.rowid > n.number * ?16 AND t.rowid < (n.number + 1) * ?16 \
-                      ORDER BY t.rowid DESC LIMIT 1), \
-                     n.number * ?16) + 1 \
-                  FROM search_providers n WHERE n.provider_id = ?2), \
+         VALUES ((SELECT ",
+        range_end!("n.number", "?16"),
+        " + 1 FROM search_providers n WHERE n.provider_id = ?2), \
                  ?1, ?2, ?3, 'PENDING', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, '0', ?12, ?12, ?13, \
                  ?14, ?15)",
-    )?
+    ))?
     .execute(params![
         transaction.id,
         transaction.provider_id,

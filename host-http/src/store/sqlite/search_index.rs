@@ -175,10 +175,11 @@ pub(super) fn prepare(conn: &Connection) -> Result<i64, StoreError> {
 /// not yet taken their notes.)
 fn past_the_end(conn: &Connection) -> Result<bool, StoreError> {
     Ok(conn.query_row(
-        "SELECT EXISTS (SELECT 1 FROM search.search_watermarks w \
-         WHERE w.key > coalesce((SELECT t.rowid FROM main.transactions t \
-                                 WHERE t.rowid > w.number * ?1 AND t.rowid < (w.number + 1) * ?1 \
-                                 ORDER BY t.rowid DESC LIMIT 1), w.number * ?1))",
+        concat!(
+            "SELECT EXISTS (SELECT 1 FROM search.search_watermarks w WHERE w.key > ",
+            range_end!("w.number", "?1"),
+            ")"
+        ),
         [SEARCH_KEY_RANGE],
         |r| r.get(0),
     )?)
