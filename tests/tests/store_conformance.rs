@@ -229,6 +229,7 @@ fn transaction(provider_id: &str, currency: &str, totals: &[&str]) -> NewTransac
         currency: currency.to_owned(),
         ref_ids: BTreeMap::from([("order".to_owned(), "A-1".to_owned())]),
         note: Some("first note".to_owned()),
+        note_in_payload: false,
         attachments: Vec::new(),
         email: None,
         payload,

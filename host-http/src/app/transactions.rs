@@ -128,6 +128,8 @@ impl Services {
             currency: checkout.currency,
             ref_ids: checkout.ref_ids.unwrap_or_default(),
             note: checkout.note,
+            // Read from this very body by the validation above.
+            note_in_payload: true,
             attachments: checkout.attachments.unwrap_or_default(),
             email: merged_email(checkout.email, checkout.recipients),
             payload,

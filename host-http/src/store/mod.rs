@@ -388,6 +388,9 @@ pub struct NewTransaction {
     pub ref_ids: RefIds,
     /// Internal note.
     pub note: Option<String>,
+    /// `note` is the top-level `note` of `payload` (a creation body's, read from it): a store
+    /// may keep it once, in the body, and read it from there.
+    pub note_in_payload: bool,
     /// Attachments.
     pub attachments: Vec<Attachment>,
     /// E-mail with merged recipients.

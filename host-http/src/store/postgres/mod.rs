@@ -1750,6 +1750,7 @@ mod tests {
                 currency: "EUR".to_owned(),
                 ref_ids: RefIds::new(),
                 note: None,
+                note_in_payload: false,
                 attachments: Vec::new(),
                 // The contract e-mail of its `transaction.created` event goes to this address.
                 email: Some(CheckoutEmail {

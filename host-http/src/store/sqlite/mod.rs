@@ -356,8 +356,8 @@ pub(super) fn read_transaction(
             "SELECT provider_id, reference, status, title, currency, ref_ids, note, attachments, \
              email, payload, total, paid_amount, refunded_amount, paid_at, payment, created_at, \
              updated_at, time_zone, pay_expires_at, \
-             COALESCE((SELECT version FROM transaction_versions WHERE id = transactions.id), 0) \
-             FROM transactions WHERE id = ?1",
+             COALESCE((SELECT version FROM transaction_versions WHERE id = transactions.id), 0), \
+             note_in_payload FROM transactions WHERE id = ?1",
         )?
         .query_row([id], |r| {
             Ok((
@@ -384,6 +384,7 @@ pub(super) fn read_transaction(
                     r.get::<_, Option<String>>(17)?,
                     r.get::<_, Option<String>>(18)?,
                     r.get::<_, i64>(19)?,
+                    r.get::<_, bool>(20)?,
                 ),
             ))
         })
@@ -402,10 +403,19 @@ pub(super) fn read_transaction(
             time_zone,
             payment_link_expires_at,
             version,
+            note_in_payload,
         ),
     )) = row
     else {
         return Ok(None);
+    };
+    let note = if note_in_payload {
+        payload_note(&payload).map_err(|e| StoreError::Corrupt {
+            column: "transactions.payload",
+            detail: e.to_string(),
+        })?
+    } else {
+        note
     };
     let items = read_items(conn, id)?;
     let cancellations = read_cancellations(conn, id)?;
@@ -608,6 +618,8 @@ pub(super) fn owner_check(
 /// inserts.
 struct PreparedCreate {
     transaction: NewTransaction,
+    /// The note is the creation body's own and long: kept there only (migration 28).
+    note_in_payload: bool,
     response: Option<IdempotentResponse>,
     reference: String,
     created_at: String,
@@ -644,6 +656,7 @@ impl PreparedCreate {
             })
             .collect::<Result<_, StoreError>>()?;
         Ok(PreparedCreate {
+            note_in_payload: note_in_payload(&transaction),
             event: events::created(&transaction, &reference)?,
             created_at: format_instant(transaction.created_at),
             ref_ids: to_json(&transaction.ref_ids)?,
@@ -657,6 +670,36 @@ impl PreparedCreate {
             response,
         })
     }
+}
+
+/// The shortest note kept only in the creation body (migration 28): a shorter one costs little
+/// twice, and finding it in the body costs a parse of the body.
+const LONG_NOTE: usize = 256;
+
+/// Whether the note of a new transaction is long and the creation body's own top-level `note`
+/// (migration 28), so that the row keeps it once, in `payload`.
+fn note_in_payload(transaction: &NewTransaction) -> bool {
+    let long = transaction
+        .note
+        .as_ref()
+        .is_some_and(|note| note.len() >= LONG_NOTE);
+    // The caller vouches for it (the creation reads the note from the body); the body is not
+    // parsed again here but in debug builds.
+    debug_assert!(
+        !transaction.note_in_payload
+            || payload_note(&transaction.payload).ok().as_ref() == Some(&transaction.note),
+        "the note is not the payload's"
+    );
+    long && transaction.note_in_payload
+}
+
+/// The top-level `note` of a creation body.
+fn payload_note(payload: &str) -> Result<Option<String>, serde_json::Error> {
+    #[derive(serde::Deserialize)]
+    struct Body {
+        note: Option<String>,
+    }
+    serde_json::from_str::<Body>(payload).map(|body| body.note)
 }
 
 fn insert_transaction(
@@ -675,13 +718,13 @@ fn insert_transaction(
     // (migration 26), one seek at the range's end.
     conn.prepare_cached(concat!(
         "INSERT INTO transactions (rowid, id, provider_id, reference, status, title, currency, \
-         ref_ids, note, attachments, email, payload, total, refunded_amount, created_at, \
-         updated_at, time_zone, pay_token_hash, pay_expires_at) \
+         ref_ids, note, note_in_payload, attachments, email, payload, total, refunded_amount, \
+         created_at, updated_at, time_zone, pay_token_hash, pay_expires_at) \
          VALUES ((SELECT ",
-        range_end!("n.number", "?16"),
+        range_end!("n.number", "?15"),
         " + 1 FROM search_providers n WHERE n.provider_id = ?2), \
-                 ?1, ?2, ?3, 'PENDING', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, '0', ?12, ?12, ?13, \
-                 ?14, ?15)",
+                 ?1, ?2, ?3, 'PENDING', ?4, ?5, ?6, ?16, ?17, ?7, ?8, ?9, ?10, '0', ?11, ?11, \
+                 ?12, ?13, ?14)",
     ))?
     .execute(params![
         transaction.id,
@@ -690,7 +733,6 @@ fn insert_transaction(
         transaction.title,
         transaction.currency,
         prepared.ref_ids,
-        transaction.note,
         prepared.attachments,
         prepared.email,
         transaction.payload,
@@ -704,6 +746,12 @@ fn insert_transaction(
             .map(<[u8; 32]>::as_slice),
         prepared.pay_expires_at,
         search_index::SEARCH_KEY_RANGE,
+        if prepared.note_in_payload {
+            None
+        } else {
+            transaction.note.as_deref()
+        },
+        prepared.note_in_payload,
     ])?;
     let mut insert_item = conn.prepare_cached(
         "INSERT INTO items (transaction_id, order_no, name, category, total, policy, period, \
@@ -827,7 +875,8 @@ fn update(
     // R-8.6: each given field replaces the stored one; absent fields stay (COALESCE).
     conn.prepare_cached(
         "UPDATE transactions SET ref_ids = COALESCE(?2, ref_ids), title = COALESCE(?3, title), \
-         note = COALESCE(?4, note), attachments = COALESCE(?5, attachments), updated_at = ?6 \
+         note = COALESCE(?4, note), attachments = COALESCE(?5, attachments), updated_at = ?6, \
+         note_in_payload = note_in_payload AND ?4 IS NULL \
          WHERE id = ?1",
     )?
     .execute(params![
@@ -1273,6 +1322,7 @@ mod tests {
             currency: "EUR".to_owned(),
             ref_ids: Default::default(),
             note: None,
+            note_in_payload: false,
             attachments: Vec::new(),
             email: None,
             payload: "{}".to_owned(),
@@ -1305,6 +1355,103 @@ mod tests {
         assert_eq!(reference, stored);
         assert!(payload.contains(&stored), "{payload}");
         assert!(!payload.contains(&taken), "{payload}");
+    }
+
+    /// Migration 28: a long note read from the creation body is kept there only (the column is
+    /// NULL), and read back from it; a short one, or one not vouched for, is kept in its column;
+    /// an update (R-8.6) that replaces the note keeps the new one in the column, and one that
+    /// leaves it alone leaves it in the body.
+    #[test]
+    fn a_long_note_of_the_body_is_kept_once_and_read_back_from_it() {
+        use checkout_engine::api::UpdateTransaction;
+        let dir = tempfile::tempdir().unwrap();
+        let conn = super::open_migrated(&dir.path().join("checkout.db")).unwrap();
+        conn.execute_batch("INSERT INTO providers (id, name, created_at) VALUES ('p1', 'A', '1')")
+            .unwrap();
+        let long = format!("desk \"quoted\" é {}", ".".repeat(super::LONG_NOTE));
+        let create = |id: &str, note: &str, vouched: bool| {
+            let payload = serde_json::json!({
+                "title": "Trip",
+                "refIDs": {"note": "not this one"},
+                "note": note,
+            })
+            .to_string();
+            let transaction = NewTransaction {
+                id: id.to_owned(),
+                provider_id: "p1".to_owned(),
+                title: "Trip".to_owned(),
+                currency: "EUR".to_owned(),
+                ref_ids: Default::default(),
+                note: Some(note.to_owned()),
+                note_in_payload: vouched,
+                attachments: Vec::new(),
+                email: None,
+                payload,
+                time_zone: "UTC".to_owned(),
+                total: Decimal::ONE,
+                items: Vec::new(),
+                created_at: Utc::now(),
+                payment_link: PaymentLink {
+                    token_hash: None,
+                    expires_at: Utc::now(),
+                },
+            };
+            let mut prepared = PreparedCreate::new(transaction, None).unwrap();
+            super::insert_transaction(&conn, &mut prepared).unwrap();
+        };
+        let stored = |id: &str| -> (Option<String>, bool, Option<String>) {
+            let (column, flag) = conn
+                .query_row(
+                    "SELECT note, note_in_payload FROM transactions WHERE id = ?1",
+                    [id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .unwrap();
+            let read = super::read_transaction(&conn, id).unwrap().unwrap().note;
+            (column, flag, read)
+        };
+        create("long", &long, true);
+        create("short", "short note", true);
+        create("unvouched", &long, false);
+        assert_eq!(stored("long"), (None, true, Some(long.clone())));
+        assert_eq!(
+            stored("short"),
+            (
+                Some("short note".to_owned()),
+                false,
+                Some("short note".to_owned())
+            )
+        );
+        assert_eq!(
+            stored("unvouched"),
+            (Some(long.clone()), false, Some(long.clone()))
+        );
+
+        let change = |note: Option<&str>| UpdateTransaction {
+            external_ids: None,
+            title: Some("Trip 2".to_owned()),
+            note: note.map(str::to_owned),
+            attachments: None,
+        };
+        super::update(&conn, "long", "p1", &change(None), "2027-01-01T00:00:00Z").unwrap();
+        assert_eq!(
+            stored("long"),
+            (None, true, Some(long.clone())),
+            "the note left alone"
+        );
+        super::update(
+            &conn,
+            "long",
+            "p1",
+            &change(Some("new")),
+            "2027-01-01T00:00:01Z",
+        )
+        .unwrap();
+        assert_eq!(
+            stored("long"),
+            (Some("new".to_owned()), false, Some("new".to_owned())),
+            "the note replaced"
+        );
     }
 
     /// A `LIMIT ?N` makes SQLite prepare its statement again at every run (its bound value is

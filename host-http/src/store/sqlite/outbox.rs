@@ -64,22 +64,22 @@ pub(crate) fn summary(conn: &Connection, id: &str) -> Result<TransactionSummary,
 /// e-mail, in the caller's transaction.
 pub(crate) fn write_event(conn: &Connection, event: &NewEvent) -> Result<(), StoreError> {
     let at = format_instant(event.at);
-    let seq: i64 = conn
-        .prepare_cached(
-            "INSERT INTO events (id, provider_id, transaction_id, type, payload, created_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING seq",
-        )?
-        .query_row(
-            params![
-                event.id,
-                event.provider_id,
-                event.transaction_id,
-                event.event_type,
-                event.payload,
-                at
-            ],
-            |r| r.get(0),
-        )?;
+    // The new seq is the connection's last rowid: `RETURNING` would run as a trigger of the
+    // statement (a sub-program, a table of the rows returned), which also makes SQLite keep a
+    // statement journal for it.
+    conn.prepare_cached(
+        "INSERT INTO events (id, provider_id, transaction_id, type, payload, created_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![
+        event.id,
+        event.provider_id,
+        event.transaction_id,
+        event.event_type,
+        event.payload,
+        at
+    ])?;
+    let seq = conn.last_insert_rowid();
     conn.prepare_cached(
         "INSERT INTO webhook_deliveries (event_seq, endpoint_id, transaction_id, status, \
          attempts, next_attempt_at, created_at) \
