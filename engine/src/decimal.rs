@@ -12,7 +12,7 @@ use std::str::FromStr;
 use rust_decimal::Decimal;
 use schemars::{Schema, SchemaGenerator, json_schema};
 use serde::de::{self, MapAccess, Visitor};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serializer};
 
 /// Most significant digits an amount may carry (R-1.1).
 pub const MAX_SIGNIFICANT_DIGITS: usize = 28;
@@ -84,8 +84,20 @@ pub fn to_json_number(value: &Decimal) -> serde_json::Number {
 }
 
 /// Serialises a decimal as a JSON number with its scale.
+///
+/// It serialises what [`to_json_number`]'s `Number` would (under `arbitrary_precision` a
+/// number is serde_json's private one-field struct holding its text), with the text written by
+/// [`write_text`] instead of formatted, parsed into a `Number` and copied out again: a create
+/// serialises a dozen amounts (policies, events, status records).
 pub fn serialize<S: Serializer>(value: &Decimal, serializer: S) -> Result<S::Ok, S::Error> {
-    to_json_number(value).serialize(serializer)
+    use serde::ser::SerializeStruct;
+    let mut text = Vec::with_capacity(32);
+    write_text(value, &mut text);
+    // Digits, '-' and '.': ASCII, so this never fails.
+    let text = std::str::from_utf8(&text).map_err(serde::ser::Error::custom)?;
+    let mut number = serializer.serialize_struct(NUMBER_TOKEN, 1)?;
+    number.serialize_field(NUMBER_TOKEN, text)?;
+    number.end()
 }
 
 /// Writes a decimal's text — exactly what its `Display` writes (`to_string`), the text
@@ -299,7 +311,10 @@ pub mod option {
         value: &Option<Decimal>,
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
-        value.as_ref().map(to_json_number).serialize(serializer)
+        match value {
+            Some(value) => super::serialize(value, serializer),
+            None => serializer.serialize_none(),
+        }
     }
 
     /// Deserialises `null` as `None`, a number exactly as written.
@@ -338,6 +353,7 @@ pub mod option {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::Serialize;
 
     #[derive(Serialize, Deserialize)]
     struct Holder {
@@ -492,6 +508,63 @@ mod tests {
         ] {
             assert!(!is_json_number(bad), "{bad}");
         }
+    }
+
+    /// [`serialize`] writes what serialising [`to_json_number`]'s `Number` writes, as JSON text
+    /// and as a `serde_json::Value`, with `Some` and `None` alike.
+    #[test]
+    fn serialized_amounts_are_the_numbers_of_their_text() {
+        #[derive(Serialize)]
+        struct Fast {
+            #[serde(with = "super")]
+            amount: Decimal,
+            #[serde(with = "super::option")]
+            maybe: Option<Decimal>,
+        }
+        #[derive(Serialize)]
+        struct Slow {
+            amount: serde_json::Number,
+            maybe: Option<serde_json::Number>,
+        }
+        let mut negative_zero = Decimal::new(0, 2);
+        negative_zero.set_sign_negative(true);
+        for value in [
+            Decimal::ZERO,
+            negative_zero,
+            Decimal::new(150, 2),
+            Decimal::new(-5, 3),
+            Decimal::new(18_050, 2),
+            Decimal::from_i128_with_scale(123_456_789_012_345_678_901_234_567, 27),
+            Decimal::MAX,
+            Decimal::MIN,
+        ] {
+            for maybe in [Some(value), None] {
+                let fast = Fast {
+                    amount: value,
+                    maybe,
+                };
+                let slow = Slow {
+                    amount: to_json_number(&value),
+                    maybe: maybe.as_ref().map(to_json_number),
+                };
+                assert_eq!(
+                    serde_json::to_string(&fast).unwrap(),
+                    serde_json::to_string(&slow).unwrap()
+                );
+                assert_eq!(
+                    serde_json::to_value(&fast).unwrap(),
+                    serde_json::to_value(&slow).unwrap()
+                );
+            }
+        }
+        assert_eq!(
+            serde_json::to_string(&Fast {
+                amount: Decimal::new(1_00, 2),
+                maybe: None
+            })
+            .unwrap(),
+            r#"{"amount":1.00,"maybe":null}"#
+        );
     }
 
     #[test]
