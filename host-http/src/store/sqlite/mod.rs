@@ -1306,6 +1306,35 @@ mod tests {
     use super::{Decimal, NewTransaction, PreparedCreate, Utc, events};
     use crate::store::PaymentLink;
 
+    /// A transaction of provider `p1` without items, with this body and note.
+    fn new_transaction(
+        id: &str,
+        payload: String,
+        note: Option<&str>,
+        vouched: bool,
+    ) -> NewTransaction {
+        NewTransaction {
+            id: id.to_owned(),
+            provider_id: "p1".to_owned(),
+            title: "Trip".to_owned(),
+            currency: "EUR".to_owned(),
+            ref_ids: Default::default(),
+            note: note.map(str::to_owned),
+            note_in_payload: vouched,
+            attachments: Vec::new(),
+            email: None,
+            payload,
+            time_zone: "UTC".to_owned(),
+            total: Decimal::ONE,
+            items: Vec::new(),
+            created_at: Utc::now(),
+            payment_link: PaymentLink {
+                token_hash: None,
+                expires_at: Utc::now(),
+            },
+        }
+    }
+
     /// The reference is drawn on the request's thread, with the `created` event that names it.
     /// One another transaction took meanwhile is drawn again by the writer, and the event made
     /// again with it: the stored event names the stored reference.
@@ -1315,26 +1344,7 @@ mod tests {
         let conn = super::open_migrated(&dir.path().join("checkout.db")).unwrap();
         conn.execute_batch("INSERT INTO providers (id, name, created_at) VALUES ('p1', 'A', '1')")
             .unwrap();
-        let transaction = |id: &str| NewTransaction {
-            id: id.to_owned(),
-            provider_id: "p1".to_owned(),
-            title: "Trip".to_owned(),
-            currency: "EUR".to_owned(),
-            ref_ids: Default::default(),
-            note: None,
-            note_in_payload: false,
-            attachments: Vec::new(),
-            email: None,
-            payload: "{}".to_owned(),
-            time_zone: "UTC".to_owned(),
-            total: Decimal::ONE,
-            items: Vec::new(),
-            created_at: Utc::now(),
-            payment_link: PaymentLink {
-                token_hash: None,
-                expires_at: Utc::now(),
-            },
-        };
+        let transaction = |id: &str| new_transaction(id, "{}".to_owned(), None, false);
         let mut first = PreparedCreate::new(transaction("t1"), None).unwrap();
         let taken = super::insert_transaction(&conn, &mut first).unwrap();
         let mut second = PreparedCreate::new(transaction("t2"), None).unwrap();
@@ -1376,26 +1386,7 @@ mod tests {
                 "note": note,
             })
             .to_string();
-            let transaction = NewTransaction {
-                id: id.to_owned(),
-                provider_id: "p1".to_owned(),
-                title: "Trip".to_owned(),
-                currency: "EUR".to_owned(),
-                ref_ids: Default::default(),
-                note: Some(note.to_owned()),
-                note_in_payload: vouched,
-                attachments: Vec::new(),
-                email: None,
-                payload,
-                time_zone: "UTC".to_owned(),
-                total: Decimal::ONE,
-                items: Vec::new(),
-                created_at: Utc::now(),
-                payment_link: PaymentLink {
-                    token_hash: None,
-                    expires_at: Utc::now(),
-                },
-            };
+            let transaction = new_transaction(id, payload, Some(note), vouched);
             let mut prepared = PreparedCreate::new(transaction, None).unwrap();
             super::insert_transaction(&conn, &mut prepared).unwrap();
         };
