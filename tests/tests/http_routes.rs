@@ -140,6 +140,47 @@ async fn update_replaces_given_fields_only_r_8_6() {
         .expect_error(400);
 }
 
+/// A long note is kept once, in the creation body, on SQLite (migration 28): it is answered as
+/// the body gave it (JSON escapes decoded, the top-level `note`, not a `note` key of
+/// `refIDs`), kept by an update that leaves it alone and replaced by one that gives a new one
+/// (R-8.6, R-10).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_note_is_answered_as_sent_and_replaced_by_an_update_r_8_6_r_10() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let note = format!(
+        "desk \"quoted\" \u{e9} \u{1F600} back\\slash {}",
+        "n".repeat(600)
+    );
+    let mut body: serde_json::Value = serde_json::from_str(&checkout_body("Trip")).unwrap();
+    body["note"] = json!(note);
+    body["refIDs"] = json!({"note": "not this one"});
+    // The body written with escapes where serde_json would write the characters.
+    let text = body
+        .to_string()
+        .replace('\u{e9}', "\\u00e9")
+        .replace('\u{1F600}', "\\ud83d\\ude00");
+    assert!(text.contains("\\u00e9") && text.contains("\\ud83d\\ude00"));
+    let id = server.create(&acme, &text).await;
+    let status = |record: serde_json::Value| (record["note"].clone(), record["refIDs"].clone());
+    assert_eq!(
+        status(server.get(&format!("/status/{id}"), &acme).await.json()),
+        (json!(note), json!({"note": "not this one"}))
+    );
+
+    let path = format!("/{id}");
+    let update = |body: &'static str| server.json(Method::PUT, &path, &acme, body);
+    assert_eq!(update(r#"{"title":"Trip 2"}"#).await.status, 200);
+    let record = server.get(&format!("/status/{id}"), &acme).await.json();
+    assert_eq!(
+        (&record["title"], &record["note"]),
+        (&json!("Trip 2"), &json!(note))
+    );
+    assert_eq!(update(r#"{"note":"short"}"#).await.status, 200);
+    let record = server.get(&format!("/status/{id}"), &acme).await.json();
+    assert_eq!(record["note"], "short");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quote_computes_without_storing_r_2() {
     let server = TestServer::start().await;
