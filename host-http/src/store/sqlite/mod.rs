@@ -410,10 +410,7 @@ pub(super) fn read_transaction(
         return Ok(None);
     };
     let note = if note_in_payload {
-        payload_note(&payload).map_err(|e| StoreError::Corrupt {
-            column: "transactions.payload",
-            detail: e.to_string(),
-        })?
+        payload_note(&payload)?
     } else {
         note
     };
@@ -693,13 +690,13 @@ fn note_in_payload(transaction: &NewTransaction) -> bool {
     long && transaction.note_in_payload
 }
 
-/// The top-level `note` of a creation body.
-fn payload_note(payload: &str) -> Result<Option<String>, serde_json::Error> {
+/// The top-level `note` of a creation body (`transactions.payload`).
+fn payload_note(payload: &str) -> Result<Option<String>, StoreError> {
     #[derive(serde::Deserialize)]
     struct Body {
         note: Option<String>,
     }
-    serde_json::from_str::<Body>(payload).map(|body| body.note)
+    from_json::<Body>("transactions.payload", payload).map(|body| body.note)
 }
 
 fn insert_transaction(
