@@ -50,6 +50,11 @@ pub async fn dispatch(
     if let Some(known) = route.query_parameters() {
         request::check_query(request.uri().query(), known)?;
     }
+    // Every request runs in a task of its own (`server.rs`), whose future is as large as the
+    // largest state of this match: the routes of the load (the status reads and the creates,
+    // under 4 KB each) run in place, and every other route in a box of its own, sized to it
+    // (inline, the dashboard's and the uploads' states made each request's task 28 KB, copied
+    // and allocated per request; docs/PERFORMANCE.md, "A request's task").
     match route {
         Route::Liveness => Ok(json_text(StatusCode::OK, r#"{"status":"ok"}"#.to_owned())),
         Route::OpenApi => Ok(json_text(StatusCode::OK, OPENAPI_JSON.to_owned())),
@@ -58,29 +63,54 @@ pub async fn dispatch(
         Route::Initialize | Route::Transactions => {
             transactions::create(services, request, route.template(), now).await
         }
-        Route::Update(id) => transactions::update(services, request, &id, now).await,
-        Route::Quote => transactions::quote(services, request).await,
-        Route::SandboxPay(id) => transactions::sandbox_pay(services, request, &id, now).await,
-        Route::Cancel(id) => cancellations::cancel_json(services, request, &id, now).await,
-        Route::CancelInvoice(id) => {
-            cancellations::cancel_multipart(services, request, Some(&id), now).await
+        Route::Update(id) => Box::pin(transactions::update(services, request, &id, now)).await,
+        Route::Quote => Box::pin(transactions::quote(services, request)).await,
+        Route::SandboxPay(id) => {
+            Box::pin(transactions::sandbox_pay(services, request, &id, now)).await
         }
-        Route::CancelForm => cancellations::cancel_multipart(services, request, None, now).await,
-        Route::CancelQuote(id) => cancellations::refund_quote(services, request, &id, now).await,
-        Route::Receipt(number) => cancellations::receipt(services, request, &number).await,
-        Route::FileUpload => files::upload(services, request, now).await,
-        Route::File(id) => files::download(services, request, &id).await,
-        Route::FileDelete(id) => files::delete(services, request, &id).await,
-        Route::FileRenew(id) => files::renew(services, request, &id, now).await,
-        Route::SharedFile(token) => files::shared(services, &token, now).await,
-        Route::PaymentPage(token) => pages::page(services, request, &token, now).await,
-        Route::PaymentSubmit(token) => pages::submit(services, request, &token, now).await,
+        Route::Cancel(id) => {
+            Box::pin(cancellations::cancel_json(services, request, &id, now)).await
+        }
+        Route::CancelInvoice(id) => {
+            Box::pin(cancellations::cancel_multipart(
+                services,
+                request,
+                Some(&id),
+                now,
+            ))
+            .await
+        }
+        Route::CancelForm => {
+            Box::pin(cancellations::cancel_multipart(
+                services, request, None, now,
+            ))
+            .await
+        }
+        Route::CancelQuote(id) => {
+            Box::pin(cancellations::refund_quote(services, request, &id, now)).await
+        }
+        Route::Receipt(number) => {
+            Box::pin(cancellations::receipt(services, request, &number)).await
+        }
+        Route::FileUpload => Box::pin(files::upload(services, request, now)).await,
+        Route::File(id) => Box::pin(files::download(services, request, &id)).await,
+        Route::FileDelete(id) => Box::pin(files::delete(services, request, &id)).await,
+        Route::FileRenew(id) => Box::pin(files::renew(services, request, &id, now)).await,
+        Route::SharedFile(token) => Box::pin(files::shared(services, &token, now)).await,
+        Route::PaymentPage(token) => Box::pin(pages::page(services, request, &token, now)).await,
+        Route::PaymentSubmit(token) => {
+            Box::pin(pages::submit(services, request, &token, now)).await
+        }
         Route::Stylesheet => Ok(pages::stylesheet(services)),
-        Route::StripePay(token) => stripe::pay(services, request, &token, now).await,
-        Route::StripeConfirm(token) => stripe::confirm(services, request, &token, now).await,
+        Route::StripePay(token) => Box::pin(stripe::pay(services, request, &token, now)).await,
+        Route::StripeConfirm(token) => {
+            Box::pin(stripe::confirm(services, request, &token, now)).await
+        }
         Route::StripeScript => Ok(stripe::script()),
-        Route::StripeWebhook(provider) => stripe::webhook(services, request, &provider, now).await,
-        Route::Events => transactions::events(services, request).await,
-        Route::Dashboard => dashboard::handle(services, request, now).await,
+        Route::StripeWebhook(provider) => {
+            Box::pin(stripe::webhook(services, request, &provider, now)).await
+        }
+        Route::Events => Box::pin(transactions::events(services, request)).await,
+        Route::Dashboard => Box::pin(dashboard::handle(services, request, now)).await,
     }
 }

@@ -262,13 +262,13 @@ async fn prune_idempotency_keys(state: Arc<Services>) {
 
 /// Runs a handler so that a panic anywhere in it becomes a 500 error value (and so a 500
 /// body) instead of a dropped connection.
-pub async fn guarded(
+pub fn guarded(
     handler: impl Future<Output = Result<HttpResponse, ApiError>>,
-) -> Result<HttpResponse, ApiError> {
-    AssertUnwindSafe(handler)
-        .catch_unwind()
-        .await
-        .unwrap_or_else(|panic| {
+) -> impl Future<Output = Result<HttpResponse, ApiError>> {
+    // A combinator rather than an `async fn`: the latter kept the handler's future twice in its
+    // state (as its argument, and inside `catch_unwind`), doubling each request's task.
+    AssertUnwindSafe(handler).catch_unwind().map(|caught| {
+        caught.unwrap_or_else(|panic| {
             let cause = panic
                 .downcast_ref::<&str>()
                 .map(|s| (*s).to_owned())
@@ -276,6 +276,7 @@ pub async fn guarded(
                 .unwrap_or_default();
             Err(ApiError::Internal(format!("handler panicked: {cause}")))
         })
+    })
 }
 
 /// The body deadlines of the server.
