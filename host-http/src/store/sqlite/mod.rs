@@ -1006,8 +1006,11 @@ impl Store for SqliteStore {
         }
         let result = self.read_statement(|conn| {
             Ok(conn
+                // A transaction never changed has no version row (migration 29): version 0.
                 .prepare_cached(
-                    "SELECT provider_id, version FROM transaction_versions WHERE id = ?1",
+                    "SELECT t.provider_id, \
+                     coalesce((SELECT v.version FROM transaction_versions v WHERE v.id = t.id), 0) \
+                     FROM transactions t WHERE t.id = ?1",
                 )?
                 .query_row([&id], |r| {
                     Ok((
@@ -1440,6 +1443,93 @@ mod tests {
             (Some("new".to_owned()), false, Some("new".to_owned())),
             "the note replaced"
         );
+    }
+
+    /// Migration 29: a new transaction has no version row and is at version 0; its first
+    /// change makes the row at 1, and every later change of it or its items moves it by one,
+    /// as when the row was made with the transaction. The status read's owner and version
+    /// come from the transaction either way (R-10, R-7.4).
+    #[tokio::test]
+    async fn a_version_row_is_made_by_the_first_change() {
+        use crate::store::Store as _;
+        use checkout_engine::api::UpdateTransaction;
+        use rusqlite::OptionalExtension as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("checkout.db");
+        let conn = super::open_migrated(&path).unwrap();
+        conn.execute_batch("INSERT INTO providers (id, name, created_at) VALUES ('p1', 'A', '1')")
+            .unwrap();
+        for id in ["changed", "untouched"] {
+            let transaction = new_transaction(id, "{}".to_owned(), None, false);
+            let mut prepared = PreparedCreate::new(transaction, None).unwrap();
+            super::insert_transaction(&conn, &mut prepared).unwrap();
+        }
+        let row = |id: &str| -> Option<(String, i64)> {
+            conn.query_row(
+                "SELECT provider_id, version FROM transaction_versions WHERE id = ?1",
+                [id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .unwrap()
+        };
+        let version = |id: &str| super::read_transaction(&conn, id).unwrap().unwrap().version;
+        assert_eq!(row("changed"), None, "no row at creation");
+        assert_eq!(version("changed"), 0);
+
+        let change = UpdateTransaction {
+            external_ids: None,
+            title: Some("Trip 2".to_owned()),
+            note: None,
+            attachments: None,
+        };
+        super::update(&conn, "changed", "p1", &change, "2027-01-01T00:00:00Z").unwrap();
+        assert_eq!(
+            row("changed"),
+            Some(("p1".to_owned(), 1)),
+            "made by the first change"
+        );
+        super::update(&conn, "changed", "p1", &change, "2027-01-01T00:00:01Z").unwrap();
+        assert_eq!(version("changed"), 2);
+        conn.execute_batch(
+            "INSERT INTO items (transaction_id, order_no, total) VALUES ('changed', 1, '1');
+             UPDATE items SET status = 'CANCELLED' WHERE transaction_id = 'changed';",
+        )
+        .unwrap();
+        assert_eq!(
+            version("changed"),
+            3,
+            "an item's insert moves nothing; its update does"
+        );
+        conn.execute_batch("DELETE FROM items WHERE transaction_id = 'changed'")
+            .unwrap();
+        assert_eq!(version("changed"), 4);
+        assert_eq!(row("untouched"), None);
+
+        drop(conn);
+        let store = super::SqliteStore::open(&path).unwrap();
+        assert_eq!(
+            store
+                .transaction_version("untouched".to_owned())
+                .await
+                .unwrap(),
+            Some(("p1".to_owned(), 0))
+        );
+        assert_eq!(
+            store
+                .transaction_version("changed".to_owned())
+                .await
+                .unwrap(),
+            Some(("p1".to_owned(), 4))
+        );
+        assert_eq!(
+            store
+                .transaction_version("nowhere".to_owned())
+                .await
+                .unwrap(),
+            None
+        );
+        store.close().await;
     }
 
     /// A `LIMIT ?N` makes SQLite prepare its statement again at every run (its bound value is

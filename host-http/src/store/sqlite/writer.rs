@@ -495,13 +495,14 @@ mod tests {
         let (_dir, path, writer) = new_writer();
         writer
             .execute(|conn| {
-                conn.execute_batch(
+                conn.execute_batch(&format!(
                     "INSERT INTO providers (id, name, created_at) VALUES ('p1', 'A', '1');
-                     INSERT INTO transactions (id, provider_id, reference, status, title,
+                     INSERT INTO transactions (rowid, id, provider_id, reference, status, title,
                          currency, payload, total, created_at, updated_at)
-                     VALUES ('t1', 'p1', 'CHK-1', 'PENDING', 'Lisbon', 'EUR', '{}', '1', '1',
-                         '1');",
-                )?;
+                     VALUES ({}, 't1', 'p1', 'CHK-1', 'PENDING', 'Lisbon', 'EUR', '{{}}', '1',
+                         '1', '1');",
+                    search_index::next_key_sql("p1")
+                ))?;
                 Ok(())
             })
             .await
