@@ -1508,27 +1508,14 @@ mod tests {
 
         drop(conn);
         let store = super::SqliteStore::open(&path).unwrap();
-        assert_eq!(
-            store
-                .transaction_version("untouched".to_owned())
-                .await
-                .unwrap(),
-            Some(("p1".to_owned(), 0))
-        );
-        assert_eq!(
-            store
-                .transaction_version("changed".to_owned())
-                .await
-                .unwrap(),
-            Some(("p1".to_owned(), 4))
-        );
-        assert_eq!(
-            store
-                .transaction_version("nowhere".to_owned())
-                .await
-                .unwrap(),
-            None
-        );
+        for (id, expected) in [
+            ("untouched", Some(0)),
+            ("changed", Some(4)),
+            ("nowhere", None),
+        ] {
+            let read = store.transaction_version(id.to_owned()).await.unwrap();
+            assert_eq!(read, expected.map(|v| ("p1".to_owned(), v)), "{id}");
+        }
         store.close().await;
     }
 
