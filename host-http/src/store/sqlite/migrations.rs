@@ -1518,10 +1518,25 @@ mod tests {
 
     /// An insert of a transaction with the columns the search reads (the search tests).
     fn insert_sql(id: &str, provider: &str, reference: &str, title: &str, at: &str) -> String {
+        insert_sql_keyed(None, id, provider, reference, title, at)
+    }
+
+    /// [`insert_sql`], with the rowid given by `key` (SQL) when there is one.
+    fn insert_sql_keyed(
+        key: Option<&str>,
+        id: &str,
+        provider: &str,
+        reference: &str,
+        title: &str,
+        at: &str,
+    ) -> String {
+        let (rowid, value) = key.map_or((String::new(), String::new()), |key| {
+            ("rowid, ".to_owned(), format!("{key}, "))
+        });
         format!(
-            "INSERT INTO transactions (id, provider_id, reference, status, title, currency, \
-               payload, total, created_at, updated_at) \
-               VALUES ('{id}', '{provider}', '{reference}', 'PENDING', '{title}', 'EUR', \
+            "INSERT INTO transactions ({rowid}id, provider_id, reference, status, title, \
+               currency, payload, total, created_at, updated_at) \
+               VALUES ({value}'{id}', '{provider}', '{reference}', 'PENDING', '{title}', 'EUR', \
                '{{}}', '1', '{at}', '{at}');"
         )
     }
@@ -1583,17 +1598,8 @@ mod tests {
         assert_eq!(step(&conn).1, 3, "the three already there");
         // Since migration 29 an insert gives its key (the store's always did).
         let keyed = |id: &str, provider: &str, reference: &str, title: &str, at: &str| {
-            insert(id, provider, reference, title, at)
-                .replacen(
-                    "INSERT INTO transactions (id, ",
-                    "INSERT INTO transactions (rowid, id, ",
-                    1,
-                )
-                .replacen(
-                    "VALUES (",
-                    &format!("VALUES ({}, ", search_index::next_key_sql(provider)),
-                    1,
-                )
+            let key = search_index::next_key_sql(provider);
+            insert_sql_keyed(Some(&key), id, provider, reference, title, at)
         };
         conn.execute_batch(&format!(
             "INSERT INTO providers (id, name, created_at) VALUES ('p3', 'Initech', '3');
@@ -1607,6 +1613,11 @@ mod tests {
             search_index::index_step(&conn, search_index::STEP, &mut Default::default()).unwrap();
         assert_eq!(taken, 2, "the two new ones wait for the indexer");
         assert_eq!(step(&conn), (indexed, 0), "nothing is indexed twice");
+        assert_eq!(
+            search_index::forget_indexed(&conn, indexed).unwrap(),
+            0,
+            "no notes: keyed inserts are taken from their ranges"
+        );
         let keys = pairs(&conn, "SELECT id, rowid FROM transactions ORDER BY rowid");
         let range = 1_i64 << 40;
         let expected: Vec<(String, i64)> = [

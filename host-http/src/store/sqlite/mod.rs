@@ -63,6 +63,21 @@ macro_rules! range_end {
     };
 }
 
+/// SQL for the key of a provider's next transaction: the end of its range ([`range_end`])
+/// plus one. `$provider` is the provider's id (a parameter or a quoted literal), `$range` as
+/// for `range_end`. Every insert into `transactions` gives its rowid this way (migration 29).
+macro_rules! next_key {
+    ($provider:literal, $range:literal) => {
+        concat!(
+            "(SELECT ",
+            range_end!("n.number", $range),
+            " + 1 FROM main.search_providers n WHERE n.provider_id = ",
+            $provider,
+            ")"
+        )
+    };
+}
+
 pub mod admin;
 pub mod cancellation;
 mod commits;
@@ -717,10 +732,9 @@ fn insert_transaction(
         "INSERT INTO transactions (rowid, id, provider_id, reference, status, title, currency, \
          ref_ids, note, note_in_payload, attachments, email, payload, total, refunded_amount, \
          created_at, updated_at, time_zone, pay_token_hash, pay_expires_at) \
-         VALUES ((SELECT ",
-        range_end!("n.number", "?15"),
-        " + 1 FROM search_providers n WHERE n.provider_id = ?2), \
-                 ?1, ?2, ?3, 'PENDING', ?4, ?5, ?6, ?16, ?17, ?7, ?8, ?9, ?10, '0', ?11, ?11, \
+         VALUES (",
+        next_key!("?2", "?15"),
+        ", ?1, ?2, ?3, 'PENDING', ?4, ?5, ?6, ?16, ?17, ?7, ?8, ?9, ?10, '0', ?11, ?11, \
                  ?12, ?13, ?14)",
     ))?
     .execute(params![

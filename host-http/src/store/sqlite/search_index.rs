@@ -65,14 +65,9 @@ pub(super) const SEARCH_KEY_RANGE: i64 = 1 << 40;
 /// that moved such a row).
 #[cfg(test)]
 pub(super) fn next_key_sql(provider: &str) -> String {
-    format!(
-        "(SELECT coalesce((SELECT t.rowid FROM main.transactions t \
-           WHERE t.rowid > n.number * {SEARCH_KEY_RANGE} \
-             AND t.rowid < (n.number + 1) * {SEARCH_KEY_RANGE} \
-           ORDER BY t.rowid DESC LIMIT 1), n.number * {SEARCH_KEY_RANGE}) + 1 \
-         FROM main.search_providers n WHERE n.provider_id = '{provider}')"
-    )
+    format!(next_key!("'{}'", "1099511627776"), provider)
 }
+
 /// How often the indexer looks for new notes while it finds fewer than [`STEP`].
 const INDEX_EVERY: Duration = Duration::from_millis(50);
 /// How often the indexer looks at every range, not only those of the providers with new
