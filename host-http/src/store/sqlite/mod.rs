@@ -1320,6 +1320,18 @@ mod tests {
     use super::{Decimal, NewTransaction, PreparedCreate, Utc, events};
     use crate::store::PaymentLink;
 
+    /// A migrated file (`checkout.db` in the directory kept alive by the first value) holding
+    /// provider `p1`.
+    fn migrated_with_provider() -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("checkout.db");
+        super::open_migrated(&path)
+            .unwrap()
+            .execute_batch("INSERT INTO providers (id, name, created_at) VALUES ('p1', 'A', '1')")
+            .unwrap();
+        (dir, path)
+    }
+
     /// A transaction of provider `p1` without items, with this body and note.
     fn new_transaction(
         id: &str,
@@ -1354,10 +1366,8 @@ mod tests {
     /// again with it: the stored event names the stored reference.
     #[test]
     fn a_taken_reference_is_drawn_again_and_the_event_names_the_new_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let conn = super::open_migrated(&dir.path().join("checkout.db")).unwrap();
-        conn.execute_batch("INSERT INTO providers (id, name, created_at) VALUES ('p1', 'A', '1')")
-            .unwrap();
+        let (_dir, path) = migrated_with_provider();
+        let conn = super::open_migrated(&path).unwrap();
         let transaction = |id: &str| new_transaction(id, "{}".to_owned(), None, false);
         let mut first = PreparedCreate::new(transaction("t1"), None).unwrap();
         let taken = super::insert_transaction(&conn, &mut first).unwrap();
@@ -1388,10 +1398,8 @@ mod tests {
     #[test]
     fn a_long_note_of_the_body_is_kept_once_and_read_back_from_it() {
         use checkout_engine::api::UpdateTransaction;
-        let dir = tempfile::tempdir().unwrap();
-        let conn = super::open_migrated(&dir.path().join("checkout.db")).unwrap();
-        conn.execute_batch("INSERT INTO providers (id, name, created_at) VALUES ('p1', 'A', '1')")
-            .unwrap();
+        let (_dir, path) = migrated_with_provider();
+        let conn = super::open_migrated(&path).unwrap();
         let long = format!("desk \"quoted\" é {}", ".".repeat(super::LONG_NOTE));
         let create = |id: &str, note: &str, vouched: bool| {
             let payload = serde_json::json!({
@@ -1468,11 +1476,8 @@ mod tests {
         use crate::store::Store as _;
         use checkout_engine::api::UpdateTransaction;
         use rusqlite::OptionalExtension as _;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("checkout.db");
+        let (_dir, path) = migrated_with_provider();
         let conn = super::open_migrated(&path).unwrap();
-        conn.execute_batch("INSERT INTO providers (id, name, created_at) VALUES ('p1', 'A', '1')")
-            .unwrap();
         for id in ["changed", "untouched"] {
             let transaction = new_transaction(id, "{}".to_owned(), None, false);
             let mut prepared = PreparedCreate::new(transaction, None).unwrap();
