@@ -141,7 +141,7 @@ pub fn attach_search(conn: &Connection, path: &Path) -> Result<(), StoreError> {
 /// Brings the search index of the database at `path` up to date in one go (building it
 /// anew if it does not match the file), and deletes the notes it then holds; returns how many
 /// notes and transactions it indexed. For tools that fill a file with many transactions while
-/// no server runs: a server indexes 512 at a time.
+/// no server runs: a server indexes 2,048 at a time.
 pub fn index_search(path: &Path) -> Result<usize, StoreError> {
     let conn = open_migrated(path)?;
     attach_search(&conn, path)?;

@@ -52,8 +52,10 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::configure;
 use crate::store::StoreError;
 
-/// Notes and new transactions indexed in one transaction of the search file.
-pub(super) const STEP: usize = 512;
+/// Notes and new transactions indexed in one transaction of the search file. Each step
+/// writes one segment of the index, which merges write again: fewer, larger steps cost less
+/// per transaction (docs/PERFORMANCE.md, "The search index's merges").
+pub(super) const STEP: usize = 2048;
 /// The width of a provider's range of search keys (migration 21): a key is the provider's
 /// number times this, plus its count of transactions. SQL of the migrations writes it as
 /// 1099511627776.
@@ -68,12 +70,20 @@ pub(super) fn next_key_sql(provider: &str) -> String {
     format!(next_key!("'{}'", "1099511627776"), provider)
 }
 
-/// How often the indexer looks for new notes while it finds fewer than [`STEP`].
-const INDEX_EVERY: Duration = Duration::from_millis(50);
+/// How often the indexer looks for new notes while it finds fewer than [`STEP`]: how long a
+/// new transaction may stay out of the index, tested one by one by the searches meanwhile.
+const INDEX_EVERY: Duration = Duration::from_millis(200);
 /// How often the indexer looks at every range, not only those of the providers with new
 /// events: for transactions inserted by SQL of its own, without an event (it also does when it
 /// starts and before it stops).
 const LOOK_AT_ALL_EVERY: Duration = Duration::from_secs(10);
+
+/// How many segments of one level the index gathers before it merges them into one of the
+/// next (FTS5's `automerge`; 4 by default). Every step of the indexer writes a segment, and a
+/// merge writes its entries again: at 8, an entry is written again about half as often as at
+/// 4, for a search that reads up to 7 segments of a level instead of 3 (docs/PERFORMANCE.md,
+/// "The search index's merges").
+const AUTOMERGE: i64 = 8;
 
 /// The schema of the search file, made when missing.
 const SEARCH_SCHEMA: &str = "
@@ -151,6 +161,7 @@ pub(super) fn prepare(conn: &Connection) -> Result<i64, StoreError> {
         |r| r.get(0),
     )?;
     conn.execute_batch(SEARCH_SCHEMA)?;
+    merge_every(conn, AUTOMERGE)?;
     let main_generation: Option<String> = conn
         .query_row("SELECT generation FROM search_generation", [], |r| r.get(0))
         .optional()?
@@ -182,6 +193,26 @@ pub(super) fn prepare(conn: &Connection) -> Result<i64, StoreError> {
         }
     }
     rebuild(conn)
+}
+
+/// Sets FTS5's `automerge` of the index to `segments`, when it is not already (a write
+/// only when it changes: every instance calls this at its start).
+fn merge_every(conn: &Connection, segments: i64) -> Result<(), StoreError> {
+    let current: Option<i64> = conn
+        .query_row(
+            "SELECT v FROM search.transaction_search_config WHERE k = 'automerge'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if current != Some(segments) {
+        conn.execute(
+            "INSERT INTO search.transaction_search (transaction_search, rank) \
+             VALUES ('automerge', ?1)",
+            [segments],
+        )?;
+    }
+    Ok(())
 }
 
 /// Whether a watermark lies past the last transaction of its range: the main file is older
@@ -822,6 +853,40 @@ mod tests {
         index_step(&conn, STEP, &mut sweep).unwrap();
         assert_eq!(found(&path, "by night"), vec![range + 4]);
         assert_eq!(searched(&conn, "night"), vec!["Porto by night"]);
+    }
+
+    /// The index merges 8 segments of a level at a time, set when the file is made and on a
+    /// file made with FTS5's default of 4; an index so set is not written again at the start.
+    #[test]
+    fn the_index_merges_eight_segments_at_a_time() {
+        let (dir, conn) = two_transactions();
+        let path = dir.path().join("checkout.db");
+        attach(&conn, &search_path(&path)).unwrap();
+        let automerge = |conn: &Connection| -> Option<i64> {
+            conn.query_row(
+                "SELECT v FROM search.transaction_search_config WHERE k = 'automerge'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .unwrap()
+        };
+        prepare(&conn).unwrap();
+        assert_eq!(automerge(&conn), Some(AUTOMERGE));
+        assert_eq!(AUTOMERGE, 8);
+
+        conn.execute(
+            "INSERT INTO search.transaction_search (transaction_search, rank) \
+             VALUES ('automerge', 4)",
+            [],
+        )
+        .unwrap();
+        prepare(&conn).unwrap();
+        assert_eq!(automerge(&conn), Some(8), "a file of the default set again");
+
+        let changes = conn.total_changes();
+        merge_every(&conn, AUTOMERGE).unwrap();
+        assert_eq!(conn.total_changes(), changes, "nothing written when already set");
     }
 
     /// A search file that is missing, belongs to another main file, or is ahead of it (a main
