@@ -51,17 +51,17 @@ pub async fn dispatch(
         request::check_query(request.uri().query(), known)?;
     }
     // Every request runs in a task of its own (`server.rs`), whose future is as large as the
-    // largest state of this match: the routes of the load (the status reads and the creates,
-    // under 4 KB each) run in place, and every other route in a box of its own, sized to it
-    // (inline, the dashboard's and the uploads' states made each request's task 28 KB, copied
-    // and allocated per request; docs/PERFORMANCE.md, "A request's task").
+    // largest state of this match: the status reads (under 1 KB each) run in place, and every
+    // other route in a box of its own, sized to it (inline, the dashboard's and the uploads'
+    // states made each request's task 28 KB, and the creates' 5 KB, copied and allocated per
+    // request; docs/PERFORMANCE.md, "A request's task").
     match route {
         Route::Liveness => Ok(json_text(StatusCode::OK, r#"{"status":"ok"}"#.to_owned())),
         Route::OpenApi => Ok(json_text(StatusCode::OK, OPENAPI_JSON.to_owned())),
         Route::Health => transactions::health(services, request).await,
         Route::Status(id) => transactions::status(services, request, &id).await,
         Route::Initialize | Route::Transactions => {
-            transactions::create(services, request, route.template(), now).await
+            Box::pin(transactions::create(services, request, route.template(), now)).await
         }
         Route::Update(id) => Box::pin(transactions::update(services, request, &id, now)).await,
         Route::Quote => Box::pin(transactions::quote(services, request)).await,

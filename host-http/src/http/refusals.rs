@@ -297,6 +297,11 @@ fn classify(bytes: &[u8]) -> Written {
     if status.is_informational() {
         return Written::Other;
     }
+    if !status.is_client_error() {
+        // Only a 4xx can be hyper's refusal: every other head is final as it is, without
+        // looking for the request id in it (every response passes here).
+        return Written::FinalHead;
+    }
     let head_end = bytes
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -305,7 +310,7 @@ fn classify(bytes: &[u8]) -> Written {
         .to_ascii_lowercase()
         .windows(14)
         .any(|w| w == b"\nx-request-id:");
-    if status.is_client_error() && !ours {
+    if !ours {
         Written::HyperRefusal(status)
     } else {
         Written::FinalHead
@@ -366,6 +371,19 @@ mod tests {
             Written::FinalHead
         );
         assert_eq!(classify(b"HTTP/1.1 200 OK\r\n\r\n"), Written::FinalHead);
+        // Only a 4xx can be hyper's: other heads are final without a request id.
+        assert_eq!(
+            classify(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n"),
+            Written::FinalHead
+        );
+        assert_eq!(
+            classify(b"HTTP/1.0 404 Not Found\r\nx-request-id: 7\r\n\r\n"),
+            Written::FinalHead
+        );
+        assert_eq!(
+            classify(b"HTTP/1.1 408 Request Timeout\r\n\r\n"),
+            Written::HyperRefusal(StatusCode::REQUEST_TIMEOUT)
+        );
         assert_eq!(classify(b"HTTP/1.1 100 Continue\r\n\r\n"), Written::Other);
         assert_eq!(classify(b"{\"status\":\"ok\"}"), Written::Other);
     }

@@ -198,10 +198,13 @@ pub(crate) async fn serve(
             // effect would leave the claim running, and every retry with the key would be
             // refused with 409 until the claim went stale.
             let running = running.clone();
-            let task = tokio::spawn(async move {
+            // Boxed: the task then holds a pointer, and its cell is not a copy of the whole
+            // future each time tokio moves it (into the task, and out of its stage when the
+            // answer is taken; docs/PERFORMANCE.md, "A request's task").
+            let task = tokio::spawn(Box::pin(async move {
                 let _running = running;
                 handle(state, request, id, timeouts, surface).await
-            });
+            }));
             async move {
                 Ok::<_, Infallible>(task.await.unwrap_or_else(|error| {
                     tracing::error!(%error, "a request's task ended without an answer");
