@@ -42,13 +42,28 @@ pub fn is_control_character(c: char) -> bool {
 /// (below U+0080) or a lead byte `C2`/`C3` and one continuation byte.
 pub fn has_control_characters(text: &str) -> bool {
     let bytes = text.as_bytes();
-    bytes.iter().enumerate().any(|(i, &byte)| match byte {
-        0x00..=0x7F => REFUSED[usize::from(byte)],
-        0xC2 | 0xC3 => bytes.get(i + 1).is_some_and(|&next| {
+    let refused_at = |i: usize| match bytes[i] {
+        byte @ 0x00..=0x7F => REFUSED[usize::from(byte)],
+        byte @ (0xC2 | 0xC3) => bytes.get(i + 1).is_some_and(|&next| {
             REFUSED[(usize::from(byte & 0x1F) << 6) | usize::from(next & 0x3F)]
         }),
         _ => false,
-    })
+    };
+    // A run of printable ASCII (U+0020–U+007E) holds no refused character and no lead byte: it
+    // is passed over 16 bytes at a time (a test the compiler does for all 16 at once); any
+    // other run is read byte by byte, each byte with the one after it.
+    let mut start = 0;
+    while start < bytes.len() {
+        let end = bytes.len().min(start + 16);
+        let printable = bytes[start..end]
+            .iter()
+            .fold(true, |all, &byte| all & (byte.wrapping_sub(0x20) < 0x5F));
+        if !printable && (start..end).any(refused_at) {
+            return true;
+        }
+        start = end;
+    }
+    false
 }
 
 /// [`CONTROL_CHARACTERS`] as a table over U+0000–U+00FF.
@@ -207,6 +222,33 @@ mod tests {
                 "{c:?}"
             );
         }
+    }
+
+    /// Inside longer text, at every place of a run of 16 bytes and across two runs (a two-byte
+    /// character split between them included), the scan is the character test.
+    #[test]
+    fn the_byte_scan_is_the_character_test_at_every_offset() {
+        let mut characters: Vec<char> = vec!['\t', '\n', '\r', ' ', '~', 'é', '\u{A0}'];
+        characters.extend('\u{0}'..='\u{9F}');
+        characters.extend(['\u{100}', '\u{20AC}', '\u{1F600}']);
+        for c in characters {
+            for offset in 0..40 {
+                for filler in ["a", "é"] {
+                    let mut text = filler.repeat(offset);
+                    text.push(c);
+                    text.push_str(&"b".repeat(40 - offset));
+                    assert_eq!(
+                        has_control_characters(&text),
+                        is_control_character(c),
+                        "{c:?} after {offset} of {filler:?}"
+                    );
+                }
+            }
+        }
+        let long = "printable ascii, then more of it. ".repeat(20);
+        assert!(!has_control_characters(&long));
+        assert!(has_control_characters(&format!("{long}\u{7F}")));
+        assert!(has_control_characters(&format!("{long}\u{85}{long}")));
     }
 
     #[test]
