@@ -61,7 +61,13 @@ pub async fn dispatch(
         Route::Health => transactions::health(services, request).await,
         Route::Status(id) => transactions::status(services, request, &id).await,
         Route::Initialize | Route::Transactions => {
-            Box::pin(transactions::create(services, request, route.template(), now)).await
+            Box::pin(transactions::create(
+                services,
+                request,
+                route.template(),
+                now,
+            ))
+            .await
         }
         Route::Update(id) => Box::pin(transactions::update(services, request, &id, now)).await,
         Route::Quote => Box::pin(transactions::quote(services, request)).await,

@@ -886,7 +886,11 @@ mod tests {
 
         let changes = conn.total_changes();
         merge_every(&conn, AUTOMERGE).unwrap();
-        assert_eq!(conn.total_changes(), changes, "nothing written when already set");
+        assert_eq!(
+            conn.total_changes(),
+            changes,
+            "nothing written when already set"
+        );
     }
 
     /// A search file that is missing, belongs to another main file, or is ahead of it (a main
