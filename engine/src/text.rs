@@ -55,9 +55,10 @@ pub fn has_control_characters(text: &str) -> bool {
     let mut start = 0;
     while start < bytes.len() {
         let end = bytes.len().min(start + 16);
-        let printable = bytes[start..end]
-            .iter()
-            .fold(true, |all, &byte| all & (byte.wrapping_sub(0x20) < 0x5F));
+        let printable = <&[u8; 16]>::try_from(&bytes[start..end]).is_ok_and(|run| {
+            run.iter()
+                .fold(true, |all, &byte| all & (byte.wrapping_sub(0x20) < 0x5F))
+        });
         if !printable && (start..end).any(refused_at) {
             return true;
         }
