@@ -969,6 +969,59 @@ fn pay(
     Ok(OwnerChecked::Done(PayOutcome::Paid(paid)))
 }
 
+impl SqliteStore {
+    /// The access epoch: kept under `mark` (taken before this call, `commits`), or read and
+    /// kept.
+    fn access_epoch_under(&self, mark: Option<commits::Mark>) -> Result<u64, StoreError> {
+        if let Some(kept) = mark.as_ref().and_then(|mark| self.fresh.access_epoch(mark)) {
+            return Ok(kept);
+        }
+        // One statement in autocommit: its own snapshot, no BEGIN/COMMIT around it.
+        let result = self.read_statement(|conn| {
+            let value: i64 = conn
+                .prepare_cached("SELECT value FROM access_epoch WHERE id = 1")?
+                .query_row([], |r| r.get(0))?;
+            Ok(u64::try_from(value).unwrap_or_default())
+        });
+        if let (Some(mark), Ok(epoch)) = (mark, &result) {
+            self.fresh.keep_access_epoch(mark, *epoch);
+        }
+        result
+    }
+
+    /// The owner and version of transaction `id`: kept under `mark` (taken before this call,
+    /// `commits`), or read and kept.
+    fn version_under(
+        &self,
+        mark: Option<commits::Mark>,
+        id: &str,
+    ) -> Result<Option<(String, u64)>, StoreError> {
+        if let Some(kept) = mark.as_ref().and_then(|mark| self.fresh.version(mark, id)) {
+            return Ok(Some(kept));
+        }
+        let result = self.read_statement(|conn| {
+            Ok(conn
+                // A transaction never changed has no version row (migration 29): version 0.
+                .prepare_cached(
+                    "SELECT t.provider_id, \
+                     coalesce((SELECT v.version FROM transaction_versions v WHERE v.id = t.id), 0) \
+                     FROM transactions t WHERE t.id = ?1",
+                )?
+                .query_row([id], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        u64::try_from(r.get::<_, i64>(1)?).unwrap_or_default(),
+                    ))
+                })
+                .optional()?)
+        });
+        if let (Some(mark), Ok(Some(found))) = (mark, &result) {
+            self.fresh.keep_version(mark, id, found.clone());
+        }
+        result
+    }
+}
+
 impl Store for SqliteStore {
     fn credential(
         &self,
@@ -1015,48 +1068,26 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'_, Result<Option<(String, u64)>, StoreError>> {
         // Taken before the read: a commit after it moves the header (`commits`).
         let mark = self.commits.mark();
-        if let Some(kept) = mark.as_ref().and_then(|mark| self.fresh.version(mark, &id)) {
-            return Box::pin(std::future::ready(Ok(Some(kept))));
-        }
-        let result = self.read_statement(|conn| {
-            Ok(conn
-                // A transaction never changed has no version row (migration 29): version 0.
-                .prepare_cached(
-                    "SELECT t.provider_id, \
-                     coalesce((SELECT v.version FROM transaction_versions v WHERE v.id = t.id), 0) \
-                     FROM transactions t WHERE t.id = ?1",
-                )?
-                .query_row([&id], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        u64::try_from(r.get::<_, i64>(1)?).unwrap_or_default(),
-                    ))
-                })
-                .optional()?)
-        });
-        if let (Some(mark), Ok(Some(found))) = (mark, &result) {
-            self.fresh.keep_version(mark, &id, found.clone());
-        }
+        Box::pin(std::future::ready(self.version_under(mark, &id)))
+    }
+
+    fn access_epoch_and_version(
+        &self,
+        id: String,
+    ) -> BoxFuture<'_, Result<(u64, Option<(String, u64)>), StoreError>> {
+        // One mark for both, taken before either read: one `pread` of the header per status
+        // read instead of two, and both values trusted only while nothing was committed.
+        let mark = self.commits.mark();
+        let result = self
+            .access_epoch_under(mark)
+            .and_then(|epoch| Ok((epoch, self.version_under(mark, &id)?)));
         Box::pin(std::future::ready(result))
     }
 
     fn access_epoch(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
         // Taken before the read: a commit after it moves the header (`commits`).
         let mark = self.commits.mark();
-        if let Some(kept) = mark.as_ref().and_then(|mark| self.fresh.access_epoch(mark)) {
-            return Box::pin(std::future::ready(Ok(kept)));
-        }
-        // One statement in autocommit: its own snapshot, no BEGIN/COMMIT around it.
-        let result = self.read_statement(|conn| {
-            let value: i64 = conn
-                .prepare_cached("SELECT value FROM access_epoch WHERE id = 1")?
-                .query_row([], |r| r.get(0))?;
-            Ok(u64::try_from(value).unwrap_or_default())
-        });
-        if let (Some(mark), Ok(epoch)) = (mark, &result) {
-            self.fresh.keep_access_epoch(mark, *epoch);
-        }
-        Box::pin(std::future::ready(result))
+        Box::pin(std::future::ready(self.access_epoch_under(mark)))
     }
 
     fn idempotency(
@@ -1535,6 +1566,59 @@ mod tests {
             let read = store.transaction_version(id.to_owned()).await.unwrap();
             assert_eq!(read, expected.map(|v| ("p1".to_owned(), v)), "{id}");
         }
+        store.close().await;
+    }
+
+    /// A status read takes the access epoch and the transaction's owner and version under one
+    /// mark of the WAL index (`commits.rs`): kept while nothing is committed, read again after
+    /// any commit, also one made by another connection to the file (R-7.2, R-10).
+    #[tokio::test]
+    async fn a_status_read_sees_every_commit_under_one_mark() {
+        use crate::store::Store as _;
+        let (_dir, path) = migrated_with_provider();
+        let other = super::open_migrated(&path).unwrap();
+        let transaction = new_transaction("t1", "{}".to_owned(), None, false);
+        let mut prepared = PreparedCreate::new(transaction, None).unwrap();
+        super::insert_transaction(&other, &mut prepared).unwrap();
+        let store = super::SqliteStore::open(&path).unwrap();
+        let read = || store.access_epoch_and_version("t1".to_owned());
+        let (epoch, version) = read().await.unwrap();
+        assert_eq!(version, Some(("p1".to_owned(), 0)));
+        assert_eq!(
+            read().await.unwrap(),
+            (epoch, version.clone()),
+            "nothing committed"
+        );
+        assert_eq!(store.access_epoch().await.unwrap(), epoch);
+
+        other
+            .execute(
+                "UPDATE transactions SET title = 'Trip 2' WHERE id = 't1'",
+                [],
+            )
+            .unwrap();
+        assert_eq!(
+            read().await.unwrap(),
+            (epoch, Some(("p1".to_owned(), 1))),
+            "the other connection's change"
+        );
+        other
+            .execute("UPDATE providers SET name = 'B' WHERE id = 'p1'", [])
+            .unwrap();
+        let (moved, _) = read().await.unwrap();
+        assert_eq!(
+            moved,
+            epoch + 1,
+            "the access epoch moved by the provider's change"
+        );
+        assert_eq!(store.access_epoch().await.unwrap(), epoch + 1);
+        assert_eq!(
+            store
+                .access_epoch_and_version("nowhere".to_owned())
+                .await
+                .unwrap(),
+            (epoch + 1, None)
+        );
         store.close().await;
     }
 
