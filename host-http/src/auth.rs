@@ -154,19 +154,32 @@ pub fn hash_secret(secret: &str) -> [u8; 32] {
     Sha256::digest(secret.as_bytes()).into()
 }
 
-/// The widget ID and secret of a Basic `Authorization` header.
+/// The widget ID and secret of a Basic `Authorization` header: the decoded text, kept in one
+/// allocation and split at its first colon.
 #[derive(PartialEq, Eq)]
 pub struct BasicCredentials {
-    /// User name: the widget ID.
-    pub widget_id: String,
-    /// Password: the backend secret.
-    pub secret: String,
+    /// `widget:secret`, as decoded from the header.
+    text: String,
+    /// The byte index of the first `:` in `text`.
+    colon: usize,
+}
+
+impl BasicCredentials {
+    /// User name: the widget ID (never empty).
+    pub fn widget_id(&self) -> &str {
+        &self.text[..self.colon]
+    }
+
+    /// Password: the backend secret (what follows the first colon; it may hold more).
+    pub fn secret(&self) -> &str {
+        &self.text[self.colon + 1..]
+    }
 }
 
 impl fmt::Debug for BasicCredentials {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BasicCredentials")
-            .field("widget_id", &self.widget_id)
+            .field("widget_id", &self.widget_id())
             .field("secret", &"<redacted>")
             .finish()
     }
@@ -179,16 +192,12 @@ pub fn parse_basic(header: Option<&[u8]>) -> Option<BasicCredentials> {
     if !scheme.eq_ignore_ascii_case("basic") {
         return None;
     }
-    let decoded = STANDARD.decode(encoded.trim()).ok()?;
-    let text = String::from_utf8(decoded).ok()?;
-    let (widget_id, secret) = text.split_once(':')?;
-    if widget_id.is_empty() {
+    let text = String::from_utf8(STANDARD.decode(encoded.trim()).ok()?).ok()?;
+    let colon = text.find(':')?;
+    if colon == 0 {
         return None;
     }
-    Some(BasicCredentials {
-        widget_id: widget_id.to_owned(),
-        secret: secret.to_owned(),
-    })
+    Some(BasicCredentials { text, colon })
 }
 
 /// Hash compared against when the widget is unknown, so that an unknown widget costs the same
@@ -223,8 +232,14 @@ mod tests {
     fn basic_header_parsing_r_7_2() {
         let header = format!("Basic {}", STANDARD.encode("wid_x:s3cr:et"));
         let parsed = parse_basic(Some(header.as_bytes())).unwrap();
-        assert_eq!(parsed.widget_id, "wid_x");
-        assert_eq!(parsed.secret, "s3cr:et");
+        assert_eq!(parsed.widget_id(), "wid_x");
+        assert_eq!(parsed.secret(), "s3cr:et");
+        assert!(!format!("{parsed:?}").contains("s3cr"));
+        let empty_secret = format!("basic  {} ", STANDARD.encode("wid_y:"));
+        let parsed = parse_basic(Some(empty_secret.as_bytes())).unwrap();
+        assert_eq!((parsed.widget_id(), parsed.secret()), ("wid_y", ""));
+        let no_widget = format!("Basic {}", STANDARD.encode(":secret"));
+        assert!(parse_basic(Some(no_widget.as_bytes())).is_none());
         assert!(parse_basic(None).is_none());
         assert!(parse_basic(Some(b"Bearer abc")).is_none());
         assert!(parse_basic(Some(b"Basic !!!")).is_none());

@@ -39,6 +39,8 @@ impl Default for AccessCache {
 struct KnownCredential {
     row: CredentialRow,
     scopes: Scopes,
+    /// Its provider's count of requests in flight ([`super::admission::InFlightLimits`]).
+    in_flight: super::admission::ProviderCounter,
     /// The minute (Unix seconds / 60) of the last use this instance recorded.
     use_noted: std::sync::atomic::AtomicI64,
 }
@@ -90,25 +92,29 @@ impl Services {
         let cached = self
             .access_cache
             .credentials
-            .get(&presented.widget_id, epoch);
+            .get(presented.widget_id(), epoch);
         let known = match cached {
             Some(known) => Some(known),
             // No credential holds a NUL (widget ids are generated; PostgreSQL text cannot even
             // store one), so such a widget id is unknown without asking the store, on both
             // stores: 401 as for any unknown credential, never a store error.
-            None if presented.widget_id.contains('\0') => None,
+            None if presented.widget_id().contains('\0') => None,
             None => {
-                let row = self.store.credential(presented.widget_id.clone()).await?;
+                let row = self
+                    .store
+                    .credential(presented.widget_id().to_owned())
+                    .await?;
                 row.map(|row| {
                     // Scopes were checked when stored; an unreadable list grants nothing.
                     let scopes = Scopes::parse(&row.scopes).unwrap_or_default();
                     let known = Arc::new(KnownCredential {
+                        in_flight: self.in_flight.counter(&row.provider_id),
                         row,
                         scopes,
                         use_noted: std::sync::atomic::AtomicI64::new(0),
                     });
                     self.access_cache.credentials.put(
-                        presented.widget_id.clone(),
+                        presented.widget_id().to_owned(),
                         epoch,
                         known.clone(),
                     );
@@ -117,12 +123,12 @@ impl Services {
             }
         };
         let expected = known.as_ref().map(|known| &known.row.secret_hash);
-        if !auth::secret_matches(&presented.secret, expected) {
+        if !auth::secret_matches(presented.secret(), expected) {
             return Err(Error::Unauthenticated);
         }
         let known = known.ok_or(Error::Unauthenticated)?;
-        let in_flight = Arc::new(self.in_flight.admit(&known.row.provider_id)?);
-        self.note_use(&known, &presented.widget_id);
+        let in_flight = Arc::new(self.in_flight.admit_on(&known.in_flight)?);
+        self.note_use(&known, presented.widget_id());
         Ok(Principal {
             provider_id: known.row.provider_id.clone(),
             scopes: known.scopes,
