@@ -718,56 +718,61 @@ fn insert_transaction(
     conn: &Connection,
     prepared: &mut PreparedCreate,
 ) -> Result<String, StoreError> {
-    let transaction = &prepared.transaction;
-    let mut exists = conn.prepare_cached("SELECT 1 FROM transactions WHERE reference = ?1")?;
-    // 25 random bits per second: a collision is rare (the event names the reference, so it is
-    // made again); the single writer makes check-then-insert safe.
-    while exists.exists([&prepared.reference])? {
-        prepared.reference = super::new_reference(transaction.created_at);
-        prepared.event = events::created(transaction, &prepared.reference)?;
-    }
     // The rowid is the transaction's search key: the next in its provider's range
-    // (migration 26), one seek at the range's end.
-    conn.prepare_cached(concat!(
-        "INSERT INTO transactions (rowid, id, provider_id, reference, status, title, currency, \
-         ref_ids, note, note_in_payload, attachments, email, payload, total, refunded_amount, \
-         created_at, updated_at, time_zone, pay_token_hash, pay_expires_at) \
-         VALUES (",
-        next_key!("?2", "?15"),
-        ", ?1, ?2, ?3, 'PENDING', ?4, ?5, ?6, ?16, ?17, ?7, ?8, ?9, ?10, '0', ?11, ?11, \
-                 ?12, ?13, ?14)",
-    ))?
-    .execute(params![
-        transaction.id,
-        transaction.provider_id,
-        prepared.reference,
-        transaction.title,
-        transaction.currency,
-        prepared.ref_ids,
-        prepared.attachments,
-        prepared.email,
-        transaction.payload,
-        prepared.total,
-        prepared.created_at,
-        transaction.time_zone,
-        transaction
-            .payment_link
-            .token_hash
-            .as_ref()
-            .map(<[u8; 32]>::as_slice),
-        prepared.pay_expires_at,
-        search_index::SEARCH_KEY_RANGE,
-        if prepared.note_in_payload {
-            None
-        } else {
-            transaction.note.as_deref()
-        },
-        prepared.note_in_payload,
-    ])?;
+    // (migration 26), one seek at the range's end. A reference taken already (25 random bits
+    // per second: rare) inserts nothing, and is drawn again with the event that names it: the
+    // unique index answers in the insert's own seek, where a lookup before it cost a statement
+    // of its own per create.
+    while conn
+        .prepare_cached(concat!(
+            "INSERT INTO transactions (rowid, id, provider_id, reference, status, title, \
+             currency, ref_ids, note, note_in_payload, attachments, email, payload, total, \
+             refunded_amount, created_at, updated_at, time_zone, pay_token_hash, \
+             pay_expires_at) VALUES (",
+            next_key!("?2", "?15"),
+            ", ?1, ?2, ?3, 'PENDING', ?4, ?5, ?6, ?16, ?17, ?7, ?8, ?9, ?10, '0', ?11, ?11, \
+                     ?12, ?13, ?14) ON CONFLICT (reference) DO NOTHING",
+        ))?
+        .execute(params![
+            prepared.transaction.id,
+            prepared.transaction.provider_id,
+            prepared.reference,
+            prepared.transaction.title,
+            prepared.transaction.currency,
+            prepared.ref_ids,
+            prepared.attachments,
+            prepared.email,
+            prepared.transaction.payload,
+            prepared.total,
+            prepared.created_at,
+            prepared.transaction.time_zone,
+            prepared
+                .transaction
+                .payment_link
+                .token_hash
+                .as_ref()
+                .map(<[u8; 32]>::as_slice),
+            prepared.pay_expires_at,
+            search_index::SEARCH_KEY_RANGE,
+            if prepared.note_in_payload {
+                None
+            } else {
+                prepared.transaction.note.as_deref()
+            },
+            prepared.note_in_payload,
+        ])?
+        == 0
+    {
+        prepared.reference = super::new_reference(prepared.transaction.created_at);
+        prepared.event = events::created(&prepared.transaction, &prepared.reference)?;
+    }
+    // One statement per item: an insert of several rows could fail after its first, so SQLite
+    // would keep a statement journal for it, which cost more than the statements it saves.
     let mut insert_item = conn.prepare_cached(
         "INSERT INTO items (transaction_id, order_no, name, category, total, policy, period, \
          status, refunded) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'ACTIVE', '0')",
     )?;
+    let transaction = &prepared.transaction;
     for ((item, rows), order_no) in transaction.items.iter().zip(&prepared.items).zip(1_u32..) {
         insert_item.execute(params![
             transaction.id,
