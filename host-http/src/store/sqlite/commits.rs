@@ -18,6 +18,15 @@
 //! header, so the next request reads again; a revoked secret is refused from the first
 //! request after its commit, as with a read.
 //!
+//! The writer keeps what it commits ([`Publisher`]): right after each of its commits, the access
+//! epoch that commit left is kept under the header it wrote, so that while creates commit
+//! every few milliseconds the requests between two commits still find the epoch kept rather
+//! than each reading it from the database. It is kept only when no other connection
+//! committed between the writer's commit and its reading of the header: SQLite's
+//! `PRAGMA data_version` of the writer's connection, read inside the write transaction and
+//! again after the header, moves with every commit of another connection (of this process or
+//! another) and never with the connection's own.
+//!
 //! Whenever the header cannot be read or does not look as documented (no `-shm` file, a
 //! different version, copies that disagree mid-write), there is no mark and the value is read
 //! from the database.
@@ -26,7 +35,9 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use rusqlite::Connection;
 
 /// The WAL-index header's version field (`WALINDEX_MAX_VERSION`).
 const WAL_INDEX_VERSION: u32 = 3_007_000;
@@ -126,6 +137,59 @@ impl Fresh {
     }
 }
 
+/// The writer's side of [`Fresh`]: keeps the access epoch each of its commits leaves.
+#[derive(Debug)]
+pub(super) struct Publisher {
+    watch: CommitWatch,
+    fresh: Arc<Fresh>,
+}
+
+/// What a write transaction commits, read inside it before its `COMMIT`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Committing {
+    access_epoch: u64,
+    data_version: i64,
+}
+
+impl Publisher {
+    /// Keeps into `fresh` what the writer of the database at `path` commits.
+    pub(super) fn new(path: &Path, fresh: Arc<Fresh>) -> Publisher {
+        Publisher {
+            watch: CommitWatch::open(path),
+            fresh,
+        }
+    }
+
+    /// Inside a write transaction: the access epoch it will commit (nobody else can change it
+    /// while the transaction holds the write lock) and the connection's data version. `None`
+    /// when either cannot be read: nothing is kept then.
+    pub(super) fn committing(conn: &Connection) -> Option<Committing> {
+        Some(Committing {
+            access_epoch: super::read_access_epoch(conn).ok()?,
+            data_version: data_version(conn)?,
+        })
+    }
+
+    /// After the `COMMIT` of the transaction `committing` was read in: keeps its epoch under
+    /// the header read now, unless another connection committed since (the data version
+    /// moved), when the header may be that commit's.
+    pub(super) fn committed(&self, conn: &Connection, committing: Committing) {
+        let Some(mark) = self.watch.mark() else {
+            return;
+        };
+        if data_version(conn) == Some(committing.data_version) {
+            self.fresh.keep_access_epoch(mark, committing.access_epoch);
+        }
+    }
+}
+
+/// `PRAGMA data_version` of `conn`: moves with every commit of another connection.
+fn data_version(conn: &Connection) -> Option<i64> {
+    conn.prepare_cached("PRAGMA data_version")
+        .and_then(|mut statement| statement.query_row([], |r| r.get(0)))
+        .ok()
+}
+
 impl FreshState {
     /// The state for `mark`: what was kept under another mark is dropped. When two requests
     /// race across a commit, the one keeping last may keep the older mark; nothing kept under
@@ -187,6 +251,67 @@ mod tests {
             .unwrap();
         conn.execute("UPDATE t SET v = 3", []).unwrap();
         assert_ne!(watch.mark().unwrap(), before);
+    }
+
+    /// A database with an access epoch (7), and a writer's connection to it in a write
+    /// transaction that moves the epoch to 8.
+    fn writing_epoch_8() -> (tempfile::TempDir, std::path::PathBuf, Connection) {
+        let (dir, path, conn) = database();
+        conn.execute_batch(
+            "CREATE TABLE access_epoch (id INTEGER PRIMARY KEY, value INTEGER NOT NULL);
+             INSERT INTO access_epoch VALUES (1, 7);
+             BEGIN IMMEDIATE;
+             UPDATE access_epoch SET value = 8;",
+        )
+        .unwrap();
+        (dir, path, conn)
+    }
+
+    /// The epoch a commit leaves is kept under the header that commit wrote, and used while
+    /// nothing else is committed (R-7.2: a change of credentials moves the header).
+    #[test]
+    fn the_writer_keeps_the_epoch_its_commit_leaves() {
+        let (_dir, path, conn) = writing_epoch_8();
+        let fresh = Arc::new(Fresh::default());
+        let publisher = Publisher::new(&path, fresh.clone());
+        let committing = Publisher::committing(&conn).unwrap();
+        conn.execute_batch("COMMIT").unwrap();
+        publisher.committed(&conn, committing);
+        let watch = CommitWatch::open(&path);
+        let mark = watch.mark().unwrap();
+        assert_eq!(fresh.access_epoch(&mark), Some(8));
+        // Another connection's commit moves the header: the kept epoch is not used for it.
+        let other = Connection::open(&path).unwrap();
+        other
+            .execute("UPDATE access_epoch SET value = 9", [])
+            .unwrap();
+        assert_eq!(fresh.access_epoch(&watch.mark().unwrap()), None);
+    }
+
+    /// When another connection commits between the writer's commit and its reading of the
+    /// header, the header read may be the other commit's: nothing is kept.
+    #[test]
+    fn nothing_is_kept_when_another_commit_came_between() {
+        let (_dir, path, conn) = writing_epoch_8();
+        let fresh = Arc::new(Fresh::default());
+        let publisher = Publisher::new(&path, fresh.clone());
+        let committing = Publisher::committing(&conn).unwrap();
+        conn.execute_batch("COMMIT").unwrap();
+        let other = Connection::open(&path).unwrap();
+        other
+            .execute("UPDATE access_epoch SET value = 9", [])
+            .unwrap();
+        publisher.committed(&conn, committing);
+        let mark = CommitWatch::open(&path).mark().unwrap();
+        assert_eq!(fresh.access_epoch(&mark), None);
+        // The writer's next commit, with nobody in between, is kept again.
+        conn.execute_batch("BEGIN IMMEDIATE; UPDATE access_epoch SET value = 10;")
+            .unwrap();
+        let committing = Publisher::committing(&conn).unwrap();
+        conn.execute_batch("COMMIT").unwrap();
+        publisher.committed(&conn, committing);
+        let mark = CommitWatch::open(&path).mark().unwrap();
+        assert_eq!(fresh.access_epoch(&mark), Some(10));
     }
 
     #[test]

@@ -182,8 +182,9 @@ pub struct SqliteStore {
     readers: Mutex<Vec<Connection>>,
     /// Tells whether anything was committed since a value of `fresh` was read.
     commits: commits::CommitWatch,
-    /// The access epoch and transactions' versions, trusted while nothing is committed.
-    fresh: commits::Fresh,
+    /// The access epoch and transactions' versions, trusted while nothing is committed; the
+    /// writer keeps there the epoch each of its commits leaves.
+    fresh: Arc<commits::Fresh>,
 }
 
 impl SqliteStore {
@@ -198,13 +199,14 @@ impl SqliteStore {
                  .cargo/config.toml`); resident memory can grow under load (docs/DECISIONS-performance.md)"
             );
         }
-        let writer = Writer::spawn(conn, path)?;
+        let fresh = Arc::new(commits::Fresh::default());
+        let writer = Writer::spawn(conn, path, commits::Publisher::new(path, fresh.clone()))?;
         Ok(Arc::new(SqliteStore {
             path: path.to_owned(),
             writer,
             readers: Mutex::new(Vec::new()),
             commits: commits::CommitWatch::open(path),
-            fresh: commits::Fresh::default(),
+            fresh,
         }))
     }
 
@@ -974,6 +976,15 @@ fn pay(
     Ok(OwnerChecked::Done(PayOutcome::Paid(paid)))
 }
 
+/// The access epoch as `conn` sees it (R-7.2: it moves with every change of a credential or a
+/// provider's settings).
+fn read_access_epoch(conn: &Connection) -> Result<u64, StoreError> {
+    let value: i64 = conn
+        .prepare_cached("SELECT value FROM access_epoch WHERE id = 1")?
+        .query_row([], |r| r.get(0))?;
+    Ok(u64::try_from(value).unwrap_or_default())
+}
+
 impl SqliteStore {
     /// The access epoch: kept under `mark` (taken before this call, `commits`), or read and
     /// kept.
@@ -982,12 +993,7 @@ impl SqliteStore {
             return Ok(kept);
         }
         // One statement in autocommit: its own snapshot, no BEGIN/COMMIT around it.
-        let result = self.read_statement(|conn| {
-            let value: i64 = conn
-                .prepare_cached("SELECT value FROM access_epoch WHERE id = 1")?
-                .query_row([], |r| r.get(0))?;
-            Ok(u64::try_from(value).unwrap_or_default())
-        });
+        let result = self.read_statement(read_access_epoch);
         if let (Some(mark), Ok(epoch)) = (mark, &result) {
             self.fresh.keep_access_epoch(mark, *epoch);
         }

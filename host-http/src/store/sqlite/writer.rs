@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
+use super::commits::Publisher;
 use super::configure;
 use super::search_index::{self, Indexer};
 use crate::store::StoreError;
@@ -91,7 +92,11 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    pub(super) fn spawn(conn: Connection, path: &Path) -> Result<Writer, StoreError> {
+    pub(super) fn spawn(
+        conn: Connection,
+        path: &Path,
+        publisher: Publisher,
+    ) -> Result<Writer, StoreError> {
         // The checkpointer copies the WAL back into the database beside the writer; the
         // writer checkpoints by itself only when the WAL grows past WRITER_CHECKPOINT_PAGES
         // (SQLite's own default, 1,000 pages, made every 1,000th page's commit wait for a
@@ -106,7 +111,7 @@ impl Writer {
             let indexer = indexer.clone();
             std::thread::Builder::new()
                 .name("sqlite-writer".to_owned())
-                .spawn(move || writer_loop(conn, receiver, &signal, &indexer))?
+                .spawn(move || writer_loop(conn, receiver, &signal, &indexer, &publisher))?
         };
         Ok(Writer {
             sender: Mutex::new(Some(sender)),
@@ -308,6 +313,7 @@ fn writer_loop(
     receiver: mpsc::Receiver<Message>,
     signal: &CheckpointSignal,
     indexer: &Indexer,
+    publisher: &Publisher,
 ) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
     let mut stopping = false;
@@ -334,7 +340,7 @@ fn writer_loop(
         let indexed = indexer.indexed.load(Ordering::Acquire);
         let forget = (indexed > forgotten).then_some(indexed);
         if !batch.is_empty() {
-            if commit_batch(&conn, &mut batch, forget) {
+            if commit_batch(&conn, &mut batch, forget, publisher) {
                 forgotten = forget.unwrap_or(forgotten);
             }
             signal.committed();
@@ -355,7 +361,7 @@ fn writer_loop(
         }
     }
     if !batch.is_empty() {
-        commit_batch(&conn, &mut batch, None);
+        commit_batch(&conn, &mut batch, None, publisher);
     }
     // What the last batches noted is indexed, and the notes deleted, before the file closes.
     indexer.stop();
@@ -386,7 +392,14 @@ fn forget_alone(conn: &Connection, indexed: i64) -> bool {
 /// savepoints (a savepoint saves each page a job is first to change, which cost the writer
 /// about a tenth of its time); should one fail, the transaction rolls back and the batch runs
 /// again with each job in a savepoint of its own.
-fn commit_batch(conn: &Connection, batch: &mut Vec<Box<dyn Job>>, forget: Option<i64>) -> bool {
+///
+/// The access epoch the batch commits is kept for the requests after it ([`Publisher`]).
+fn commit_batch(
+    conn: &Connection,
+    batch: &mut Vec<Box<dyn Job>>,
+    forget: Option<i64>,
+    publisher: &Publisher,
+) -> bool {
     if !begin(conn, batch) {
         return false;
     }
@@ -409,8 +422,14 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Box<dyn Job>>, forget: Option
         }
         _ => true,
     };
+    let committing = Publisher::committing(conn);
     let committed = match conn.execute_batch("COMMIT") {
-        Ok(()) => true,
+        Ok(()) => {
+            if let Some(committing) = committing {
+                publisher.committed(conn, committing);
+            }
+            true
+        }
         Err(error) => {
             tracing::error!(%error, jobs = batch.len(), "write batch failed to commit");
             let _ = conn.execute_batch("ROLLBACK");
@@ -444,7 +463,9 @@ mod tests {
     fn new_writer() -> (tempfile::TempDir, std::path::PathBuf, Writer) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("checkout.db");
-        let writer = Writer::spawn(super::super::open_migrated(&path).unwrap(), &path).unwrap();
+        let publisher = Publisher::new(&path, Arc::default());
+        let conn = super::super::open_migrated(&path).unwrap();
+        let writer = Writer::spawn(conn, &path, publisher).unwrap();
         (dir, path, writer)
     }
 
