@@ -24,12 +24,20 @@
 # answers by status and time and the server's resident memory (VmRSS, VmHWM) after every round,
 # with its anonymous memory split between the Rust allocator's arenas and the rest (SQLite's).
 #
+# Each route and its ceiling are measured in --slices alternating slices (DURATION / SLICES
+# seconds each, at least 1): hello, GET /status/{id} and GET /status one after the other, the
+# creates of this build and of --baseline (two servers side by side), and hello with the log
+# off, as text and as JSON (three servers); a rate is the requests of all its slices over
+# their seconds, a p99 the highest of its slices'. The machine's speed swings by a fifth from
+# one minute to the next, and a ratio of two rates measured one after the other swung with it;
+# measured in turns, both rates see the same swings. --slices 1 measures each once, in a row.
+#
 # Usage: scripts/load.sh [--db sqlite|postgres://...] [--duration S=10] [--connections N=64]
 #                        [--threads T=2] [--pool N=16] [--memory N] [--rounds R=5]
-#                        [--baseline BIN]
+#                        [--baseline BIN] [--slices N=5]
 # The request log stays at the service's default level (RUST_LOG=info) unless RUST_LOG is set.
 # At info, SQLite runs also measure hello with the request log off (RUST_LOG=warn), at info,
-# and at info as JSON (--log-format json), back to back (target: >= 0.90 of log off).
+# and at info as JSON (--log-format json), in turns (target: >= 0.90 of log off).
 # Needs: wrk, curl, python3; psql and pgbench for PostgreSQL.
 set -euo pipefail
 
@@ -41,6 +49,7 @@ POOL=16
 MEMORY=0
 ROUNDS=5
 BASELINE=""
+SLICES=5
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --db) DB="$2"; shift 2 ;;
@@ -51,22 +60,30 @@ while [[ $# -gt 0 ]]; do
         --memory) MEMORY="$2"; shift 2 ;;
         --rounds) ROUNDS="$2"; shift 2 ;;
         --baseline) BASELINE="$2"; shift 2 ;;
-        -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+        --slices) SLICES="$2"; shift 2 ;;
+        -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
 done
 
 [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "--rounds wants a positive number, not $ROUNDS" >&2; exit 2; }
+[[ "$SLICES" =~ ^[1-9][0-9]*$ ]] || { echo "--slices wants a positive number, not $SLICES" >&2; exit 2; }
+[[ "$DURATION" =~ ^[1-9][0-9]*$ ]] || { echo "--duration wants a positive number of seconds, not $DURATION" >&2; exit 2; }
+# Seconds of one slice.
+SLICE=$((DURATION / SLICES > 0 ? DURATION / SLICES : 1))
 
 PORT="${LOAD_PORT:-18089}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 WORK="$(mktemp -d)"
 SERVER_PID=""
+# Servers kept running side by side (keep_server): name -> pid, name -> port.
+declare -A KEPT_PIDS=() KEPT_PORTS=()
 CREATED_DBS=()
 LOG_LEVEL="${RUST_LOG:-info}"
 
 cleanup() {
     stop_server
+    stop_kept
     if [[ "$DB" != sqlite ]]; then
         for name in "${CREATED_DBS[@]}"; do
             psql "$DB" -qc "DROP DATABASE IF EXISTS $name WITH (FORCE)" >/dev/null 2>&1 || true
@@ -132,7 +149,7 @@ start_server() { # db, extra flags...: starts a server, waits until it answers, 
     local db="$1"
     shift
     RUST_LOG="$LOG_LEVEL" "$BIN" serve --db "$db" --listen "127.0.0.1:$PORT" --demo "$@" \
-        >"$WORK/out.txt" 2>"$WORK/server.log" &
+        >"$WORK/out-$PORT.txt" 2>"$WORK/server-$PORT.log" &
     SERVER_PID=$!
     for _ in $(seq 1 300); do
         curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 && break
@@ -140,12 +157,12 @@ start_server() { # db, extra flags...: starts a server, waits until it answers, 
     done
     curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null || {
         echo "the server did not start:" >&2
-        cat "$WORK/server.log" >&2
+        cat "$WORK/server-$PORT.log" >&2
         exit 1
     }
     local widget secret
-    widget="$(awk '/widgetId:/ {print $2}' "$WORK/out.txt")"
-    secret="$(awk '/backendSecret:/ {print $2}' "$WORK/out.txt")"
+    widget="$(awk '/widgetId:/ {print $2}' "$WORK/out-$PORT.txt")"
+    secret="$(awk '/backendSecret:/ {print $2}' "$WORK/out-$PORT.txt")"
     AUTH="Basic $(printf '%s:%s' "$widget" "$secret" | base64 -w0)"
     python3 - "$WORK/post.lua" "$AUTH" "$BODY" <<'PY'
 import json, sys
@@ -156,6 +173,23 @@ with open(path, "w") as f:
     f.write('wrk.headers["Content-Type"] = "application/json"\n')
     f.write('wrk.headers["Authorization"] = %s\n' % json.dumps(auth))
 PY
+}
+
+keep_server() { # name: the running server keeps running under name (its port and post.lua kept)
+    KEPT_PIDS[$1]="$SERVER_PID"
+    KEPT_PORTS[$1]="$PORT"
+    cp "$WORK/post.lua" "$WORK/post-$1.lua"
+    SERVER_PID=""
+}
+
+stop_kept() { # stops every kept server
+    local name
+    for name in "${!KEPT_PIDS[@]}"; do
+        kill -TERM "${KEPT_PIDS[$name]}" 2>/dev/null || true
+        wait "${KEPT_PIDS[$name]}" 2>/dev/null || true
+    done
+    KEPT_PIDS=()
+    KEPT_PORTS=()
 }
 
 create_one() { # prints the id of a new transaction
@@ -171,6 +205,28 @@ wrk_run() { # name, path, wrk args...
         "http://127.0.0.1:$PORT$path" >"$WORK/$name.txt"
     cat "$WORK/$name.txt" >&2
 }
+wrk_slice() { # name, slice, port, path, wrk args...: one slice of a measurement
+    local name="$1" slice="$2" port="$3" path="$4"
+    shift 4
+    wrk -t"$THREADS" -c"$CONNECTIONS" -d"${SLICE}s" --latency "$@" \
+        "http://127.0.0.1:$port$path" >"$WORK/$name.slice$slice.txt"
+    cat "$WORK/$name.slice$slice.txt" >&2
+}
+
+combine() { # name: one report of its slices, read as wrk's by rate, p99, non2xx and total
+    awk '
+        function ms(v) { n = v + 0; return v ~ /us$/ ? n / 1000 : (v ~ /ms$/ ? n : (v ~ /m$/ ? n * 60000 : n * 1000)) }
+        /requests in/ { requests += $1; t = $4; sub(/,$/, "", t); seconds += ms(t) / 1000 }
+        $1 == "99%" { if (ms($2) > worst) worst = ms($2) }
+        /Non-2xx/ { failed += $NF }
+        END {
+            printf "%d requests in %.2fs\n", requests, seconds
+            printf "Requests/sec: %.2f\n", (seconds > 0 ? requests / seconds : 0)
+            printf "     99%%    %.2fms\n", worst
+            if (failed > 0) printf "Non-2xx or 3xx responses: %d\n", failed
+        }' "$WORK/$1".slice*.txt >"$WORK/$1.txt"
+}
+
 rate() { awk '/^Requests\/sec/ {printf "%.0f", $2}' "$WORK/$1.txt"; }
 p99() { awk '$1 == "99%" {print $2}' "$WORK/$1.txt"; }
 non2xx() { awk '/Non-2xx/ {n = $NF} END {print n + 0}' "$WORK/$1.txt"; }
@@ -193,13 +249,39 @@ result() {
         "$1" "$2" "$3" "$4" "$5" "$6" "$ratio" "$7" "$met")")
 }
 
-measure_routes() { # the four HTTP measurements on the running server
-    local id
+measure_routes() { # the reads on the running server in alternating slices, then its creates
+    local id slice
     id="$(create_one)"
-    wrk_run hello /healthz
-    wrk_run status "/status/$id" -H "Authorization: $AUTH"
-    wrk_run health /status -H "Authorization: $AUTH"
-    wrk_run create /initialize -s "$WORK/post.lua"
+    for slice in $(seq 1 "$SLICES"); do
+        wrk_slice hello "$slice" "$PORT" /healthz
+        wrk_slice status "$slice" "$PORT" "/status/$id" -H "Authorization: $AUTH"
+        wrk_slice health "$slice" "$PORT" /status -H "Authorization: $AUTH"
+    done
+    combine hello
+    combine status
+    combine health
+    if [[ "$DB" != sqlite || -z "$BASELINE" ]]; then
+        wrk_run create /initialize -s "$WORK/post.lua"
+    fi
+}
+
+measure_creates_beside_baseline() { # the running server's creates and BASELINE's, in turns
+    local base="$PORT" current_bin="$BIN" slice
+    keep_server current
+    PORT=$((base + 1))
+    BIN="$BASELINE"
+    start_server "$WORK/baseline.db"
+    keep_server baseline
+    BIN="$current_bin"
+    PORT="$base"
+    for slice in $(seq 1 "$SLICES"); do
+        wrk_slice create "$slice" "${KEPT_PORTS[current]}" /initialize -s "$WORK/post-current.lua"
+        wrk_slice baseline-create "$slice" "${KEPT_PORTS[baseline]}" /initialize \
+            -s "$WORK/post-baseline.lua"
+    done
+    combine create
+    combine baseline-create
+    stop_kept
 }
 
 one_commit_ceiling() { # server db file: inserts copies of a stored transaction one commit each
@@ -267,16 +349,25 @@ print(f"{count / (time.monotonic() - started):.0f}")
 PY
 }
 
-log_cost() { # db: hello with the request log off, at info, and at info as JSON, back to back
-    LOG_LEVEL=warn start_server "$1"
-    wrk_run hello-log-off /healthz
-    stop_server
-    start_server "$1"
-    wrk_run hello-log-text /healthz
-    stop_server
-    start_server "$1" --log-format json
-    wrk_run hello-log-json /healthz
-    stop_server
+log_cost() { # db: hello with the request log off, at info, and at info as JSON, in turns
+    local base="$PORT" slice kind
+    PORT=$((base + 2))
+    LOG_LEVEL=warn start_server "$1.off"
+    keep_server off
+    PORT=$((base + 3))
+    start_server "$1.text"
+    keep_server text
+    PORT=$((base + 4))
+    start_server "$1.json" --log-format json
+    keep_server json
+    PORT="$base"
+    for slice in $(seq 1 "$SLICES"); do
+        for kind in off text json; do
+            wrk_slice "hello-log-$kind" "$slice" "${KEPT_PORTS[$kind]}" /healthz
+        done
+    done
+    for kind in off text json; do combine "hello-log-$kind"; done
+    stop_kept
     local off
     off="$(rate hello-log-off)"
     result "GET /healthz, log off" "$off" "$(p99 hello-log-off)" "$(non2xx hello-log-off)" "itself" "$off" "-"
@@ -473,7 +564,7 @@ echo "store: $DB; wrk: $CONNECTIONS connections, $THREADS threads, ${DURATION}s 
 if [[ "$DB" == sqlite ]]; then
     start_server "$WORK/load.db"
     measure_routes
-    stop_server
+    if [[ -n "$BASELINE" ]]; then measure_creates_beside_baseline; else stop_server; fi
     stored="$(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from transactions').fetchone()[0])" "$WORK/load.db")"
     echo "one-commit ceiling (python3 sqlite3, one thread, synchronous=FULL)..." >&2
     ceiling="$(one_commit_ceiling "$WORK/load.db")"
@@ -483,13 +574,6 @@ if [[ "$DB" == sqlite ]]; then
     result "GET /status (auth only)" "$(rate health)" "$(p99 health)" "$(non2xx health)" "hello" "$hello" 0.90
     result "POST /initialize (durable)" "$(rate create)" "$(p99 create)" "$(non2xx create)" "one-commit inserts" "$ceiling" "-"
     if [[ -n "$BASELINE" ]]; then
-        # The same creates against the other build, on a database of its own, right after.
-        current_bin="$BIN"
-        BIN="$BASELINE"
-        start_server "$WORK/baseline.db"
-        wrk_run baseline-create /initialize -s "$WORK/post.lua"
-        stop_server
-        BIN="$current_bin"
         result "POST /initialize, baseline" "$(rate baseline-create)" "$(p99 baseline-create)" "$(non2xx baseline-create)" "itself" "$(rate baseline-create)" "-"
         result "POST /initialize (durable)" "$(rate create)" "$(p99 create)" "$(non2xx create)" "baseline creates" "$(rate baseline-create)" 2
     fi
@@ -529,7 +613,7 @@ else
 fi
 
 echo
-echo "store=$DB connections=$CONNECTIONS threads=$THREADS duration=${DURATION}s cores=$(nproc) RUST_LOG=$LOG_LEVEL $(date -u +%FT%TZ)"
+echo "store=$DB connections=$CONNECTIONS threads=$THREADS duration=${DURATION}s slices=$SLICES cores=$(nproc) RUST_LOG=$LOG_LEVEL $(date -u +%FT%TZ)"
 printf '%-28s %11s %9s %7s   %-22s %11s %6s  %5s\n' route rate p99 non-2xx ceiling "ceiling rate" ratio target
 for line in "${RESULTS[@]}"; do echo "$line"; done
 echo "$latency_checks"
