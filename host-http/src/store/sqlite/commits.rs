@@ -253,9 +253,19 @@ mod tests {
         assert_ne!(watch.mark().unwrap(), before);
     }
 
-    /// A database with an access epoch (7), and a writer's connection to it in a write
-    /// transaction that moves the epoch to 8.
-    fn writing_epoch_8() -> (tempfile::TempDir, std::path::PathBuf, Connection) {
+    /// A writer's connection that committed a move of the access epoch from 7 to 8, with what
+    /// it read before its `COMMIT`, and a [`Publisher`] into an empty [`Fresh`].
+    struct Committed {
+        /// Keeps the database's directory while the test runs.
+        _dir: tempfile::TempDir,
+        path: std::path::PathBuf,
+        conn: Connection,
+        fresh: Arc<Fresh>,
+        publisher: Publisher,
+        committing: Committing,
+    }
+
+    fn committed_epoch_8() -> Committed {
         let (dir, path, conn) = database();
         conn.execute_batch(
             "CREATE TABLE access_epoch (id INTEGER PRIMARY KEY, value INTEGER NOT NULL);
@@ -264,18 +274,32 @@ mod tests {
              UPDATE access_epoch SET value = 8;",
         )
         .unwrap();
-        (dir, path, conn)
+        let fresh = Arc::new(Fresh::default());
+        let publisher = Publisher::new(&path, fresh.clone());
+        let committing = Publisher::committing(&conn).unwrap();
+        conn.execute_batch("COMMIT").unwrap();
+        Committed {
+            _dir: dir,
+            path,
+            conn,
+            fresh,
+            publisher,
+            committing,
+        }
     }
 
     /// The epoch a commit leaves is kept under the header that commit wrote, and used while
     /// nothing else is committed (R-7.2: a change of credentials moves the header).
     #[test]
     fn the_writer_keeps_the_epoch_its_commit_leaves() {
-        let (_dir, path, conn) = writing_epoch_8();
-        let fresh = Arc::new(Fresh::default());
-        let publisher = Publisher::new(&path, fresh.clone());
-        let committing = Publisher::committing(&conn).unwrap();
-        conn.execute_batch("COMMIT").unwrap();
+        let Committed {
+            path,
+            conn,
+            fresh,
+            publisher,
+            committing,
+            _dir,
+        } = committed_epoch_8();
         publisher.committed(&conn, committing);
         let watch = CommitWatch::open(&path);
         let mark = watch.mark().unwrap();
@@ -292,11 +316,14 @@ mod tests {
     /// header, the header read may be the other commit's: nothing is kept.
     #[test]
     fn nothing_is_kept_when_another_commit_came_between() {
-        let (_dir, path, conn) = writing_epoch_8();
-        let fresh = Arc::new(Fresh::default());
-        let publisher = Publisher::new(&path, fresh.clone());
-        let committing = Publisher::committing(&conn).unwrap();
-        conn.execute_batch("COMMIT").unwrap();
+        let Committed {
+            path,
+            conn,
+            fresh,
+            publisher,
+            committing,
+            _dir,
+        } = committed_epoch_8();
         let other = Connection::open(&path).unwrap();
         other
             .execute("UPDATE access_epoch SET value = 9", [])
