@@ -31,6 +31,7 @@
 # their seconds, a p99 the highest of its slices'. The machine's speed swings by a fifth from
 # one minute to the next, and a ratio of two rates measured one after the other swung with it;
 # measured in turns, both rates see the same swings. --slices 1 measures each once, in a row.
+# Each server gets one uncounted second of each of its routes before the slices.
 #
 # Usage: scripts/load.sh [--db sqlite|postgres://...] [--duration S=10] [--connections N=64]
 #                        [--threads T=2] [--pool N=16] [--memory N] [--rounds R=5]
@@ -213,6 +214,14 @@ wrk_slice() { # name, slice, port, path, wrk args...: one slice of a measurement
     cat "$WORK/$name.slice$slice.txt" >&2
 }
 
+warm_up() { # name, port, path, wrk args...: one second of a route before its slices, not
+    # counted in its rate (a fresh server's first requests open its pool's connections and
+    # prepare its statements; in a slice of 2 s they made its p99); wrk's report in name.txt
+    local name="$1" port="$2" path="$3"
+    shift 3
+    wrk -t"$THREADS" -c"$CONNECTIONS" -d1s "$@" "http://127.0.0.1:$port$path" >"$WORK/$name.txt"
+}
+
 combine() { # name: one report of its slices, read as wrk's by rate, p99, non2xx and total
     awk '
         function ms(v) { n = v + 0; return v ~ /us$/ ? n / 1000 : (v ~ /ms$/ ? n : (v ~ /m$/ ? n * 60000 : n * 1000)) }
@@ -252,6 +261,9 @@ result() {
 measure_routes() { # the reads on the running server in alternating slices, then its creates
     local id slice
     id="$(create_one)"
+    warm_up warm-hello "$PORT" /healthz
+    warm_up warm-status "$PORT" "/status/$id" -H "Authorization: $AUTH"
+    warm_up warm-health "$PORT" /status -H "Authorization: $AUTH"
     for slice in $(seq 1 "$SLICES"); do
         wrk_slice hello "$slice" "$PORT" /healthz
         wrk_slice status "$slice" "$PORT" "/status/$id" -H "Authorization: $AUTH"
@@ -274,6 +286,8 @@ measure_creates_beside_baseline() { # the running server's creates and BASELINE'
     keep_server baseline
     BIN="$current_bin"
     PORT="$base"
+    warm_up warm-create "${KEPT_PORTS[current]}" /initialize -s "$WORK/post-current.lua"
+    warm_up warm-baseline-create "${KEPT_PORTS[baseline]}" /initialize -s "$WORK/post-baseline.lua"
     for slice in $(seq 1 "$SLICES"); do
         wrk_slice create "$slice" "${KEPT_PORTS[current]}" /initialize -s "$WORK/post-current.lua"
         wrk_slice baseline-create "$slice" "${KEPT_PORTS[baseline]}" /initialize \
@@ -361,6 +375,7 @@ log_cost() { # db: hello with the request log off, at info, and at info as JSON,
     start_server "$1.json" --log-format json
     keep_server json
     PORT="$base"
+    for kind in off text json; do warm_up "warm-log-$kind" "${KEPT_PORTS[$kind]}" /healthz; done
     for slice in $(seq 1 "$SLICES"); do
         for kind in off text json; do
             wrk_slice "hello-log-$kind" "$slice" "${KEPT_PORTS[$kind]}" /healthz
@@ -579,7 +594,11 @@ if [[ "$DB" == sqlite ]]; then
     fi
     latency_checks="status p99 $(p99 status) (target <= 5 ms: $(under_ms "$(p99 status)" 5)); creates p99 $(p99 create) (target <= 15 ms: $(under_ms "$(p99 create)" 15))"
     if [[ "$LOG_LEVEL" == info ]]; then log_cost "$WORK/log.db"; fi
+    # The creates measured, their warm-up's (with a baseline) and the one of create_one.
     acked=$(( $(total create) - $(non2xx create) + 1 ))
+    if [[ -f "$WORK/warm-create.txt" ]]; then
+        acked=$(( acked + $(total warm-create) - $(non2xx warm-create) ))
+    fi
     summary="transactions stored after shutdown: $stored, acknowledged: $acked ($( ((stored >= acked)) && echo "every acknowledged create is on disk; the rest were answered after wrk stopped counting" || echo "ACKNOWLEDGED CREATES MISSING"))"
     if ((MEMORY > 0)); then memory_run "$WORK/memory.db"; fi
 else
