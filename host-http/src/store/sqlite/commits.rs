@@ -265,6 +265,16 @@ mod tests {
         committing: Committing,
     }
 
+    impl Committed {
+        /// A commit of another connection (as another process would make it): epoch 9.
+        fn other_moves_the_epoch(&self) {
+            Connection::open(&self.path)
+                .unwrap()
+                .execute("UPDATE access_epoch SET value = 9", [])
+                .unwrap();
+        }
+    }
+
     fn committed_epoch_8() -> Committed {
         let (dir, path, conn) = database();
         conn.execute_batch(
@@ -292,53 +302,32 @@ mod tests {
     /// nothing else is committed (R-7.2: a change of credentials moves the header).
     #[test]
     fn the_writer_keeps_the_epoch_its_commit_leaves() {
-        let Committed {
-            path,
-            conn,
-            fresh,
-            publisher,
-            committing,
-            _dir,
-        } = committed_epoch_8();
-        publisher.committed(&conn, committing);
-        let watch = CommitWatch::open(&path);
-        let mark = watch.mark().unwrap();
-        assert_eq!(fresh.access_epoch(&mark), Some(8));
+        let c = committed_epoch_8();
+        c.publisher.committed(&c.conn, c.committing);
+        let watch = CommitWatch::open(&c.path);
+        assert_eq!(c.fresh.access_epoch(&watch.mark().unwrap()), Some(8));
         // Another connection's commit moves the header: the kept epoch is not used for it.
-        let other = Connection::open(&path).unwrap();
-        other
-            .execute("UPDATE access_epoch SET value = 9", [])
-            .unwrap();
-        assert_eq!(fresh.access_epoch(&watch.mark().unwrap()), None);
+        c.other_moves_the_epoch();
+        assert_eq!(c.fresh.access_epoch(&watch.mark().unwrap()), None);
     }
 
     /// When another connection commits between the writer's commit and its reading of the
     /// header, the header read may be the other commit's: nothing is kept.
     #[test]
     fn nothing_is_kept_when_another_commit_came_between() {
-        let Committed {
-            path,
-            conn,
-            fresh,
-            publisher,
-            committing,
-            _dir,
-        } = committed_epoch_8();
-        let other = Connection::open(&path).unwrap();
-        other
-            .execute("UPDATE access_epoch SET value = 9", [])
-            .unwrap();
-        publisher.committed(&conn, committing);
-        let mark = CommitWatch::open(&path).mark().unwrap();
-        assert_eq!(fresh.access_epoch(&mark), None);
+        let c = committed_epoch_8();
+        c.other_moves_the_epoch();
+        c.publisher.committed(&c.conn, c.committing);
+        let watch = CommitWatch::open(&c.path);
+        assert_eq!(c.fresh.access_epoch(&watch.mark().unwrap()), None);
         // The writer's next commit, with nobody in between, is kept again.
-        conn.execute_batch("BEGIN IMMEDIATE; UPDATE access_epoch SET value = 10;")
+        c.conn
+            .execute_batch("BEGIN IMMEDIATE; UPDATE access_epoch SET value = 10;")
             .unwrap();
-        let committing = Publisher::committing(&conn).unwrap();
-        conn.execute_batch("COMMIT").unwrap();
-        publisher.committed(&conn, committing);
-        let mark = CommitWatch::open(&path).mark().unwrap();
-        assert_eq!(fresh.access_epoch(&mark), Some(10));
+        let committing = Publisher::committing(&c.conn).unwrap();
+        c.conn.execute_batch("COMMIT").unwrap();
+        c.publisher.committed(&c.conn, committing);
+        assert_eq!(c.fresh.access_epoch(&watch.mark().unwrap()), Some(10));
     }
 
     #[test]
