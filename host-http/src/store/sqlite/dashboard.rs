@@ -1138,9 +1138,10 @@ fn search_statement(
     // watermark, but for the transactions noted since its last update (their entries may be
     // missing or old); the noted ones; and those past the watermark, not yet indexed. The last
     // two are tested one by one (the indexer brings the index up to date every 200 ms, so
-    // they are at most a few thousand while creates pour in). One statement: it reads the main file before the search file. A search key is
-    // its transaction's rowid (migration 26). CROSS JOIN keeps SQLite's join order: left to
-    // choose, it read the provider's range of transactions to probe the few notes.
+    // they are at most a few thousand while creates pour in). One statement: it reads the main
+    // file before the search file. A search key is its transaction's rowid (migration 26).
+    // CROSS JOIN keeps SQLite's join order: left to choose, it read the provider's range of
+    // transactions to probe the few notes.
     let columns = "t.id, t.reference, t.title, t.status, t.currency, t.total, \
                    t.refunded_amount, json_extract(t.payment, '$.customer.email'), t.created_at";
     let watermark =

@@ -198,14 +198,7 @@ pub(super) fn prepare(conn: &Connection) -> Result<i64, StoreError> {
 /// Sets FTS5's `automerge` of the index to `segments`, when it is not already (a write
 /// only when it changes: every instance calls this at its start).
 fn merge_every(conn: &Connection, segments: i64) -> Result<(), StoreError> {
-    let current: Option<i64> = conn
-        .query_row(
-            "SELECT v FROM search.transaction_search_config WHERE k = 'automerge'",
-            [],
-            |r| r.get(0),
-        )
-        .optional()?;
-    if current != Some(segments) {
+    if automerge(conn)? != Some(segments) {
         conn.execute(
             "INSERT INTO search.transaction_search (transaction_search, rank) \
              VALUES ('automerge', ?1)",
@@ -213,6 +206,18 @@ fn merge_every(conn: &Connection, segments: i64) -> Result<(), StoreError> {
         )?;
     }
     Ok(())
+}
+
+/// FTS5's `automerge` of the index as set in the search file; `None` while it is FTS5's
+/// default, never set.
+fn automerge(conn: &Connection) -> Result<Option<i64>, StoreError> {
+    Ok(conn
+        .query_row(
+            "SELECT v FROM search.transaction_search_config WHERE k = 'automerge'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?)
 }
 
 /// Whether a watermark lies past the last transaction of its range: the main file is older
@@ -862,17 +867,9 @@ mod tests {
         let (dir, conn) = two_transactions();
         let path = dir.path().join("checkout.db");
         attach(&conn, &search_path(&path)).unwrap();
-        let automerge = |conn: &Connection| -> Option<i64> {
-            conn.query_row(
-                "SELECT v FROM search.transaction_search_config WHERE k = 'automerge'",
-                [],
-                |r| r.get(0),
-            )
-            .optional()
-            .unwrap()
-        };
+        let merging = |conn: &Connection| automerge(conn).unwrap();
         prepare(&conn).unwrap();
-        assert_eq!(automerge(&conn), Some(AUTOMERGE));
+        assert_eq!(merging(&conn), Some(AUTOMERGE));
         assert_eq!(AUTOMERGE, 8);
 
         conn.execute(
@@ -882,7 +879,7 @@ mod tests {
         )
         .unwrap();
         prepare(&conn).unwrap();
-        assert_eq!(automerge(&conn), Some(8), "a file of the default set again");
+        assert_eq!(merging(&conn), Some(8), "a file of the default set again");
 
         let changes = conn.total_changes();
         merge_every(&conn, AUTOMERGE).unwrap();
