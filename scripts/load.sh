@@ -183,6 +183,15 @@ keep_server() { # name: the running server keeps running under name (its port an
     SERVER_PID=""
 }
 
+start_kept() { # name, port, db, extra flags...: starts a server on port and keeps it as name
+    local name="$1" port="$2" base="$PORT"
+    shift 2
+    PORT="$port"
+    start_server "$@"
+    keep_server "$name"
+    PORT="$base"
+}
+
 stop_kept() { # stops every kept server
     local name
     for name in "${!KEPT_PIDS[@]}"; do
@@ -278,14 +287,9 @@ measure_routes() { # the reads on the running server in alternating slices, then
 }
 
 measure_creates_beside_baseline() { # the running server's creates and BASELINE's, in turns
-    local base="$PORT" current_bin="$BIN" slice
+    local slice
     keep_server current
-    PORT=$((base + 1))
-    BIN="$BASELINE"
-    start_server "$WORK/baseline.db"
-    keep_server baseline
-    BIN="$current_bin"
-    PORT="$base"
+    BIN="$BASELINE" start_kept baseline $((PORT + 1)) "$WORK/baseline.db"
     warm_up warm-create "${KEPT_PORTS[current]}" /initialize -s "$WORK/post-current.lua"
     warm_up warm-baseline-create "${KEPT_PORTS[baseline]}" /initialize -s "$WORK/post-baseline.lua"
     for slice in $(seq 1 "$SLICES"); do
@@ -364,17 +368,10 @@ PY
 }
 
 log_cost() { # db: hello with the request log off, at info, and at info as JSON, in turns
-    local base="$PORT" slice kind
-    PORT=$((base + 2))
-    LOG_LEVEL=warn start_server "$1.off"
-    keep_server off
-    PORT=$((base + 3))
-    start_server "$1.text"
-    keep_server text
-    PORT=$((base + 4))
-    start_server "$1.json" --log-format json
-    keep_server json
-    PORT="$base"
+    local slice kind
+    LOG_LEVEL=warn start_kept off $((PORT + 2)) "$1.off"
+    start_kept text $((PORT + 3)) "$1.text"
+    start_kept json $((PORT + 4)) "$1.json" --log-format json
     for kind in off text json; do warm_up "warm-log-$kind" "${KEPT_PORTS[$kind]}" /healthz; done
     for slice in $(seq 1 "$SLICES"); do
         for kind in off text json; do
