@@ -857,16 +857,17 @@ pub fn format_instant(at: DateTime<Utc>) -> String {
 const REFERENCE_ALPHABET: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
 /// A fresh `CHK-XXXXXXXX` reference for a transaction created at `created_at`: three
-/// characters of its second (15 bits, the Unix time's second modulo 2^15, about 9 hours), then
-/// five random ones (25 bits). The references of one second sit side by side in the unique
-/// index, so the creates of a checkpoint dirty a few of its pages instead of one random page
-/// each (`docs/DECISIONS-performance.md`); a collision, as rare as with 40 random bits once
-/// the index holds more than 2^15 references, is drawn again by the caller.
+/// characters of its millisecond (15 bits, the Unix time in milliseconds modulo 2^15, about 33
+/// seconds), then five random ones (25 bits). The references of one millisecond sit side by
+/// side in the unique index, so the creates of one commit (the writer's batch of a millisecond
+/// or two) dirty one or two of its pages instead of one page each, and those of a second a few
+/// dozen pages near each other (`docs/DECISIONS-performance.md`); a collision, as rare as with
+/// 40 random bits once the index holds more than 2^15 references, is drawn again by the caller.
 pub(crate) fn new_reference(created_at: DateTime<Utc>) -> String {
     let mut rng = rand::rng();
-    let second = created_at.timestamp().rem_euclid(1 << 15);
+    let millisecond = created_at.timestamp_millis().rem_euclid(1 << 15);
     let random: i64 = rng.random_range(0..1 << 25);
-    let bits = (second << 25) | random;
+    let bits = (millisecond << 25) | random;
     let mut reference = String::with_capacity(12);
     reference.push_str("CHK-");
     for shift in (0..8).rev() {
@@ -941,8 +942,9 @@ mod tests {
     }
 
     #[test]
-    fn references_of_one_second_share_their_first_three_characters_r_3_2() {
-        let at = Utc.with_ymd_and_hms(2026, 11, 24, 7, 30, 15).unwrap();
+    fn references_of_one_millisecond_share_their_first_three_characters_r_3_2() {
+        let at = Utc.with_ymd_and_hms(2026, 11, 24, 7, 30, 15).unwrap()
+            + chrono::Duration::milliseconds(417);
         let references: Vec<String> = (0..2_000).map(|_| new_reference(at)).collect();
         for reference in &references {
             assert_eq!(reference.len(), 12, "{reference}");
@@ -955,13 +957,15 @@ mod tests {
             );
             assert_eq!(reference[..7], references[0][..7]);
         }
-        // 25 random bits: 2,000 draws of one second all differ but for a rare collision.
+        // 25 random bits: 2,000 draws of one millisecond all differ but for a rare collision.
         let distinct: std::collections::BTreeSet<&String> = references.iter().collect();
         assert!(distinct.len() >= 1_990, "{}", distinct.len());
-        // The next second, and the same second 2^15 seconds later (the prefix wraps).
-        let next = new_reference(at + chrono::Duration::seconds(1));
+        // The next millisecond sorts right after it; the same millisecond 2^15 ms later (the
+        // prefix wraps) shares it.
+        let next = new_reference(at + chrono::Duration::milliseconds(1));
         assert_ne!(next[..7], references[0][..7]);
-        let wrapped = new_reference(at + chrono::Duration::seconds(1 << 15));
+        assert!(next[..7] > references[0][..7], "{next}");
+        let wrapped = new_reference(at + chrono::Duration::milliseconds(1 << 15));
         assert_eq!(wrapped[..7], references[0][..7]);
         // Before 1970 too.
         let early = new_reference(Utc.with_ymd_and_hms(1969, 12, 31, 23, 59, 59).unwrap());
