@@ -8,8 +8,9 @@ writes (copy the WAL first: its current run of frames is what this reads). Each 
 WAL's current run (the frames whose salts match the WAL header's) is counted by the B-tree its
 page belongs to, as SQLite's `dbstat` table names it in the database the two copies make
 together (opened from a temporary directory; the copies are left as they are), and printed
-per commit (a frame with a database size in its header ends a commit). Used for "References by the
-millisecond" in docs/PERFORMANCE.md. Needs a Python whose SQLite has `dbstat` (Debian's has).
+per commit (a frame with a database size in its header ends a commit). Used for "References
+by the millisecond" in docs/PERFORMANCE.md. Needs a Python whose SQLite has `dbstat` (Debian's
+has).
 """
 import collections
 import os

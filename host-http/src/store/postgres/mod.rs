@@ -1239,7 +1239,7 @@ impl PgStore {
             match inserted[..] {
                 [Inserted::Stored] => return Ok(row.drawn.reference.clone()),
                 [Inserted::ClaimLost] => return Err(StoreError::ClaimLost),
-                // 25 random bits per second: a collision is rare, and the unique
+                // 25 random bits per millisecond: a collision is rare, and the unique
                 // index settles it.
                 [Inserted::Taken] => row.drawn = Drawn::new(transaction)?,
                 _ => return Err(corrupt("transactions", "no answer to a create")),

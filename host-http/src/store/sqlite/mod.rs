@@ -722,9 +722,9 @@ fn insert_transaction(
 ) -> Result<String, StoreError> {
     // The rowid is the transaction's search key: the next in its provider's range
     // (migration 26), one seek at the range's end. A reference taken already (25 random bits
-    // per second: rare) inserts nothing, and is drawn again with the event that names it: the
-    // unique index answers in the insert's own seek, where a lookup before it cost a statement
-    // of its own per create.
+    // per millisecond: rare) inserts nothing, and is drawn again with the event that names
+    // it: the unique index answers in the insert's own seek, where a lookup before it cost a
+    // statement of its own per create.
     while conn
         .prepare_cached(concat!(
             "INSERT INTO transactions (rowid, id, provider_id, reference, status, title, \
