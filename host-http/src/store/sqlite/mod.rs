@@ -87,6 +87,7 @@ pub mod migrations;
 pub mod outbox;
 pub mod processors;
 mod search_index;
+mod stored_body;
 mod writer;
 
 use writer::Writer;
@@ -390,7 +391,7 @@ pub(super) fn read_transaction(
                     r.get::<_, Option<String>>(8)?,
                 ),
                 (
-                    r.get::<_, String>(9)?,
+                    r.get::<_, stored_body::StoredBody>(9)?.0,
                     r.get::<_, String>(10)?,
                     r.get::<_, Option<String>>(11)?,
                     r.get::<_, String>(12)?,
@@ -632,6 +633,8 @@ pub(super) fn owner_check(
 /// inserts.
 struct PreparedCreate {
     transaction: NewTransaction,
+    /// The creation body as `transactions.payload` keeps it (migration 30).
+    payload: stored_body::Compressed,
     /// The note is the creation body's own and long: kept there only (migration 28).
     note_in_payload: bool,
     response: Option<IdempotentResponse>,
@@ -670,6 +673,7 @@ impl PreparedCreate {
             })
             .collect::<Result<_, StoreError>>()?;
         Ok(PreparedCreate {
+            payload: stored_body::Compressed::new(&transaction.payload),
             note_in_payload: note_in_payload(&transaction),
             event: events::created(&transaction, &reference)?,
             created_at: format_instant(transaction.created_at),
@@ -744,7 +748,7 @@ fn insert_transaction(
             prepared.ref_ids,
             prepared.attachments,
             prepared.email,
-            prepared.transaction.payload,
+            prepared.payload,
             prepared.total,
             prepared.created_at,
             prepared.transaction.time_zone,
@@ -1437,6 +1441,44 @@ mod tests {
     /// NULL), and read back from it; a short one, or one not vouched for, is kept in its column;
     /// an update that replaces the note keeps the new one in the column, and one that
     /// leaves it alone leaves it in the body.
+    #[test]
+    fn a_creation_body_is_stored_compressed_and_read_back_byte_for_byte_migration_30() {
+        let (_dir, path) = migrated_with_provider();
+        let conn = super::open_migrated(&path).unwrap();
+        // Escapes, non-ASCII text and spacing as a client sent them: kept as received.
+        let payload = format!(
+            "{{ \"title\": \"Trip to Z\\u00fcrich ✈\",\n  \"note\": \"{}\" }}",
+            "desk note ".repeat(60)
+        );
+        let transaction = new_transaction("compressed", payload.clone(), None, false);
+        let mut prepared = PreparedCreate::new(transaction, None).unwrap();
+        super::insert_transaction(&conn, &mut prepared).unwrap();
+        let (kind, length): (String, usize) = conn
+            .query_row(
+                "SELECT typeof(payload), length(payload) FROM transactions WHERE id = ?1",
+                ["compressed"],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(kind, "blob");
+        assert!(length * 3 < payload.len(), "{length} of {}", payload.len());
+        let read = super::read_transaction(&conn, "compressed")
+            .unwrap()
+            .unwrap();
+        assert_eq!(read.payload, payload);
+
+        // A row written before migration 30 keeps its text, and reads as it did.
+        conn.execute(
+            "UPDATE transactions SET payload = ?1 WHERE id = 'compressed'",
+            ["{\"title\":\"Trip\"}"],
+        )
+        .unwrap();
+        let read = super::read_transaction(&conn, "compressed")
+            .unwrap()
+            .unwrap();
+        assert_eq!(read.payload, "{\"title\":\"Trip\"}");
+    }
+
     #[test]
     fn a_long_note_of_the_body_is_kept_once_and_read_back_from_it() {
         use checkout_engine::api::UpdateTransaction;
