@@ -1437,10 +1437,8 @@ mod tests {
         assert!(!payload.contains(&taken), "{payload}");
     }
 
-    /// Migration 28: a long note read from the creation body is kept there only (the column is
-    /// NULL), and read back from it; a short one, or one not vouched for, is kept in its column;
-    /// an update that replaces the note keeps the new one in the column, and one that
-    /// leaves it alone leaves it in the body.
+    /// A creation body is kept compressed (migration 30) and read back byte for byte; a
+    /// body kept as text before it reads as it was.
     #[test]
     fn a_creation_body_is_stored_compressed_and_read_back_byte_for_byte_migration_30() {
         let (_dir, path) = migrated_with_provider();
@@ -1479,6 +1477,10 @@ mod tests {
         assert_eq!(read.payload, "{\"title\":\"Trip\"}");
     }
 
+    /// Migration 28: a long note read from the creation body is kept there only (the column is
+    /// NULL), and read back from it; a short one, or one not vouched for, is kept in its column;
+    /// an update that replaces the note keeps the new one in the column, and one that
+    /// leaves it alone leaves it in the body.
     #[test]
     fn a_long_note_of_the_body_is_kept_once_and_read_back_from_it() {
         use checkout_engine::api::UpdateTransaction;
