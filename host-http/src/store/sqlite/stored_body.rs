@@ -38,10 +38,8 @@ pub(super) struct StoredBody(pub(super) String);
 impl FromSql for StoredBody {
     fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
         match value {
-            // Written before migration 30.
-            ValueRef::Text(text) => String::from_utf8(text.to_vec())
-                .map(StoredBody)
-                .map_err(|error| FromSqlError::Other(Box::new(error))),
+            // Written before migration 30: read as any text column is.
+            ValueRef::Text(_) => String::column_result(value).map(StoredBody),
             ValueRef::Blob(blob) => decompress(blob)
                 .map(StoredBody)
                 .map_err(|error| FromSqlError::Other(error.into())),
