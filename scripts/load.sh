@@ -294,8 +294,7 @@ measure_routes() { # the reads on the running server in alternating slices, then
         # The creates in turns with pgbench -N, as the reads with pgbench -S above.
         warm_up warm-create "$PORT" /initialize -s "$WORK/post.lua"
         # pgbench first: the warm-up's last creates are answered meanwhile. A slice begun at once
-        # found them still in flight, and the provider's limit (64) answered its first requests
-        # 503 at once, in thousands.
+        # may find them still in flight, and the provider's limit (64) answers 503 at once.
         for slice in $(seq 1 "$SLICES"); do
             pgbench_slice write "$slice" -N
             wrk_slice create "$slice" "$PORT" /initialize -s "$WORK/post.lua"
