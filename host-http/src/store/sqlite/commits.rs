@@ -8,8 +8,11 @@
 //! Header"): two copies of 48 bytes at offset 0, in native byte order, version 3007000, which
 //! SQLite writes second copy first and a reader trusts only when both agree.
 //!
-//! [`CommitWatch::mark`] reads both copies with one `pread` (no lock, no mutex shared with
-//! SQLite's connections) and returns the header when the copies agree. A value read from the
+//! [`CommitWatch::mark`] reads both copies (no lock, no mutex shared with SQLite's connections)
+//! and returns the header when the copies agree. On Linux it reads them from a read-only shared
+//! mapping of the header's page, as SQLite's own connections do (no system call: a `pread` was
+//! about a twentieth of an authenticated request's time); where the file cannot be mapped, or
+//! elsewhere, with one `pread`. A value read from the
 //! database after a mark was taken stays the database's value for as long as the header
 //! equals that mark: no commit can have happened in between. [`Fresh`] keeps such values —
 //! the access epoch and transactions' owners and versions — so that while nothing is written
@@ -52,7 +55,17 @@ pub(super) type Mark = [u8; HEADER_LEN];
 /// Reads the WAL-index header of one database.
 #[derive(Debug)]
 pub(super) struct CommitWatch {
-    shm: Option<File>,
+    shm: Option<Source>,
+}
+
+/// Where the header is read from.
+#[derive(Debug)]
+enum Source {
+    /// A shared mapping of the header's page.
+    #[cfg(target_os = "linux")]
+    Mapped(mapped::Header),
+    /// The file, read with `pread`.
+    File(File),
 }
 
 impl CommitWatch {
@@ -62,16 +75,24 @@ impl CommitWatch {
         let mut shm_path = path.as_os_str().to_owned();
         shm_path.push("-shm");
         CommitWatch {
-            shm: File::open(shm_path).ok(),
+            shm: File::open(shm_path).ok().map(Source::open),
+        }
+    }
+
+    /// Watches the database at `path` with `pread` only (the path where the file cannot be
+    /// mapped), for the tests that both ways see the same marks.
+    #[cfg(test)]
+    fn open_unmapped(path: &Path) -> CommitWatch {
+        let mut shm_path = path.as_os_str().to_owned();
+        shm_path.push("-shm");
+        CommitWatch {
+            shm: File::open(shm_path).ok().map(Source::File),
         }
     }
 
     /// The current header, or `None` when it cannot be trusted.
     pub(super) fn mark(&self) -> Option<Mark> {
-        let shm = self.shm.as_ref()?;
-        let mut both = [0u8; 2 * HEADER_LEN];
-        shm.read_exact_at(&mut both, 0).ok()?;
-        let (first, second) = both.split_at(HEADER_LEN);
+        let (first, second) = self.shm.as_ref()?.read()?;
         if first != second {
             return None;
         }
@@ -80,7 +101,128 @@ impl CommitWatch {
         if version != WAL_INDEX_VERSION || !initialised {
             return None;
         }
-        first.try_into().ok()
+        Some(first)
+    }
+}
+
+impl Source {
+    /// The mapping of `file`'s header, or the file itself where it cannot be mapped.
+    fn open(file: File) -> Source {
+        #[cfg(target_os = "linux")]
+        if let Some(header) = mapped::Header::map(&file) {
+            return Source::Mapped(header);
+        }
+        Source::File(file)
+    }
+
+    /// Both copies of the header, the first read before the second (as SQLite's readers do:
+    /// its writers write the second copy first).
+    fn read(&self) -> Option<(Mark, Mark)> {
+        match self {
+            #[cfg(target_os = "linux")]
+            Source::Mapped(header) => Some(header.read()),
+            Source::File(file) => {
+                let mut both = [0u8; 2 * HEADER_LEN];
+                file.read_exact_at(&mut both, 0).ok()?;
+                let (first, second) = both.split_at(HEADER_LEN);
+                Some((first.try_into().ok()?, second.try_into().ok()?))
+            }
+        }
+    }
+}
+
+/// The one place of the workspace with `unsafe` code: a read-only shared mapping of the first
+/// bytes of a `-shm` file, read through atomics (DECISIONS-performance.md, "The WAL index's
+/// header, mapped").
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+mod mapped {
+    use std::fs::File;
+    use std::ptr::NonNull;
+    use std::sync::atomic::{AtomicU32, Ordering, fence};
+
+    use rustix::mm::{MapFlags, ProtFlags};
+
+    use super::{HEADER_LEN, Mark};
+
+    /// Words in one copy of the header.
+    const WORDS: usize = HEADER_LEN / 4;
+    /// Bytes mapped: both copies.
+    const LEN: usize = 2 * HEADER_LEN;
+
+    /// Both copies of the header, mapped `MAP_SHARED` and read-only.
+    pub(super) struct Header {
+        words: NonNull<[AtomicU32; 2 * WORDS]>,
+    }
+
+    // SAFETY: the mapping is only ever read, through atomics, and unmapped once, on drop.
+    unsafe impl Send for Header {}
+    // SAFETY: as above; reads from several threads at once are atomic loads.
+    unsafe impl Sync for Header {}
+
+    impl std::fmt::Debug for Header {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("Header").finish_non_exhaustive()
+        }
+    }
+
+    impl Header {
+        /// Maps the header of `file`, or `None` when the file does not hold it yet or cannot
+        /// be mapped.
+        pub(super) fn map(file: &File) -> Option<Header> {
+            // A page wholly past the end of a file faults (SIGBUS) when read. SQLite's
+            // connections never shrink the file while one of them has it open (the store's
+            // writer keeps one for the store's life), and the first connection to open it
+            // truncates it to 3 bytes, never to 0, so the mapped page stays inside the file.
+            if file.metadata().ok()?.len() < LEN as u64 {
+                return None;
+            }
+            // SAFETY: a new mapping at an address of the kernel's choosing, of `LEN` bytes of
+            // an open file, read-only; nothing else in this process is affected.
+            let at = unsafe {
+                rustix::mm::mmap(
+                    std::ptr::null_mut(),
+                    LEN,
+                    ProtFlags::READ,
+                    MapFlags::SHARED,
+                    file,
+                    0,
+                )
+            }
+            .ok()?;
+            NonNull::new(at.cast()).map(|words| Header { words })
+        }
+
+        /// The two copies: every word of the first, then every word of the second.
+        pub(super) fn read(&self) -> (Mark, Mark) {
+            // SAFETY: the mapping is page-aligned, `LEN` bytes long and lives as long as
+            // `self`; `AtomicU32` has the size and alignment of `u32`, and its loads are
+            // defined while SQLite's connections write the same bytes.
+            let words = unsafe { self.words.as_ref() };
+            let (first, second) = words.split_at(WORDS);
+            let first = copy(first);
+            // SQLite's writers write the second copy, a barrier, then the first; reading in
+            // the other order, both alike means neither was half written (`walIndexTryHdr`).
+            fence(Ordering::Acquire);
+            (first, copy(second))
+        }
+    }
+
+    /// One copy's words as bytes, in the file's (native) order.
+    fn copy(words: &[AtomicU32]) -> Mark {
+        let mut bytes = [0u8; HEADER_LEN];
+        for (chunk, word) in bytes.chunks_exact_mut(4).zip(words) {
+            chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
+        }
+        bytes
+    }
+
+    impl Drop for Header {
+        fn drop(&mut self) {
+            // SAFETY: the mapping made in `map`, of `LEN` bytes, unmapped once; no reference
+            // into it outlives `self`.
+            let _ = unsafe { rustix::mm::munmap(self.words.as_ptr().cast(), LEN) };
+        }
     }
 }
 
@@ -328,6 +470,64 @@ mod tests {
         c.conn.execute_batch("COMMIT").unwrap();
         c.publisher.committed(&c.conn, committing);
         assert_eq!(c.fresh.access_epoch(&watch.mark().unwrap()), Some(10));
+    }
+
+    /// The mapped header and the file read with `pread` agree at every step: after reads,
+    /// commits of another connection, a checkpoint that starts the WAL over.
+    #[test]
+    fn the_mapped_header_reads_as_the_file_does() {
+        let (_dir, path, conn) = database();
+        let mapped = CommitWatch::open(&path);
+        let read = CommitWatch::open_unmapped(&path);
+        #[cfg(target_os = "linux")]
+        assert!(matches!(mapped.shm, Some(Source::Mapped(_))));
+        assert!(matches!(read.shm, Some(Source::File(_))));
+        let mut seen = vec![mapped.mark().unwrap()];
+        assert_eq!(read.mark(), Some(seen[0]));
+        let other = Connection::open(&path).unwrap();
+        for step in 0..40 {
+            match step % 4 {
+                0 => conn
+                    .execute("UPDATE t SET v = v + 1", [])
+                    .map(drop)
+                    .unwrap(),
+                1 => other
+                    .execute("INSERT INTO t VALUES (?1)", [step])
+                    .map(drop)
+                    .unwrap(),
+                2 => {
+                    let _: i64 = conn
+                        .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+                        .unwrap();
+                }
+                _ => other
+                    .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+                    .unwrap(),
+            }
+            let mark = mapped.mark().unwrap();
+            assert_eq!(read.mark(), Some(mark), "step {step}");
+            if step % 4 != 2 && step % 4 != 3 {
+                assert!(
+                    !seen.contains(&mark),
+                    "a commit moves the header (step {step})"
+                );
+            }
+            seen.push(mark);
+        }
+    }
+
+    /// A `-shm` file too short to hold the header is not mapped (its page could lie past the
+    /// file's end): it is read with `pread`, which finds no mark.
+    #[test]
+    fn a_file_too_short_for_the_header_is_read_not_mapped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("short.db");
+        let mut shm_path = path.as_os_str().to_owned();
+        shm_path.push("-shm");
+        std::fs::write(&shm_path, [0u8; 3]).unwrap();
+        let watch = CommitWatch::open(&path);
+        assert!(matches!(watch.shm, Some(Source::File(_))));
+        assert_eq!(watch.mark(), None);
     }
 
     #[test]
