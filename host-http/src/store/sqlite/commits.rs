@@ -72,10 +72,8 @@ impl CommitWatch {
     /// Watches the database at `path`; its `-shm` file exists while a connection in WAL mode
     /// is open, which the store's writer keeps for its whole life.
     pub(super) fn open(path: &Path) -> CommitWatch {
-        let mut shm_path = path.as_os_str().to_owned();
-        shm_path.push("-shm");
         CommitWatch {
-            shm: File::open(shm_path).ok().map(Source::open),
+            shm: shm_file(path).map(Source::open),
         }
     }
 
@@ -83,10 +81,8 @@ impl CommitWatch {
     /// mapped), for the tests that both ways see the same marks.
     #[cfg(test)]
     fn open_unmapped(path: &Path) -> CommitWatch {
-        let mut shm_path = path.as_os_str().to_owned();
-        shm_path.push("-shm");
         CommitWatch {
-            shm: File::open(shm_path).ok().map(Source::File),
+            shm: shm_file(path).map(Source::File),
         }
     }
 
@@ -103,6 +99,13 @@ impl CommitWatch {
         }
         Some(first)
     }
+}
+
+/// The `-shm` file of the database at `path`, if there is one.
+fn shm_file(path: &Path) -> Option<File> {
+    let mut shm_path = path.as_os_str().to_owned();
+    shm_path.push("-shm");
+    File::open(shm_path).ok()
 }
 
 impl Source {
