@@ -767,6 +767,22 @@ mod tests {
         }
     }
 
+    /// A database of its own named `name`, migrated, and a connection to it with its driver
+    /// (the connection is to be dropped, and the driver awaited, before the database).
+    #[cfg(feature = "test-support")]
+    async fn migrated(
+        name: &str,
+    ) -> (
+        super::super::testing::TestDatabase,
+        tokio_postgres::Client,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let db = super::super::testing::TestDatabase::create(name);
+        migrate_url(db.url()).await.expect("migrate");
+        let (client, driver) = super::super::connect(db.url()).await.expect("connect");
+        (db, client, driver)
+    }
+
     /// As on SQLite: a deletion of a parent row checks each foreign key pointing at it, and
     /// without an index leading with the referencing columns that check reads the whole child
     /// table. Every foreign key of a parent that is ever deleted has one. Needs
@@ -775,11 +791,8 @@ mod tests {
     #[tokio::test]
     #[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
     async fn every_foreign_key_of_a_deletable_parent_is_indexed() {
-        let db = super::super::testing::TestDatabase::create(
-            "every_foreign_key_of_a_deletable_parent_is_indexed",
-        );
-        migrate_url(db.url()).await.expect("migrate");
-        let (client, driver) = super::super::connect(db.url()).await.expect("connect");
+        let (_db, client, driver) =
+            migrated("every_foreign_key_of_a_deletable_parent_is_indexed").await;
         // Each foreign key, its parent, and whether an index's leading columns are its columns
         // (in any order).
         let rows = client
@@ -816,11 +829,8 @@ mod tests {
     #[tokio::test]
     #[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
     async fn the_search_index_takes_new_entries_in_small_steps_migration_23() {
-        let db = super::super::testing::TestDatabase::create(
-            "the_search_index_takes_new_entries_in_small_steps_migration_23",
-        );
-        migrate_url(db.url()).await.expect("migrate");
-        let (client, driver) = super::super::connect(db.url()).await.expect("connect");
+        let (_db, client, driver) =
+            migrated("the_search_index_takes_new_entries_in_small_steps_migration_23").await;
         let options: Option<Vec<String>> = client
             .query_one(
                 "SELECT reloptions FROM pg_class WHERE oid = 'transactions_search'::regclass",

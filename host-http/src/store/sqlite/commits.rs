@@ -12,9 +12,8 @@
 //! and returns the header when the copies agree. On Linux it reads them from a read-only shared
 //! mapping of the header's page, as SQLite's own connections do (no system call: a `pread` was
 //! about a twentieth of an authenticated request's time); where the file cannot be mapped, or
-//! elsewhere, with one `pread`. A value read from the
-//! database after a mark was taken stays the database's value for as long as the header
-//! equals that mark: no commit can have happened in between. [`Fresh`] keeps such values —
+//! elsewhere, with one `pread`. A value read from the database after a mark was taken stays
+//! the database's value for as long as the header equals that mark: no commit can have happened in between. [`Fresh`] keeps such values —
 //! the access epoch and transactions' owners and versions — so that while nothing is written
 //! the requests that need them (every authenticated request, every status read) skip the read
 //! transaction, whose locks two request threads otherwise contend for. Any write moves the
@@ -103,9 +102,14 @@ impl CommitWatch {
 
 /// The `-shm` file of the database at `path`, if there is one.
 fn shm_file(path: &Path) -> Option<File> {
+    File::open(shm_path(path)).ok()
+}
+
+/// Where the `-shm` file of the database at `path` is.
+fn shm_path(path: &Path) -> std::ffi::OsString {
     let mut shm_path = path.as_os_str().to_owned();
     shm_path.push("-shm");
-    File::open(shm_path).ok()
+    shm_path
 }
 
 impl Source {
@@ -525,9 +529,7 @@ mod tests {
     fn a_file_too_short_for_the_header_is_read_not_mapped() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("short.db");
-        let mut shm_path = path.as_os_str().to_owned();
-        shm_path.push("-shm");
-        std::fs::write(&shm_path, [0u8; 3]).unwrap();
+        std::fs::write(shm_path(&path), [0u8; 3]).unwrap();
         let watch = CommitWatch::open(&path);
         assert!(matches!(watch.shm, Some(Source::File(_))));
         assert_eq!(watch.mark(), None);
