@@ -57,14 +57,17 @@ pub(super) struct CommitWatch {
     shm: Option<Source>,
 }
 
-/// Where the header is read from.
+/// Where the header is read from. Either way the `-shm` file stays open with it ([`shm_file`]).
 #[derive(Debug)]
 enum Source {
-    /// A shared mapping of the header's page.
+    /// A shared mapping of the header's page, and the file it maps, kept open.
     #[cfg(target_os = "linux")]
-    Mapped(mapped::Header),
+    Mapped {
+        header: mapped::Header,
+        _file: Arc<File>,
+    },
     /// The file, read with `pread`.
-    File(File),
+    File(Arc<File>),
 }
 
 impl CommitWatch {
@@ -100,9 +103,47 @@ impl CommitWatch {
     }
 }
 
-/// The `-shm` file of the database at `path`, if there is one.
-fn shm_file(path: &Path) -> Option<File> {
-    File::open(shm_path(path)).ok()
+/// The `-shm` file of the database at `path`, if there is one: one descriptor per file in
+/// this process, shared by every watch of it and closed only when the last of them goes.
+///
+/// POSIX record locks belong to a process and a file, not to a descriptor: closing *any*
+/// descriptor of the `-shm` file releases every lock this process holds on it, SQLite's
+/// included (<https://sqlite.org/howtocorrupt.html>, 2.2). SQLite's connections hold a shared
+/// lock on its "DMS" byte for as long as they use the file, and a connection of another
+/// process that finds no lock there takes the file for abandoned: it truncates it (to 3
+/// bytes) and rebuilds the WAL index, under this process's mappings of it (SIGBUS) and its
+/// connections' view of the WAL. So a descriptor opened here is never closed while a watch
+/// of the file lives, and a second watch does not open (and later close) one of its own. The
+/// store drops its last watch after its connections ([`super::SqliteStore`]'s fields, in the
+/// order Rust drops them, and [`super::writer::Writer::shutdown`]).
+fn shm_file(path: &Path) -> Option<Arc<File>> {
+    use std::os::unix::fs::MetadataExt;
+    use std::sync::Weak;
+    /// A file's device and inode.
+    type Id = (u64, u64);
+    /// Open `-shm` files.
+    static OPEN: Mutex<Vec<(Id, Weak<File>)>> = Mutex::new(Vec::new());
+    let path = shm_path(path);
+    // Held from the lookup to the insert: two threads opening the same file share one
+    // descriptor.
+    let mut open = OPEN.lock().ok()?;
+    open.retain(|(_, file)| file.strong_count() > 0);
+    // By path, without a descriptor: a descriptor opened only to be compared would release
+    // the locks when closed.
+    let meta = std::fs::metadata(&path).ok()?;
+    let id = (meta.dev(), meta.ino());
+    if let Some(file) = open
+        .iter()
+        .find(|(key, _)| *key == id)
+        .and_then(|(_, file)| file.upgrade())
+    {
+        return Some(file);
+    }
+    let file = Arc::new(File::open(&path).ok()?);
+    // The file replaced between the two (a new database at the path): kept under its own id.
+    let opened = file.metadata().ok()?;
+    open.push(((opened.dev(), opened.ino()), Arc::downgrade(&file)));
+    Some(file)
 }
 
 /// Where the `-shm` file of the database at `path` is.
@@ -114,10 +155,13 @@ fn shm_path(path: &Path) -> std::ffi::OsString {
 
 impl Source {
     /// The mapping of `file`'s header, or the file itself where it cannot be mapped.
-    fn open(file: File) -> Source {
+    fn open(file: Arc<File>) -> Source {
         #[cfg(target_os = "linux")]
         if let Some(header) = mapped::Header::map(&file) {
-            return Source::Mapped(header);
+            return Source::Mapped {
+                header,
+                _file: file,
+            };
         }
         Source::File(file)
     }
@@ -127,7 +171,7 @@ impl Source {
     fn read(&self) -> Option<(Mark, Mark)> {
         match self {
             #[cfg(target_os = "linux")]
-            Source::Mapped(header) => Some(header.read()),
+            Source::Mapped { header, .. } => Some(header.read()),
             Source::File(file) => {
                 let mut both = [0u8; 2 * HEADER_LEN];
                 file.read_exact_at(&mut both, 0).ok()?;
@@ -177,10 +221,12 @@ mod mapped {
         /// Maps the header of `file`, or `None` when the file does not hold it yet or cannot
         /// be mapped.
         pub(super) fn map(file: &File) -> Option<Header> {
-            // A page wholly past the end of a file faults (SIGBUS) when read. SQLite's
-            // connections never shrink the file while one of them has it open (the store's
-            // writer keeps one for the store's life), and the first connection to open it
-            // truncates it to 3 bytes, never to 0, so the mapped page stays inside the file.
+            // A page wholly past the end of a file faults (SIGBUS) when read. SQLite shrinks
+            // the file only when a connection opens it and finds no lock on it held by any
+            // process, and then to 3 bytes, never to 0; this process's connections hold
+            // theirs while the file stays open here ([`super::shm_file`]), and the store's
+            // writer keeps a connection for the store's life, so the mapped page stays
+            // inside the file.
             if file.metadata().ok()?.len() < LEN as u64 {
                 return None;
             }
@@ -487,7 +533,7 @@ mod tests {
         let mapped = CommitWatch::open(&path);
         let read = CommitWatch::open_unmapped(&path);
         #[cfg(target_os = "linux")]
-        assert!(matches!(mapped.shm, Some(Source::Mapped(_))));
+        assert!(matches!(mapped.shm, Some(Source::Mapped { .. })));
         assert!(matches!(read.shm, Some(Source::File(_))));
         let mut seen = vec![mapped.mark().unwrap()];
         assert_eq!(read.mark(), Some(seen[0]));
@@ -533,6 +579,56 @@ mod tests {
         let watch = CommitWatch::open(&path);
         assert!(matches!(watch.shm, Some(Source::File(_))));
         assert_eq!(watch.mark(), None);
+    }
+
+    /// Whether this process holds a POSIX lock on the "DMS" byte (SQLite's `UNIX_SHM_DMS`,
+    /// offset 128) of the `-shm` file of the database at `path`, as `/proc/locks` lists it:
+    /// the lock that tells other processes' connections the file is in use.
+    #[cfg(target_os = "linux")]
+    fn holds_sqlite_lock(path: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let inode = std::fs::metadata(shm_path(path)).unwrap().ino().to_string();
+        let pid = std::process::id().to_string();
+        let covers = |start: &str, end: &str| {
+            start.parse::<u64>().is_ok_and(|start| start <= 128)
+                && (end == "EOF" || end.parse::<u64>().is_ok_and(|end| end >= 128))
+        };
+        // "1: POSIX  ADVISORY  READ 1234 fd:01:5316897 128 128"; a waiter's line has "->"
+        // after the number.
+        std::fs::read_to_string("/proc/locks")
+            .unwrap()
+            .lines()
+            .map(|line| line.split_whitespace().collect::<Vec<_>>())
+            .any(|f| {
+                f.len() == 8
+                    && f[1] == "POSIX"
+                    && f[4] == pid
+                    && f[5].rsplit(':').next() == Some(inode.as_str())
+                    && covers(f[6], f[7])
+            })
+    }
+
+    /// Closing any descriptor of the `-shm` file releases every POSIX lock this process holds
+    /// on it: SQLite's lock on its DMS byte went when the header had been mapped and the file
+    /// closed, and the next connection of another process to open the database truncated the
+    /// file under the server's mappings (a SIGBUS under creates, `sqlite3` opening the file
+    /// beside it). Watches keep the file open, share one descriptor, and leave the lock be.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn watches_leave_sqlite_s_lock_on_the_wal_index_in_place() {
+        let (_dir, path, conn) = database();
+        assert!(holds_sqlite_lock(&path), "SQLite's connection holds it");
+        let watch = CommitWatch::open(&path);
+        assert!(matches!(watch.shm, Some(Source::Mapped { .. })));
+        assert!(holds_sqlite_lock(&path), "the mapped file stays open");
+        let unmapped = CommitWatch::open_unmapped(&path);
+        drop(CommitWatch::open(&path));
+        drop(unmapped);
+        assert!(holds_sqlite_lock(&path), "watches share one descriptor");
+        let before = watch.mark().unwrap();
+        conn.execute("UPDATE t SET v = 5", []).unwrap();
+        assert_ne!(watch.mark().unwrap(), before);
+        assert!(holds_sqlite_lock(&path));
     }
 
     #[test]
