@@ -201,7 +201,7 @@ impl SqliteStore {
             );
         }
         let fresh = Arc::new(commits::Fresh::default());
-        let writer = Writer::spawn(conn, path, commits::Publisher::new(path, fresh.clone()))?;
+        let writer = Writer::spawn(commits::Publisher::new(path, fresh.clone()), conn, path)?;
         Ok(Arc::new(SqliteStore {
             path: path.to_owned(),
             writer,

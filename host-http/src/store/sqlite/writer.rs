@@ -92,10 +92,13 @@ pub(super) struct Writer {
 }
 
 impl Writer {
+    /// `publisher` comes first: parameters are dropped last to first, so that when spawning
+    /// fails its watch of the `-shm` file closes after `conn` (closing it before would release
+    /// SQLite's locks on the file under `conn`: `commits::shm_file`).
     pub(super) fn spawn(
+        publisher: Publisher,
         conn: Connection,
         path: &Path,
-        publisher: Publisher,
     ) -> Result<Writer, StoreError> {
         // The checkpointer copies the WAL back into the database beside the writer; the
         // writer checkpoints by itself only when the WAL grows past WRITER_CHECKPOINT_PAGES
@@ -465,7 +468,7 @@ mod tests {
         let path = dir.path().join("checkout.db");
         let publisher = Publisher::new(&path, Arc::default());
         let conn = super::super::open_migrated(&path).unwrap();
-        let writer = Writer::spawn(conn, &path, publisher).unwrap();
+        let writer = Writer::spawn(publisher, conn, &path).unwrap();
         (dir, path, writer)
     }
 
