@@ -585,58 +585,37 @@ mod tests {
         assert_eq!(watch.mark(), None);
     }
 
-    /// Whether this process holds a POSIX lock on the "DMS" byte (SQLite's `UNIX_SHM_DMS`,
-    /// offset 128) of the `-shm` file of the database at `path`, as `/proc/locks` lists it:
-    /// the lock that tells other processes' connections the file is in use.
-    #[cfg(target_os = "linux")]
-    fn holds_sqlite_lock(path: &Path) -> bool {
-        use std::os::unix::fs::MetadataExt;
-        let inode = std::fs::metadata(shm_path(path)).unwrap().ino().to_string();
-        let pid = std::process::id().to_string();
-        let covers = |start: &str, end: &str| {
-            start.parse::<u64>().is_ok_and(|start| start <= 128)
-                && (end == "EOF" || end.parse::<u64>().is_ok_and(|end| end >= 128))
-        };
-        // "1: POSIX  ADVISORY  READ 1234 fd:01:5316897 128 128"; a waiter's line has "->"
-        // after the number. The kernel lists the locks in pieces, one `read` at a time, and a
-        // lock released by another test between two pieces can make it skip one line: a
-        // lock is held if any of a few readings lists it (a lock never taken is in none).
-        (0..5).any(|_| {
-            std::fs::read_to_string("/proc/locks")
-                .unwrap()
-                .lines()
-                .map(|line| line.split_whitespace().collect::<Vec<_>>())
-                .any(|f| {
-                    f.len() == 8
-                        && f[1] == "POSIX"
-                        && f[4] == pid
-                        && f[5].rsplit(':').next() == Some(inode.as_str())
-                        && covers(f[6], f[7])
-                })
-        })
-    }
-
     /// Closing any descriptor of the `-shm` file releases every POSIX lock this process holds
-    /// on it: SQLite's lock on its DMS byte went when the header had been mapped and the file
-    /// closed, and the next connection of another process to open the database truncated the
-    /// file under the server's mappings (a SIGBUS under creates, `sqlite3` opening the file
-    /// beside it). Watches keep the file open, share one descriptor, and leave the lock be.
+    /// on it, SQLite's lock on its DMS byte among them, and another process's connection then
+    /// truncates the file under this one (`tests/sqlite_other_processes.rs` checks the lock in
+    /// `/proc/locks` and the server surviving it). So the watches of a file share one
+    /// descriptor, kept open by the mapping, and closed only when the last of them goes.
     #[cfg(target_os = "linux")]
     #[test]
-    fn watches_leave_sqlite_s_lock_on_the_wal_index_in_place() {
+    fn watches_share_one_descriptor_kept_open_while_mapped() {
         let (_dir, path, conn) = database();
-        assert!(holds_sqlite_lock(&path), "SQLite's connection holds it");
         let watch = CommitWatch::open(&path);
         assert!(matches!(watch.shm, Some(Source::Mapped { .. })));
-        assert!(holds_sqlite_lock(&path), "the mapped file stays open");
+        let file = shm_file(&path).expect("the -shm file");
+        assert_eq!(
+            Arc::strong_count(&file),
+            2,
+            "the mapping keeps the file open"
+        );
         let unmapped = CommitWatch::open_unmapped(&path);
-        drop(CommitWatch::open(&path));
-        drop(unmapped);
-        assert!(holds_sqlite_lock(&path), "watches share one descriptor");
+        let other = CommitWatch::open(&path);
+        assert_eq!(Arc::strong_count(&file), 4, "one descriptor for all");
+        drop((unmapped, other));
+        assert_eq!(Arc::strong_count(&file), 2);
         let before = watch.mark().unwrap();
         conn.execute("UPDATE t SET v = 5", []).unwrap();
         assert_ne!(watch.mark().unwrap(), before);
-        assert!(holds_sqlite_lock(&path));
+        drop(watch);
+        assert_eq!(Arc::strong_count(&file), 1);
+        drop(file);
+        // The next watch opens the file again.
+        let again = CommitWatch::open(&path);
+        assert_ne!(again.mark(), None);
     }
 
     #[test]
