@@ -6,7 +6,7 @@ mod binary;
 
 use std::process::Stdio;
 
-use binary::{Running, basic, checkout_server, free_port, request};
+use binary::{Running, checkout_server, free_port, provider_create, request};
 
 /// The CVC of every attempt: four digits, looked for as a token of its own (see [`holds_cvc`]).
 const CVC: &str = "7391";
@@ -61,18 +61,7 @@ fn form_token(page: &str) -> String {
 fn card_numbers_and_cvcs_are_never_logged_or_stored() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("checkout.db");
-    let created = checkout_server()
-        .args(["provider", "create", "--name", "Acme", "--db"])
-        .arg(&db)
-        .output()
-        .expect("provider create");
-    assert!(created.status.success());
-    let issued: serde_json::Value = serde_json::from_slice(&created.stdout).expect("JSON");
-    let authorization = basic(&format!(
-        "{}:{}",
-        issued["widgetId"].as_str().expect("widgetId"),
-        issued["backendSecret"].as_str().expect("backendSecret")
-    ));
+    let authorization = provider_create(&db, "Acme");
 
     let log_path = dir.path().join("server.log");
     let log = std::fs::File::create(&log_path).expect("log file");

@@ -14,25 +14,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use binary::{Running, basic, checkout_server, free_port, request};
-
-/// `checkout-server provider create` on `db`: another process that opens the file, reads and
-/// commits; the credential it printed.
-fn create_provider(db: &Path, name: &str) -> String {
-    let created = checkout_server()
-        .args(["provider", "create", "--name", name, "--db"])
-        .arg(db)
-        .stderr(Stdio::null())
-        .output()
-        .expect("provider create");
-    assert!(created.status.success(), "{created:?}");
-    let issued: serde_json::Value = serde_json::from_slice(&created.stdout).expect("JSON");
-    basic(&format!(
-        "{}:{}",
-        issued["widgetId"].as_str().expect("widgetId"),
-        issued["backendSecret"].as_str().expect("backendSecret")
-    ))
-}
+use binary::{Running, checkout_server, free_port, provider_create, request};
 
 /// Whether process `pid` holds a POSIX lock on the "DMS" byte (offset 128) of the `-shm` file
 /// of `db`, as `/proc/locks` lists it: SQLite's sign to other processes that the file is in
@@ -70,7 +52,7 @@ const BODY: &[u8] =
 fn other_processes_open_the_file_while_the_server_writes() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("checkout.db");
-    let authorization = create_provider(&db, "Acme");
+    let authorization = provider_create(&db, "Acme");
     let addr = free_port();
     let mut command = checkout_server();
     command
@@ -115,7 +97,7 @@ fn other_processes_open_the_file_while_the_server_writes() {
         })
     };
     for n in 0..5 {
-        let other = create_provider(&db, &format!("Other {n}"));
+        let other = provider_create(&db, &format!("Other {n}"));
         assert_eq!(
             request(addr, "GET", "/status", &[("Authorization", &other)], b"").status,
             200,

@@ -115,6 +115,25 @@ pub fn request(
         .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
 }
 
+/// `checkout-server provider create --name <name> --db <db>`: a provider made by the command
+/// line (a process of its own on the file); the `Authorization` value of the credential it
+/// printed.
+pub fn provider_create(db: &std::path::Path, name: &str) -> String {
+    let created = checkout_server()
+        .args(["provider", "create", "--name", name, "--db"])
+        .arg(db)
+        .stderr(std::process::Stdio::null())
+        .output()
+        .expect("provider create");
+    assert!(created.status.success(), "{created:?}");
+    let issued: serde_json::Value = serde_json::from_slice(&created.stdout).expect("JSON");
+    basic(&format!(
+        "{}:{}",
+        issued["widgetId"].as_str().expect("widgetId"),
+        issued["backendSecret"].as_str().expect("backendSecret")
+    ))
+}
+
 /// `Authorization: Basic …` for `widgetId:secret`.
 pub fn basic(credential: &str) -> String {
     format!(

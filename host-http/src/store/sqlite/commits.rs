@@ -13,7 +13,8 @@
 //! mapping of the header's page, as SQLite's own connections do (no system call: a `pread` was
 //! about a twentieth of an authenticated request's time); where the file cannot be mapped, or
 //! elsewhere, with one `pread`. A value read from the database after a mark was taken stays
-//! the database's value for as long as the header equals that mark: no commit can have happened in between. [`Fresh`] keeps such values —
+//! the database's value for as long as the header equals that mark: no commit can have
+//! happened in between. [`Fresh`] keeps such values —
 //! the access epoch and transactions' owners and versions — so that while nothing is written
 //! the requests that need them (every authenticated request, every status read) skip the read
 //! transaction, whose locks two request threads otherwise contend for. Any write moves the
