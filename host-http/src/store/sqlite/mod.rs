@@ -1677,6 +1677,87 @@ mod tests {
         store.close().await;
     }
 
+    /// A store dropped without `close()` (a start-up error after it opened) still stops its
+    /// writer, checkpointer and search threads: their connections close with it, the last
+    /// close of the file deletes its WAL and WAL index, and the transaction is on disk.
+    /// Before, the checkpointer's and the indexer's connections stayed open until the process
+    /// exited, and the store's watch of the `-shm` file then closed under them.
+    #[tokio::test]
+    async fn a_store_dropped_without_close_stops_its_threads() {
+        use crate::store::Store as _;
+        let (_dir, path) = migrated_with_provider();
+        let store = super::SqliteStore::open(&path).unwrap();
+        let transaction = new_transaction("t1", "{}".to_owned(), None, false);
+        store.create_transaction(transaction, None).await.unwrap();
+        let file_of = |suffix: &str| {
+            let mut name = path.clone().into_os_string();
+            name.push(suffix);
+            std::path::PathBuf::from(name)
+        };
+        assert!(file_of("-wal").exists(), "the store is open");
+        drop(store);
+        for suffix in ["-wal", "-shm", "-search-wal", "-search-shm"] {
+            assert!(
+                !file_of(suffix).exists(),
+                "{suffix}: a connection of the store is still open"
+            );
+        }
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let stored: String = conn
+            .query_row("SELECT id FROM transactions", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(stored, "t1");
+    }
+
+    /// The store's last holder may be a job whose caller went away: its work, and the store
+    /// with it, is then dropped on the writer's own thread, which cannot join itself. The
+    /// jobs queued behind it are still answered, and the threads end by themselves.
+    #[tokio::test]
+    async fn a_store_dropped_by_a_job_on_the_writer_thread_stops() {
+        let (_dir, path) = migrated_with_provider();
+        let store = super::SqliteStore::open(&path).unwrap();
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        // Keeps the writer inside its batch until the other jobs are queued.
+        let first = store.writer.execute(move |_| {
+            let _ = wait.recv();
+            Ok(())
+        });
+        let held = store.clone();
+        let holding = store.writer.execute(move |_| {
+            let _ = &held;
+            Ok(())
+        });
+        let mut prepared =
+            PreparedCreate::new(new_transaction("t1", "{}".to_owned(), None, false), None).unwrap();
+        let behind = store
+            .writer
+            .execute(move |conn| super::insert_transaction(conn, &mut prepared));
+        // The caller of the second job goes away, then the test's own holder.
+        drop(holding);
+        drop(store);
+        release.send(()).unwrap();
+        first.await.unwrap();
+        behind.await.expect("the job behind it is answered");
+        let wal = {
+            let mut name = path.clone().into_os_string();
+            name.push("-wal");
+            std::path::PathBuf::from(name)
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while wal.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the store's connections are still open"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let stored: String = conn
+            .query_row("SELECT id FROM transactions", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(stored, "t1");
+    }
+
     /// A `LIMIT ?N` makes SQLite prepare its statement again at every run (its bound value is
     /// read while planning); `LIMIT +?N` is planned once. The second half holds the module's
     /// note to the SQLite it was written for.

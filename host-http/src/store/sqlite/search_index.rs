@@ -616,6 +616,14 @@ impl Indexer {
     }
 }
 
+/// The writer's thread stops the indexer before it closes; this is for an indexer whose
+/// writer never started, or stopped some other way.
+impl Drop for Indexer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 fn index_loop(conn: &Connection, indexed: &AtomicI64, signal: &(Mutex<bool>, Condvar)) {
     let (stopped, wake) = signal;
     // Every range is looked at first: what was committed while no indexer ran.

@@ -178,6 +178,27 @@ impl Writer {
     }
 }
 
+/// A writer dropped without [`Writer::shutdown`] (a store dropped without `close()`: a start-up
+/// error after it opened, a test) stops its threads all the same, so that their connections
+/// close before the store's watch of the `-shm` file does (`commits::shm_file`). Dropped on the
+/// writer's own thread (by a job's work that held the store), it cannot join itself: the
+/// closed queue ends the thread's loop, which then closes its connection by itself.
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let on_own_thread = self
+            .thread
+            .get_mut()
+            .ok()
+            .and_then(|thread| thread.as_ref())
+            .is_some_and(|thread| thread.thread().id() == std::thread::current().id());
+        if on_own_thread {
+            self.checkpointer.stop();
+        } else {
+            self.shutdown();
+        }
+    }
+}
+
 /// Pages the WAL may hold before the writer checkpoints it itself (about 40 MB). The
 /// checkpointer keeps it far below that; this bounds the WAL if the checkpointer falls behind.
 const WRITER_CHECKPOINT_PAGES: i64 = 10_000;
@@ -262,6 +283,13 @@ impl Checkpointer {
         {
             tracing::error!("the sqlite checkpoint thread panicked");
         }
+    }
+}
+
+/// Also when spawning the writer fails after the checkpointer started.
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
