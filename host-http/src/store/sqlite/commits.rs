@@ -116,8 +116,10 @@ impl CommitWatch {
 /// connections' view of the WAL. So a descriptor opened here is never closed while a watch
 /// of the file lives, and a second watch does not open (and later close) one of its own. The
 /// store drops its last watch after its connections ([`super::SqliteStore`]'s fields, in the
-/// order Rust drops them, and [`super::writer::Writer::shutdown`]).
-fn shm_file(path: &Path) -> Option<Arc<File>> {
+/// order Rust drops them, and [`super::writer::Writer::shutdown`]); a store dropped on its
+/// writer's own thread leaves the last watch to that thread's [`Publisher`], dropped after
+/// the thread closed its connection.
+pub(super) fn shm_file(path: &Path) -> Option<Arc<File>> {
     use std::os::unix::fs::MetadataExt;
     use std::sync::Weak;
     /// A file's device and inode.

@@ -106,6 +106,11 @@ impl Writer {
         // checkpoint and its fsync).
         conn.pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES)?;
         conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)?;
+        // Declared before the checkpointer and the indexer, dropped after them: should the
+        // writer's thread fail to start, `std` drops its closure (`conn` and `publisher`, whose
+        // watch may be the process's only one of the `-shm` file) before returning the error,
+        // and this keeps the file open until the other two connections have closed.
+        let _shm = super::commits::shm_file(path);
         let checkpointer = Checkpointer::spawn(path)?;
         let indexer = Arc::new(Indexer::spawn(path)?);
         let signal = checkpointer.signal.clone();
@@ -180,9 +185,10 @@ impl Writer {
 
 /// A writer dropped without [`Writer::shutdown`] (a store dropped without `close()`: a start-up
 /// error after it opened, a test) stops its threads all the same, so that their connections
-/// close before the store's watch of the `-shm` file does (`commits::shm_file`). Dropped on the
-/// writer's own thread (by a job's work that held the store), it cannot join itself: the
-/// closed queue ends the thread's loop, which then closes its connection by itself.
+/// close before the store's last watch of the `-shm` file does (`commits::shm_file`). Dropped
+/// on the writer's own thread (by a job's work that held the store), it cannot join itself:
+/// the closed queue ends the thread's loop, which stops the indexer and closes its connection
+/// by itself; the last watch is then that thread's [`Publisher`], dropped after it.
 impl Drop for Writer {
     fn drop(&mut self) {
         let on_own_thread = self
