@@ -85,35 +85,7 @@ BIN="$TARGET/checkout-server"
 BENCH="$TARGET/examples/dashboard_bench"
 
 # The creation body of scripts/load.sh: two items, about 2.8 KB.
-BODY="$(python3 - <<'PY'
-import json
-item = lambda name, category, price, extra: {
-    "name": name, "category": category, "price": price,
-    "taxes": [{"value": 19, "unit": "PERCENT"}],
-    "period": {"start": "2027-03-01T10:00:00", "end": "2027-03-04T09:00:00", "startTimeZone": "Europe/Berlin"},
-    "cancellationPolicy": {"reference": "START_PERIOD", "penalties": [
-        {"type": "OFFSET_PENALTY", "value": {"amount": 0, "unit": "PERCENTAGE"}, "offset": {"amount": 30, "unit": "DAYS"}},
-        {"type": "OFFSET_PENALTY", "value": {"amount": 50, "unit": "PERCENTAGE"}, "offset": {"amount": 7, "unit": "DAYS"}},
-        {"type": "OFFSET_PENALTY", "value": {"amount": 100, "unit": "PERCENTAGE"}, "offset": {"amount": 0, "unit": "DAYS"}}]},
-    **extra}
-body = {
-    "title": "Load trip to Berlin: flight and three nights",
-    "currency": "EUR",
-    "refIDs": {"bookingId": "BK-2027-000123", "costCenter": "CC-4711", "traveller": "T-0042"},
-    "note": "Internal note for the travel desk; never shown to the customer. " * 3,
-    "attachments": [{"type": "TERMS_CONDITIONS", "url": "https://provider.example/terms.pdf"},
-                    {"type": "PICTURES", "url": "https://provider.example/hotel.jpg"}],
-    "items": [
-        item("Flight FRA-BER LH 172, economy, one checked bag", "FLIGHT", 180.50, {}),
-        item("Hotel Unter den Linden, double room, breakfast included", "ACCOMMODATION", 120,
-             {"quantity": {"amount": 3, "unit": "PER_NIGHT"}}),
-    ],
-}
-text = json.dumps(body, separators=(",", ":"))
-body["note"] += "." * max(0, 2800 - len(text))
-print(json.dumps(body, separators=(",", ":")))
-PY
-)"
+BODY="$(python3 "$ROOT/scripts/load-body.py")"
 
 first_transaction() { # db: starts the server on db, creates one transaction, stops; sets PROVIDER
     local db="$1"
