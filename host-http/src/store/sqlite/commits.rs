@@ -126,7 +126,7 @@ pub(super) fn shm_file(path: &Path) -> Option<Arc<File>> {
     type Id = (u64, u64);
     /// Open `-shm` files.
     static OPEN: Mutex<Vec<(Id, Weak<File>)>> = Mutex::new(Vec::new());
-    let path = shm_path(path);
+    let path = super::beside(path, "-shm");
     // Held from the lookup to the insert: two threads opening the same file share one
     // descriptor.
     let mut open = OPEN.lock().ok()?;
@@ -151,13 +151,6 @@ pub(super) fn shm_file(path: &Path) -> Option<Arc<File>> {
         .unwrap_or(id);
     open.push((opened, Arc::downgrade(&file)));
     Some(file)
-}
-
-/// Where the `-shm` file of the database at `path` is.
-fn shm_path(path: &Path) -> std::ffi::OsString {
-    let mut shm_path = path.as_os_str().to_owned();
-    shm_path.push("-shm");
-    shm_path
 }
 
 impl Source {
@@ -582,7 +575,7 @@ mod tests {
     fn a_file_too_short_for_the_header_is_read_not_mapped() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("short.db");
-        std::fs::write(shm_path(&path), [0u8; 3]).unwrap();
+        std::fs::write(super::super::beside(&path, "-shm"), [0u8; 3]).unwrap();
         let watch = CommitWatch::open(&path);
         assert!(matches!(watch.shm, Some(Source::File(_))));
         assert_eq!(watch.mark(), None);

@@ -175,6 +175,13 @@ pub fn shares_one_page_cache(conn: &Connection) -> Result<bool, rusqlite::Error>
     Ok(false)
 }
 
+/// The file beside the database at `path` whose name adds `suffix` (`-wal`, `-shm`, `-search`).
+fn beside(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
 /// The SQLite implementation of [`Store`].
 #[derive(Debug)]
 pub struct SqliteStore {
@@ -1677,13 +1684,6 @@ mod tests {
         store.close().await;
     }
 
-    /// The file beside the database at `path` whose name adds `suffix`.
-    fn beside(path: &std::path::Path, suffix: &str) -> std::path::PathBuf {
-        let mut name = path.as_os_str().to_owned();
-        name.push(suffix);
-        std::path::PathBuf::from(name)
-    }
-
     /// The ids of the transactions stored in the file at `path`, read by a connection of its
     /// own.
     fn stored_ids(path: &std::path::Path) -> Vec<String> {
@@ -1709,11 +1709,11 @@ mod tests {
         let store = super::SqliteStore::open(&path).unwrap();
         let transaction = new_transaction("t1", "{}".to_owned(), None, false);
         store.create_transaction(transaction, None).await.unwrap();
-        assert!(beside(&path, "-wal").exists(), "the store is open");
+        assert!(super::beside(&path, "-wal").exists(), "the store is open");
         drop(store);
         for suffix in ["-wal", "-shm", "-search-wal", "-search-shm"] {
             assert!(
-                !beside(&path, suffix).exists(),
+                !super::beside(&path, suffix).exists(),
                 "{suffix}: a connection of the store is still open"
             );
         }
@@ -1752,7 +1752,7 @@ mod tests {
         first.await.unwrap();
         behind.await.expect("the job behind it is answered");
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while beside(&path, "-wal").exists() {
+        while super::beside(&path, "-wal").exists() {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the store's connections are still open"

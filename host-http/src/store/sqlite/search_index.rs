@@ -105,9 +105,7 @@ CREATE TABLE IF NOT EXISTS search.search_state (
 
 /// The search file of the database at `path`.
 pub(super) fn search_path(path: &Path) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push("-search");
-    PathBuf::from(name)
+    super::beside(path, "-search")
 }
 
 /// Attaches the search file (as `search`) to a connection to the main file.
@@ -135,13 +133,12 @@ fn damaged(error: &StoreError) -> bool {
 /// Deletes the search file with its WAL and shared-memory files.
 fn remove_search_file(search: &Path) -> Result<(), StoreError> {
     for suffix in ["", "-wal", "-shm"] {
-        let mut name = search.as_os_str().to_owned();
-        name.push(suffix);
+        let name = super::beside(search, suffix);
         match std::fs::remove_file(&name) {
             Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
                 return Err(StoreError::Corrupt {
                     column: "search file",
-                    detail: format!("{}: {error}", PathBuf::from(name).display()),
+                    detail: format!("{}: {error}", name.display()),
                 });
             }
             _ => {}

@@ -187,8 +187,9 @@ impl Writer {
 /// error after it opened, a test) stops its threads all the same, so that their connections
 /// close before the store's last watch of the `-shm` file does (`commits::shm_file`). Dropped
 /// on the writer's own thread (by a job's work that held the store), it cannot join itself:
-/// the closed queue ends the thread's loop, which stops the indexer and closes its connection
-/// by itself; the last watch is then that thread's [`Publisher`], dropped after it.
+/// its fields' drops close the queue, which ends the thread's loop (that stops the indexer
+/// and closes its connection by itself), and stop the checkpointer; the last watch is then
+/// that thread's [`Publisher`], dropped after it.
 impl Drop for Writer {
     fn drop(&mut self) {
         let on_own_thread = self
@@ -197,9 +198,7 @@ impl Drop for Writer {
             .ok()
             .and_then(|thread| thread.as_ref())
             .is_some_and(|thread| thread.thread().id() == std::thread::current().id());
-        if on_own_thread {
-            self.checkpointer.stop();
-        } else {
+        if !on_own_thread {
             self.shutdown();
         }
     }
