@@ -809,6 +809,8 @@ async fn plans(db: &Db, args: &Args) -> Result<(), String> {
         Db::Sqlite(path) => {
             use host_http::store::sqlite::dashboard::list_statement;
             let conn = rusqlite::Connection::open(path).map_err(|e| e.to_string())?;
+            // The statements call the store's own functions (`fold_case`).
+            host_http::store::sqlite::configure(&conn).map_err(|e| e.to_string())?;
             host_http::store::sqlite::attach_search(&conn, path).map_err(|e| e.to_string())?;
             for scenario in scenarios(&facts) {
                 let Some((sql, values)) = list_statement(&conn, &args.provider, &scenario.filter)

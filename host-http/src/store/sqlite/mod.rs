@@ -121,7 +121,41 @@ pub fn configure(conn: &Connection) -> Result<(), rusqlite::Error> {
     // file cost the writer more than the job itself.
     conn.pragma_update(None, "temp_store", "MEMORY")?;
     conn.set_prepared_statement_cache_capacity(64);
+    register_fold_case(conn)?;
     Ok(())
+}
+
+/// Registers `fold_case(text)` on `conn`: the text with every character lower-cased
+/// ([`fold_case`]), NULL for NULL or a value that is not text. A dashboard search compares
+/// the texts it tests one by one through it, so that they match as the trigram index matches
+/// (case folded across Unicode); SQLite's own `lower` and `LIKE` fold ASCII only
+/// (DECISIONS-dashboard.md, "Case folding is the index's").
+fn register_fold_case(conn: &Connection) -> Result<(), rusqlite::Error> {
+    use rusqlite::functions::FunctionFlags;
+    use rusqlite::types::ValueRef;
+    conn.create_scalar_function(
+        "fold_case",
+        1,
+        FunctionFlags::SQLITE_UTF8
+            | FunctionFlags::SQLITE_DETERMINISTIC
+            | FunctionFlags::SQLITE_INNOCUOUS,
+        |ctx| {
+            Ok(match ctx.get_raw(0) {
+                ValueRef::Text(bytes) => std::str::from_utf8(bytes).ok().map(fold_case),
+                _ => None,
+            })
+        },
+    )
+}
+
+/// `text` with every character lower-cased, one character at a time (no rule that looks at
+/// the neighbours, such as a Greek final sigma), as FTS5's trigram tokenizer folds what it
+/// indexes.
+pub(crate) fn fold_case(text: &str) -> String {
+    if text.is_ascii() {
+        return text.to_ascii_lowercase();
+    }
+    text.chars().flat_map(char::to_lowercase).collect()
 }
 
 /// Opens (creating if needed) a database file, configured and migrated. Used by the server's

@@ -865,6 +865,66 @@ mod tests {
         assert_eq!(searched(&conn, "night"), vec!["Porto by night"]);
     }
 
+    /// A search matches with case folded beyond ASCII wherever the transaction is: past the
+    /// range's watermark, noted, or in the index (whose trigram tokenizer folds so), and so
+    /// does a text too short for a trigram (DECISIONS-dashboard.md, "Case folding is the
+    /// index's"). SQLite's `lower` and `LIKE` fold ASCII only: before `fold_case`, "zürich"
+    /// found "ZÜRICH HB" only once it was indexed.
+    #[test]
+    fn a_search_folds_case_beyond_ascii_before_and_after_indexing() {
+        let (dir, conn) = two_transactions();
+        let path = dir.path().join("checkout.db");
+        attach(&conn, &search_path(&path)).unwrap();
+        prepare(&conn).unwrap();
+        let mut sweep = Sweep::default();
+        let (indexed, _) = index_step(&conn, STEP, &mut sweep).unwrap();
+        forget_indexed(&conn, indexed).unwrap();
+
+        create(&conn, "2026-01-03", "ZÜRICH HB");
+        assert_eq!(
+            searched(&conn, "zürich"),
+            vec!["ZÜRICH HB"],
+            "past the watermark"
+        );
+        assert_eq!(searched(&conn, "Üri"), vec!["ZÜRICH HB"]);
+        assert_eq!(
+            searched(&conn, "ü"),
+            vec!["ZÜRICH HB"],
+            "too short for a trigram"
+        );
+        let (indexed, _) = index_step(&conn, STEP, &mut sweep).unwrap();
+        forget_indexed(&conn, indexed).unwrap();
+        assert_eq!(found(&path, "zürich"), vec![(1_i64 << 40) + 3]);
+        assert_eq!(searched(&conn, "zürich"), vec!["ZÜRICH HB"], "indexed");
+
+        conn.execute(
+            "UPDATE transactions SET title = 'Zürich Oerlikon' WHERE id = '2026-01-03'",
+            [],
+        )
+        .unwrap();
+        assert_eq!(notes(&conn), 1);
+        assert_eq!(searched(&conn, "ZÜRICH"), vec!["Zürich Oerlikon"], "noted");
+        let (indexed, _) = index_step(&conn, STEP, &mut sweep).unwrap();
+        forget_indexed(&conn, indexed).unwrap();
+        assert_eq!(notes(&conn), 0);
+        assert_eq!(
+            searched(&conn, "ZÜRICH"),
+            vec!["Zürich Oerlikon"],
+            "indexed again"
+        );
+        assert_eq!(searched(&conn, "lisbon"), vec!["Lisbon"]);
+    }
+
+    /// `fold_case` lower-cases one character at a time, as the index does: no final sigma.
+    #[test]
+    fn fold_case_lowers_each_character_alone() {
+        assert_eq!(super::super::fold_case("CHK-AB12"), "chk-ab12");
+        assert_eq!(
+            super::super::fold_case("ΟΔΟΣ Straße ÄÖÜ"),
+            "οδοσ straße äöü"
+        );
+    }
+
     /// The index merges 8 segments of a level at a time, set when the file is made and on a
     /// file made with FTS5's default of 4; an index so set is not written again at the start.
     #[test]
