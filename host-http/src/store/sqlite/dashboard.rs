@@ -1067,15 +1067,9 @@ pub fn list_statement(
     let mut values: Vec<rusqlite::types::Value> = vec![provider_id.to_owned().into()];
     sql.push_str(&filter_conditions(filter, "", &mut values));
     if let Some(search) = &filter.search {
-        // Case folded as the index folds (`fold_case`), also for a text too short for it.
-        let pattern = format!("%{}%", like_escaped(&super::fold_case(search)));
-        values.push(pattern.into());
-        let n = values.len();
-        sql.push_str(&format!(
-            " AND (fold_case(reference) LIKE ?{n} ESCAPE '\\' \
-             OR fold_case(title) LIKE ?{n} ESCAPE '\\' \
-             OR fold_case(json_extract(payment, '$.customer.email')) LIKE ?{n} ESCAPE '\\')"
-        ));
+        values.push(search_pattern(search).into());
+        sql.push_str(" AND ");
+        sql.push_str(&text_matches("", values.len()));
     }
     if let Some((created_at, id)) = &filter.before {
         values.push(format_instant(*created_at).into());
@@ -1130,7 +1124,7 @@ fn search_statement(
         low.into(),
         high.into(),
         provider_id.to_owned().into(),
-        format!("%{}%", like_escaped(&super::fold_case(search))).into(),
+        search_pattern(search).into(),
         number.into(),
     ];
     let filters = filter_conditions(filter, "t.", &mut values);
@@ -1148,11 +1142,7 @@ fn search_statement(
                    t.refunded_amount, json_extract(t.payment, '$.customer.email'), t.created_at";
     let watermark =
         "coalesce((SELECT w.key FROM search.search_watermarks w WHERE w.number = ?6), ?2)";
-    // Tested one by one, case folded as the index folds (`fold_case`): a transaction matches
-    // the same text before and after the indexer takes it.
-    let matches = "(fold_case(t.reference) LIKE ?5 ESCAPE '\\' \
-                   OR fold_case(t.title) LIKE ?5 ESCAPE '\\' \
-                   OR fold_case(json_extract(t.payment, '$.customer.email')) LIKE ?5 ESCAPE '\\')";
+    let matches = text_matches("t.", 5);
     let sql = format!(
         "SELECT {columns}, transaction_search.rowid AS key \
          FROM search.transaction_search \
@@ -1176,6 +1166,24 @@ fn search_statement(
          ORDER BY key DESC LIMIT ?{limit}"
     );
     Ok(Some((sql, values)))
+}
+
+/// The LIKE pattern of a search: its text case folded (`fold_case`), its wildcards escaped,
+/// anywhere in the tested text.
+fn search_pattern(search: &str) -> String {
+    format!("%{}%", like_escaped(&super::fold_case(search)))
+}
+
+/// Whether the row's reference, title or customer's e-mail (`row` qualifies the columns)
+/// holds the pattern bound as `?n` ([`search_pattern`]): tested one by one, case folded as
+/// the trigram index folds, so that a transaction matches the same text before and after the
+/// indexer takes it, and a text too short for a trigram matches alike.
+fn text_matches(row: &str, n: usize) -> String {
+    format!(
+        "(fold_case({row}reference) LIKE ?{n} ESCAPE '\\' \
+         OR fold_case({row}title) LIKE ?{n} ESCAPE '\\' \
+         OR fold_case(json_extract({row}payment, '$.customer.email')) LIKE ?{n} ESCAPE '\\')"
+    )
 }
 
 /// ` AND …` for the filter's status, currency and date range, its values bound after those in
