@@ -155,11 +155,18 @@ async fn collect_limited(request: Request<Incoming>) -> Result<Bytes, ApiError> 
 }
 
 /// One query parameter, percent-decoded. `+` is kept as `+` (RFC 3986), so an offset such as
-/// `+01:00` written unencoded still reads as an offset.
+/// `+01:00` written unencoded still reads as an offset. Names are percent-decoded before they
+/// are compared, as [`check_query`] decodes them: a name it accepts (`%61t` for `at`) is the
+/// parameter it names, never accepted and then ignored.
 pub fn query_param(query: Option<&str>, name: &str) -> Option<String> {
     query?.split('&').find_map(|pair| {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        (key == name).then(|| percent_decode(value))
+        let named = if key.contains('%') {
+            percent_decode(key) == name
+        } else {
+            key == name
+        };
+        named.then(|| percent_decode(value))
     })
 }
 
@@ -248,6 +255,16 @@ mod tests {
         assert!(check_query(Some(""), &known).is_ok());
         assert!(check_query(Some("after=&limit=5&"), &known).is_ok());
         assert!(check_query(Some("%61fter=x"), &known).is_ok());
+        // The name check_query accepts is the parameter the route reads.
+        assert_eq!(
+            query_param(Some("%61fter=x"), "after").as_deref(),
+            Some("x")
+        );
+        assert_eq!(
+            query_param(Some("limit=5&%61t=%2B1"), "at").as_deref(),
+            Some("+1")
+        );
+        assert_eq!(query_param(Some("at=1"), "after"), None);
         let messages = |query| match check_query(Some(query), &known) {
             Err(ApiError::Validation(messages)) => messages,
             other => panic!("{query}: {other:?}"),
