@@ -232,11 +232,17 @@ async fn a_decline_is_failed_and_changes_nothing_r_4_8() {
     assert_eq!(body["errorMessage"], "card account closed");
     assert_eq!(body["receiptNumber"], Value::Null);
     assert_eq!(body["transactionStatus"], "PAID");
+    // Nothing was refunded: the total and each item's line say so alike.
+    assert_eq!(body["refund"].to_string(), "0.00");
+    assert_eq!(body["items"][0]["order"], 1);
+    assert_eq!(body["items"][0]["total"].to_string(), "100.00");
+    assert_eq!(body["items"][0]["refund"].to_string(), "0.00");
     let record = server.status(&acme, &id).await;
     assert_eq!(record["status"], "PAID");
     assert_eq!(record["items"][0]["status"], "ACTIVE");
     assert_eq!(record["amounts"]["refunded"].to_string(), "0.00");
     assert_eq!(record["cancellations"][0]["outcome"], "FAILED");
+    assert_eq!(record["cancellations"][0]["refund"].to_string(), "0.00");
 
     // Items released: the next attempt may succeed.
     server.gateway.set_behavior(FakeBehavior::Accept);

@@ -3,11 +3,12 @@
 
 use bytes::Bytes;
 use checkout_engine::api::{
-    Amounts, CheckoutEmail, CheckoutInfo, CorporateCheckout, Created, EmailStatus, PaymentReq,
-    ProviderSettings, QuoteResult, StatusItem, StatusRecord, TransactionStatus, UpdateResult,
-    UpdateTransaction,
+    Amounts, CancellationRecord, CheckoutEmail, CheckoutInfo, CorporateCheckout, Created,
+    EmailStatus, PaymentReq, ProviderSettings, QuoteResult, StatusItem, StatusRecord,
+    TransactionStatus, UpdateResult, UpdateTransaction,
 };
 use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
 
 use super::idempotency::{StoredResponse, body_hash, key_of};
 use super::{Error, Principal, Resource, Services, Versioned};
@@ -414,7 +415,20 @@ fn status_record(record: &TransactionRecord) -> StatusRecord {
                 refunded: at_scale(item.refunded),
             })
             .collect(),
-        cancellations: record.cancellations.clone(),
+        // A declined refund refunded nothing: the record says so as the cancellation's answer
+        // did (R-4.8: `refund` 0 when FAILED).
+        cancellations: record
+            .cancellations
+            .iter()
+            .map(|c| CancellationRecord {
+                refund: if c.outcome == crate::store::cancellation::outcome::FAILED {
+                    at_scale(Decimal::ZERO)
+                } else {
+                    c.refund
+                },
+                ..c.clone()
+            })
+            .collect(),
         payment_url: None,
         payment_url_expires_at: None,
         emails: record

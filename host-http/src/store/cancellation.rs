@@ -318,6 +318,20 @@ pub fn result_of(view: &CancellationView) -> checkout_engine::api::CancellationR
     use checkout_engine::api::{CancellationOutcome, CancellationResult};
     let failed = view.outcome == outcome::FAILED;
     let scale = checkout_engine::money::minor_units(&view.currency).unwrap_or(2);
+    // A declined refund refunded nothing: its items' lines say so as its total does, so that
+    // they add up to it (R-4.8; DECISIONS-cancellation.md, "per-item refund always add up to
+    // the refund"). The penalties stay the policy's.
+    let items = if failed {
+        view.items
+            .iter()
+            .map(|item| checkout_engine::api::CancelledItem {
+                refund: checkout_engine::money::round_to_scale(Decimal::ZERO, scale),
+                ..item.clone()
+            })
+            .collect()
+    } else {
+        view.items.clone()
+    };
     CancellationResult {
         status: if failed {
             CancellationOutcome::Failed
@@ -335,7 +349,7 @@ pub fn result_of(view: &CancellationView) -> checkout_engine::api::CancellationR
             view.refund
         },
         currency: view.currency.clone(),
-        items: view.items.clone(),
+        items,
         receipt_number: view.receipt_number.clone(),
         transaction_status: view.transaction_status,
     }
