@@ -120,6 +120,7 @@ conformance!(
     update_transaction_checks_ownership_and_keeps_absent_fields_r_7_4_r_8_6,
     record_payment_pays_active_items_at_currency_scale_once_r_3_3_r_3_6,
     idempotency_claim_release_expiry_and_prune_r_9_1,
+    a_pending_refunds_key_outlives_a_day_and_its_answer_is_kept_a_day_r_9_1,
     a_claim_taken_over_fences_out_its_first_request_r_9_1,
     reserve_then_settle_succeeded_makes_receipts_and_moves_status_r_4_8_r_10_2,
     settle_declined_fails_and_releases_items_r_4_8,
@@ -3084,6 +3085,79 @@ async fn orphan_claims_at_start_up_are_all_running_alone_and_old_ones_shared_r_9
         "this process is the only one: every running claim"
     );
     assert_eq!(key_state(opened, &young_create).await, None);
+}
+
+/// the first *completed* answer is kept for at least 24 hours. A cancellation whose
+/// refund stays pending for longer than a day keeps its key running (a repeat is a 409, never a
+/// second refund), and once settled its answer is replayed for a day from then, not from the
+/// claim.
+async fn a_pending_refunds_key_outlives_a_day_and_its_answer_is_kept_a_day_r_9_1(
+    opened: &Stores,
+    db: &Db,
+) {
+    let acme = provider(db, "acme");
+    let id = paid(opened, &acme.provider_id, &["10.00", "20.00"]).await;
+    let k = key(
+        &acme.provider_id,
+        "slow",
+        CANCEL_ROUTE,
+        "{\"itemsOrder\":[1]}",
+    );
+    assert_eq!(claim(opened, &k, t0()).await, Claim::Claimed);
+    let mut carried = paid_cancellation(&acme.provider_id, &id, vec![line(1, "10.00", "10.00")]);
+    carried.idempotency = Some(k.clone());
+    let pending = reserve_pending(opened, carried).await;
+
+    let read = |now: DateTime<Utc>| {
+        let k = k.clone();
+        async move {
+            opened
+                .store
+                .idempotency(k.provider_id.clone(), k.key.clone(), day_before(now))
+                .await
+                .expect("key read")
+                .map(|record| record.state)
+        }
+    };
+    let prune = |before: DateTime<Utc>| async move {
+        opened.store.prune_idempotency(before).await.expect("prune")
+    };
+
+    // A day and more after the claim, the refund still pending: the key is still running.
+    let later = t0() + Duration::hours(30);
+    assert_eq!(read(later).await, Some(IdempotencyState::Running));
+    match claim(opened, &k, later).await {
+        Claim::Existing(existing) => assert_eq!(existing.state, IdempotencyState::Running),
+        Claim::Claimed => panic!("a pending refund's key was taken over"),
+    }
+    assert_eq!(
+        prune(later - Duration::hours(1)).await,
+        0,
+        "pruned while pending"
+    );
+    assert_eq!(read(later).await, Some(IdempotencyState::Running));
+
+    // Settled 30 hours after the claim: its answer is replayed 23 hours later, and pruned only
+    // once older than the cut-off counted from the settlement.
+    let settled = settle(opened, &pending.refund_id, succeeded("gw"), later).await;
+    assert_eq!(settled.outcome, outcome::SUCCESS);
+    let next_day = later + Duration::hours(23);
+    assert!(
+        matches!(
+            read(next_day).await,
+            Some(IdempotencyState::Done {
+                status_code: 200,
+                ..
+            })
+        ),
+        "the answer is kept a day from when it was stored"
+    );
+    assert_eq!(prune(later - Duration::seconds(1)).await, 0);
+    assert_eq!(
+        read(later + Duration::hours(24) + Duration::seconds(1)).await,
+        None
+    );
+    assert_eq!(prune(later + Duration::seconds(1)).await, 1);
 }
 
 async fn release_orphan_claims_keeps_carried_recent_and_other_routes_r_9_1(

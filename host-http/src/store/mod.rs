@@ -10,6 +10,17 @@
 //! or [`OwnerChecked::OtherProvider`] itself, inside its own write transaction, so that the ownership
 //! check and the change are one atomic step (R-7.4).
 
+/// SQL, the same in both stores' dialects: whether the row of `idempotency_keys` in scope is the
+/// key of a refund still pending, whose settlement finishes it (R-9.1, R-4.8). Such a claim is
+/// neither expired, nor released, nor taken over, however old: its request is still running.
+macro_rules! carried_by_pending_refund {
+    () => {
+        "EXISTS (SELECT 1 FROM cancellations c WHERE c.outcome = 'PENDING' \
+         AND c.provider_id = idempotency_keys.provider_id \
+         AND c.idempotency_key = idempotency_keys.key)"
+    };
+}
+
 pub mod admin;
 pub mod cancellation;
 pub mod dashboard;
@@ -702,7 +713,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// settings read under one value may be reused while the epoch keeps it.
     fn access_epoch(&self) -> BoxFuture<'_, Result<u64, StoreError>>;
 
-    /// A stored idempotency key, unless it has expired (older than `not_before`).
+    /// A stored idempotency key, unless it has expired: its instant (a finished key's: when
+    /// its answer was stored, R-9.1: kept 24 hours from then; a running one's: when it was
+    /// claimed) is before `not_before`, and it is not the claim of a refund still pending.
     fn idempotency(
         &self,
         provider_id: String,
@@ -841,7 +854,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         candidate: [u8; 32],
     ) -> BoxFuture<'_, Result<[u8; 32], StoreError>>;
 
-    /// Deletes idempotency keys created before `before`; returns how many.
+    /// Deletes the idempotency keys whose instant is before `before` (a finished key's: when
+    /// its answer was stored), but for the claim of a refund still pending, which its
+    /// settlement finishes (R-9.1, R-4.8); returns how many.
     fn prune_idempotency(&self, before: DateTime<Utc>) -> BoxFuture<'_, Result<usize, StoreError>>;
 
     /// Finishes queued writes and closes the database.

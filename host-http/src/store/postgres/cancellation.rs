@@ -148,6 +148,7 @@ async fn must_view(
 async fn finish_key(
     client: &impl GenericClient,
     view: &CancellationView,
+    now: DateTime<Utc>,
 ) -> Result<(), StoreError> {
     let row = client
         .query_opt(
@@ -180,6 +181,7 @@ async fn finish_key(
             status_code: 200,
             body,
         },
+        now,
     )
     .await
 }
@@ -356,7 +358,7 @@ async fn succeed(
         )
         .await?;
     let view = must_view(client, refund_id).await?;
-    finish_key(client, &view).await?;
+    finish_key(client, &view, now).await?;
     settled_events(client, &view, now).await?;
     // Last: the provider's row above already orders one provider's settles.
     let requested_at = chrono::DateTime::parse_from_rfc3339(&view.requested_at)
@@ -430,7 +432,7 @@ async fn decline(
         )
         .await?;
     let view = must_view(client, refund_id).await?;
-    finish_key(client, &view).await?;
+    finish_key(client, &view, now).await?;
     settled_events(client, &view, now).await?;
     Ok(view)
 }
@@ -629,10 +631,11 @@ impl CancellationStore for PgStore {
                 .client()
                 .await?
                 .execute(
-                    "DELETE FROM idempotency_keys WHERE state = 'running' AND route = ANY($1) \
-                     AND created_at < $2 AND NOT EXISTS (SELECT 1 FROM cancellations c \
-                     WHERE c.outcome = 'PENDING' AND c.provider_id = idempotency_keys.provider_id \
-                     AND c.idempotency_key = idempotency_keys.key)",
+                    concat!(
+                        "DELETE FROM idempotency_keys WHERE state = 'running' \
+                         AND route = ANY($1) AND created_at < $2 AND NOT ",
+                        carried_by_pending_refund!()
+                    ),
                     &[&routes, &before],
                 )
                 .await?;

@@ -505,10 +505,13 @@ async fn read_idempotency(
     not_before: DateTime<Utc>,
 ) -> Result<Option<IdempotencyRecord>, StoreError> {
     let statement = client
-        .prepare_cached(
-            "SELECT route, body_hash, state, status_code, response_body FROM idempotency_keys \
-             WHERE provider_id = $1 AND key = $2 AND created_at >= $3",
-        )
+        .prepare_cached(concat!(
+            "SELECT route, body_hash, state, status_code, response_body \
+                 FROM idempotency_keys WHERE provider_id = $1 AND key = $2 \
+                 AND (created_at >= $3 OR ",
+            carried_by_pending_refund!(),
+            ")"
+        ))
         .await?;
     let Some(row) = client
         .query_opt(&statement, &[&provider_id, &key, &not_before])
@@ -575,15 +578,17 @@ pub(super) async fn lock_owned(
     }))
 }
 
-/// Stores the response of a claimed key, completing it (R-9.1).
+/// Stores the response of a claimed key, completing it (R-9.1). `completed_at` becomes the
+/// key's instant: a finished answer is kept for 24 hours from when it was stored.
 pub(super) async fn finish_idempotency(
     client: &impl GenericClient,
     response: &IdempotentResponse,
+    completed_at: DateTime<Utc>,
 ) -> Result<(), StoreError> {
     let statement = client
         .prepare_cached(
-            "UPDATE idempotency_keys SET state = 'done', status_code = $3, response_body = $4 \
-             WHERE provider_id = $1 AND key = $2",
+            "UPDATE idempotency_keys SET state = 'done', status_code = $3, response_body = $4, \
+             created_at = $5 WHERE provider_id = $1 AND key = $2",
         )
         .await?;
     client
@@ -594,6 +599,7 @@ pub(super) async fn finish_idempotency(
                 &response.key.key,
                 &i32::from(response.status_code),
                 &response.body,
+                &completed_at,
             ],
         )
         .await?;
@@ -744,7 +750,8 @@ const INSERT_TRANSACTIONS: &str = "WITH x AS MATERIALIZED ( \
                    total, policy, period) JOIN t ON t.id = y.transaction_id), \
                  k AS ( \
                    UPDATE idempotency_keys k SET state = 'done', status_code = x.status_code, \
-                   response_body = x.response_body FROM x JOIN t ON t.id = x.id \
+                   response_body = x.response_body, created_at = x.created_at \
+                   FROM x JOIN t ON t.id = x.id \
                    WHERE k.provider_id = x.provider_id AND k.key = x.key), \
                  e AS ( \
                    INSERT INTO events (id, provider_id, transaction_id, type, payload, \
@@ -1146,19 +1153,18 @@ impl PgStore {
         // the insert wins, or takes over an expired record or a stale claim of a request that
         // never finished, or finds the record another request holds.
         let insert = client
-            .prepare_cached(
+            .prepare_cached(concat!(
                 "INSERT INTO idempotency_keys (provider_id, key, route, body_hash, state, \
                  created_at) VALUES ($1, $2, $3, $4, 'running', $5) \
                  ON CONFLICT (provider_id, key) DO UPDATE SET route = EXCLUDED.route, \
                  body_hash = EXCLUDED.body_hash, state = 'running', status_code = NULL, \
                  response_body = NULL, created_at = EXCLUDED.created_at \
-                 WHERE idempotency_keys.created_at < $6 \
-                 OR (idempotency_keys.state = 'running' AND idempotency_keys.created_at < $7 \
-                 AND NOT EXISTS (SELECT 1 FROM cancellations c WHERE c.outcome = 'PENDING' \
-                 AND c.provider_id = idempotency_keys.provider_id \
-                 AND c.idempotency_key = idempotency_keys.key)) \
-                 RETURNING 1",
-            )
+                 WHERE (idempotency_keys.created_at < $6 \
+                 OR (idempotency_keys.state = 'running' AND idempotency_keys.created_at < $7)) \
+                 AND NOT ",
+                carried_by_pending_refund!(),
+                " RETURNING 1"
+            ))
             .await?;
         for _ in 0..3 {
             let claimed = client
@@ -1660,7 +1666,10 @@ impl Store for PgStore {
             let client = self.client().await?;
             let deleted = client
                 .execute(
-                    "DELETE FROM idempotency_keys WHERE created_at < $1",
+                    concat!(
+                        "DELETE FROM idempotency_keys WHERE created_at < $1 AND NOT ",
+                        carried_by_pending_refund!()
+                    ),
                     &[&before],
                 )
                 .await?;

@@ -137,7 +137,7 @@ fn carried_key(conn: &Connection, refund_id: &str) -> Result<Option<IdempotencyK
 /// Stores the cancellation's 200 answer with the key of its request, in the transaction that
 /// settles it, so that a retried request replays exactly what the first one (or the recovery
 /// task) ended with and never refunds twice (R-9.1).
-fn finish_key(conn: &Connection, view: &CancellationView) -> Result<(), StoreError> {
+fn finish_key(conn: &Connection, view: &CancellationView, now: &str) -> Result<(), StoreError> {
     if let Some(key) = carried_key(conn, &view.refund_id)? {
         let body = serde_json::to_string(&result_of(view))
             .map_err(|e| corrupt("cancellations.result", e.to_string()))?;
@@ -148,6 +148,7 @@ fn finish_key(conn: &Connection, view: &CancellationView) -> Result<(), StoreErr
                 status_code: 200,
                 body,
             },
+            now,
         )?;
     }
     Ok(())
@@ -407,7 +408,7 @@ fn succeed(
     )?;
     let view =
         read_view(conn, refund_id)?.ok_or_else(|| corrupt("cancellations", "refund missing"))?;
-    finish_key(conn, &view)?;
+    finish_key(conn, &view, now)?;
     settled_events(conn, &view, now)?;
     Ok(view)
 }
@@ -475,7 +476,7 @@ fn decline(
     .execute(params![refund_id, reason, view.transaction_id, now])?;
     let view =
         read_view(conn, refund_id)?.ok_or_else(|| corrupt("cancellations", "refund missing"))?;
-    finish_key(conn, &view)?;
+    finish_key(conn, &view, now)?;
     settled_events(conn, &view, now)?;
     Ok(view)
 }
@@ -612,12 +613,11 @@ impl CancellationStore for SqliteStore {
             let mut released = 0;
             for route in &routes {
                 released += conn
-                    .prepare_cached(
+                    .prepare_cached(concat!(
                         "DELETE FROM idempotency_keys WHERE state = 'running' AND route = ?1 \
-                         AND created_at < ?2 AND NOT EXISTS (SELECT 1 FROM cancellations c \
-                         WHERE c.outcome = 'PENDING' AND c.provider_id = idempotency_keys.provider_id \
-                         AND c.idempotency_key = idempotency_keys.key)",
-                    )?
+                         AND created_at < ?2 AND NOT ",
+                        carried_by_pending_refund!()
+                    ))?
                     .execute(params![route, before])?;
             }
             Ok(released)

@@ -610,6 +610,7 @@ fn read_cancellations(
     Ok(records)
 }
 
+/// The stored key, unless it expired ([`crate::store::Store::idempotency`]).
 fn read_idempotency(
     conn: &Connection,
     provider_id: &str,
@@ -617,10 +618,13 @@ fn read_idempotency(
     not_before: &str,
 ) -> Result<Option<IdempotencyRecord>, StoreError> {
     let row = conn
-        .prepare_cached(
-            "SELECT route, body_hash, state, status_code, response_body FROM idempotency_keys \
-             WHERE provider_id = ?1 AND key = ?2 AND created_at >= ?3",
-        )?
+        .prepare_cached(concat!(
+            "SELECT route, body_hash, state, status_code, response_body \
+                 FROM idempotency_keys WHERE provider_id = ?1 AND key = ?2 \
+                 AND (created_at >= ?3 OR ",
+            carried_by_pending_refund!(),
+            ")"
+        ))?
         .query_row(params![provider_id, key, not_before], |r| {
             Ok((
                 r.get::<_, String>(0)?,
@@ -832,7 +836,7 @@ fn insert_transaction(
         ])?;
     }
     if let Some(response) = &prepared.response {
-        finish_idempotency(conn, response)?;
+        finish_idempotency(conn, response, &prepared.created_at)?;
     }
     outbox::write_event(conn, &prepared.event)?;
     Ok(prepared.reference.clone())
@@ -841,16 +845,19 @@ fn insert_transaction(
 /// Stores the response of a claimed key, completing it (R-9.1). A key with its claim's identity
 /// ([`IdempotencyKey::claimed_at`]) completes only that running claim, and is
 /// [`StoreError::ClaimLost`] (the job's savepoint rolls back what it wrote) when the claim is
-/// no longer there.
+/// no longer there. `completed_at` becomes the key's instant: a finished answer is kept for
+/// 24 hours from when it was stored, however long its request ran (a refund pending for
+/// hours), where a running claim's instant is its identity.
 pub fn finish_idempotency(
     conn: &Connection,
     response: &IdempotentResponse,
+    completed_at: &str,
 ) -> Result<(), StoreError> {
     let claimed_at = response.key.claimed_at.map(format_instant);
     let changed = conn
         .prepare_cached(
-            "UPDATE idempotency_keys SET state = 'done', status_code = ?3, response_body = ?4 \
-             WHERE provider_id = ?1 AND key = ?2 \
+            "UPDATE idempotency_keys SET state = 'done', status_code = ?3, response_body = ?4, \
+             created_at = ?6 WHERE provider_id = ?1 AND key = ?2 \
              AND (?5 IS NULL OR (state = 'running' AND created_at = ?5))",
         )?
         .execute(params![
@@ -859,6 +866,7 @@ pub fn finish_idempotency(
             response.status_code,
             response.body,
             claimed_at,
+            completed_at,
         ])?;
     if changed == 0 && claimed_at.is_some() {
         return Err(StoreError::ClaimLost);
@@ -899,6 +907,13 @@ pub(super) fn hold_claim(conn: &Connection, key: &IdempotencyKey) -> Result<(), 
         Err(StoreError::ClaimLost)
     }
 }
+
+/// Deletes the keys older than `?1`, but for the running claim of a pending refund (R-4.8), which
+/// its settlement finishes ([`crate::store::Store::prune_idempotency`]).
+const PRUNE_IDEMPOTENCY: &str = concat!(
+    "DELETE FROM idempotency_keys WHERE created_at < ?1 AND NOT ",
+    carried_by_pending_refund!()
+);
 
 fn claim(
     conn: &Connection,
@@ -1380,11 +1395,11 @@ impl Store for SqliteStore {
 
     fn prune_idempotency(&self, before: DateTime<Utc>) -> BoxFuture<'_, Result<usize, StoreError>> {
         let before = format_instant(before);
-        Box::pin(self.writer.execute(move |conn| {
-            Ok(conn
-                .prepare_cached("DELETE FROM idempotency_keys WHERE created_at < ?1")?
-                .execute([&before])?)
-        }))
+        Box::pin(
+            self.writer.execute(move |conn| {
+                Ok(conn.prepare_cached(PRUNE_IDEMPOTENCY)?.execute([&before])?)
+            }),
+        )
     }
 
     fn close(&self) -> BoxFuture<'_, ()> {
