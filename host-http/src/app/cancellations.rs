@@ -183,7 +183,7 @@ impl Services {
         let settings = self.provider_settings(principal).await?;
         let context = refund_context(&record, contract_zone(&record, &settings))?;
         let preview = checkout_engine::preview::preview_refund(&context, &c.request, now)
-            .map_err(Error::from_preview)?;
+            .map_err(Error::from_cancellation_preview)?;
         Ok((record, preview))
     }
 

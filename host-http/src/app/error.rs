@@ -101,11 +101,43 @@ impl Error {
         }
     }
 
-    /// A refund preview failure: invalid items are the client's, engine failures as above.
+    /// A refund preview failure: invalid items are the client's, engine failures as above (the
+    /// quote's `at` is the client's, R-11.1).
     pub fn from_preview(error: PreviewError) -> Error {
         match error {
             PreviewError::Invalid(errors) => Error::Invalid(errors.messages),
             PreviewError::Engine(error) => Error::from_engine(error),
         }
+    }
+
+    /// A cancellation's refund that could not be computed at the present instant from what was
+    /// stored (validated at creation): invalid items are still the client's (400), but any
+    /// engine failure is ours, a 500 ("a failure to compute the refundable amount", R-4.8).
+    pub fn from_cancellation_preview(error: PreviewError) -> Error {
+        match error {
+            PreviewError::Invalid(errors) => Error::Invalid(errors.messages),
+            PreviewError::Engine(error) => Error::Internal(error.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refund_the_engine_cannot_compute_is_ours_in_a_cancellation_r_4_8() {
+        let zone = || PreviewError::Engine(EngineError::UnknownTimeZone("Mars/Olympus".into()));
+        assert!(matches!(
+            Error::from_cancellation_preview(zone()),
+            Error::Internal(_)
+        ));
+        // In a quote the instant is the client's, and so is what it cannot reach.
+        assert!(matches!(Error::from_preview(zone()), Error::Invalid(_)));
+        let overflow = PreviewError::Engine(EngineError::Overflow("refund"));
+        assert!(matches!(
+            Error::from_cancellation_preview(overflow),
+            Error::Internal(_)
+        ));
     }
 }
