@@ -1110,7 +1110,8 @@ pub struct Event {
     pub data: EventData,
 }
 
-/// The Standard Webhooks payload of an event, as delivered to webhook endpoints.
+/// An event as the outbox stores it: an [`Event`] without its id, which has a column of its
+/// own; a delivery sends the [`Event`], its id first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EventPayload {

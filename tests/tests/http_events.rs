@@ -128,6 +128,12 @@ async fn webhooks_are_signed_in_order_and_retried_with_the_same_id_after_a_500()
         assert_eq!(delivery.header("content-type"), Some("application/json"));
         assert!(delivery.header("webhook-id").unwrap().starts_with("evt_"));
         let payload = delivery.json();
+        // The event as GET /events lists it, its id the webhook-id.
+        assert_eq!(
+            payload["id"].as_str(),
+            delivery.header("webhook-id"),
+            "the body carries its event's id"
+        );
         assert_eq!(payload["data"]["transactionId"], id.as_str());
         assert!(payload["timestamp"].is_string());
     }

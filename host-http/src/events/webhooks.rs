@@ -60,6 +60,27 @@ pub fn sign(secret: &str, id: &str, timestamp: i64, body: &str) -> Option<String
     ))
 }
 
+/// The body a delivery sends: the event as SPEC.md gives it and `GET /events` lists it,
+/// `{"id": "evt_…", "type", "timestamp", "data"}`. The outbox keeps the rest (`payload`, a JSON
+/// object from `type` on) and the id in a column of its own, so that the id is written once per
+/// event; it goes first here. A payload that holds its id already is sent as it is.
+pub fn delivered_body(event_id: &str, payload: &str) -> String {
+    match payload.strip_prefix('{') {
+        Some(rest) if !payload.starts_with("{\"id\":") => {
+            // The id is `evt_` and hex digits: nothing in it needs escaping (the outbox makes
+            // it; serde_json writes it the same way should another form ever be stored).
+            let id = serde_json::to_string(event_id).unwrap_or_default();
+            let separator = if rest.trim_start().starts_with('}') {
+                ""
+            } else {
+                ","
+            };
+            format!("{{\"id\":{id}{separator}{rest}")
+        }
+        _ => payload.to_owned(),
+    }
+}
+
 /// The `webhook-signature` header: one `v1,` signature per secret, space-separated (during a
 /// rotation both the new and the previous secret sign).
 pub fn signature_header(secrets: &[String], id: &str, timestamp: i64, body: &str) -> String {
@@ -237,12 +258,13 @@ impl WebhookClient {
                 ),
             }
         }
-        let signature = signature_header(&secrets, &job.event_id, timestamp, &job.payload);
+        let body = delivered_body(&job.event_id, &job.payload);
+        let signature = signature_header(&secrets, &job.event_id, timestamp, &body);
         let header = |text: &str| HeaderValue::from_str(text).map_err(|e| (None, e.to_string()));
         let mut request = Request::builder()
             .method(Method::POST)
             .uri(uri)
-            .body(Full::new(Bytes::from(job.payload.clone())))
+            .body(Full::new(Bytes::from(body)))
             .map_err(|e| (None, e.to_string()))?;
         let headers = request.headers_mut();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -286,6 +308,32 @@ mod tests {
     use super::*;
     use crate::app::webhook_endpoints::new_secret;
     use chrono::TimeZone;
+
+    #[test]
+    fn a_delivery_is_the_event_with_its_id_first() {
+        let id = "evt_0190b6b07c3a7d2e9f0000000000abcd";
+        let body = delivered_body(
+            id,
+            r#"{"type":"transaction.created","timestamp":"t","data":{}}"#,
+        );
+        assert_eq!(
+            body,
+            r#"{"id":"evt_0190b6b07c3a7d2e9f0000000000abcd","type":"transaction.created","timestamp":"t","data":{}}"#
+        );
+        let event: checkout_engine::api::Event =
+            serde_json::from_str(&delivered_body(
+                id,
+                r#"{"type":"t","timestamp":"t","data":{"transactionId":"x","reference":"CHK-1","status":"PENDING","currency":"EUR","amounts":{"total":1,"paid":0,"refunded":0}}}"#,
+            ))
+            .expect("the event of GET /events");
+        assert_eq!(event.id, id);
+        // Held already, or an empty object: still one JSON object.
+        assert_eq!(delivered_body(id, &body), body);
+        assert_eq!(
+            delivered_body(id, "{}"),
+            r#"{"id":"evt_0190b6b07c3a7d2e9f0000000000abcd"}"#
+        );
+    }
 
     #[test]
     fn the_signature_matches_the_standard_webhooks_example() {

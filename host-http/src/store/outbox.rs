@@ -69,7 +69,8 @@ pub struct NewEvent {
     pub transaction_id: String,
     /// Its type.
     pub event_type: &'static str,
-    /// The Standard Webhooks payload, serialised once: every delivery sends these bytes.
+    /// The event without its id, serialised once: every delivery sends these bytes with the
+    /// id put first (`events::webhooks::delivered_body`).
     pub payload: String,
     /// When it happened.
     pub at: DateTime<Utc>,
