@@ -121,6 +121,7 @@ conformance!(
     record_payment_pays_active_items_at_currency_scale_once_r_3_3_r_3_6,
     idempotency_claim_release_expiry_and_prune_r_9_1,
     a_pending_refunds_key_outlives_a_day_and_its_answer_is_kept_a_day_r_9_1,
+    an_abandoned_attempt_that_ends_later_is_one_failure_r_3_6,
     a_claim_taken_over_fences_out_its_first_request_r_9_1,
     reserve_then_settle_succeeded_makes_receipts_and_moves_status_r_4_8_r_10_2,
     settle_declined_fails_and_releases_items_r_4_8,
@@ -3158,6 +3159,76 @@ async fn a_pending_refunds_key_outlives_a_day_and_its_answer_is_kept_a_day_r_9_1
         None
     );
     assert_eq!(prune(later + Duration::seconds(1)).await, 1);
+}
+
+/// One failure per payment attempt (DECISIONS-payment-page: an attempt left in flight is
+/// abandoned after its lease "and counts as a failure"): an abandoned attempt whose charge is
+/// declined afterwards is not counted a second time, though the decline is still an event.
+async fn an_abandoned_attempt_that_ends_later_is_one_failure_r_3_6(opened: &Stores, db: &Db) {
+    let acme = provider(db, "acme");
+    let id = create(opened, &acme.provider_id, &["10.00"]).await;
+    let begin = |attempt: &str, at: DateTime<Utc>| {
+        opened
+            .store
+            .begin_payment_attempt(store::NewPaymentAttempt {
+                id: attempt.to_owned(),
+                transaction_id: id.clone(),
+                started_at: at,
+                lease_until: at + Duration::minutes(2),
+                failures_since: t0() - Duration::hours(1),
+                max_failures: 10,
+            })
+    };
+    let failures = || {
+        opened
+            .store
+            .payment_failures(id.clone(), t0() - Duration::hours(1))
+    };
+    let events = || async {
+        opened
+            .outbox
+            .events_after(acme.provider_id.clone(), None, 100)
+            .await
+            .expect("events")
+            .expect("a page")
+            .into_iter()
+            .filter(|event| event.payload.contains("transaction.payment_failed"))
+            .count()
+    };
+
+    assert_eq!(
+        begin("a1", t0()).await.expect("begin"),
+        store::AttemptStart::Started
+    );
+    // The first attempt's lease ran out: the next one abandons it, a failure.
+    assert_eq!(
+        begin("a2", at(200)).await.expect("begin"),
+        store::AttemptStart::Started
+    );
+    assert_eq!(failures().await.expect("count"), 1);
+    // Its charge comes back declined after all: no second failure, but the decline's event.
+    let declined = store::AttemptEnd::Declined {
+        message: "insufficient funds".to_owned(),
+    };
+    opened
+        .store
+        .finish_payment_attempt(id.clone(), "a1".to_owned(), at(210), declined.clone())
+        .await
+        .expect("finish");
+    assert_eq!(
+        failures().await.expect("count"),
+        1,
+        "one failure per attempt"
+    );
+    assert_eq!(events().await, 1);
+    // The attempt in flight that is declined counts as its own failure.
+    opened
+        .store
+        .finish_payment_attempt(id.clone(), "a2".to_owned(), at(220), declined)
+        .await
+        .expect("finish");
+    assert_eq!(failures().await.expect("count"), 2);
+    assert_eq!(events().await, 2);
 }
 
 async fn release_orphan_claims_keeps_carried_recent_and_other_routes_r_9_1(

@@ -633,11 +633,21 @@ async fn add_payment_failure(
         .prepare_cached("INSERT INTO payment_failures (transaction_id, at) VALUES ($1, $2)")
         .await?;
     client.execute(&statement, &[&transaction_id, &at]).await?;
-    if let Some(reason) = declined {
-        let summary = outbox::summary(client, transaction_id).await?;
-        outbox::write_event(client, &events::payment_failed(&summary, reason, at)?).await?;
+    match declined {
+        Some(reason) => payment_failed_event(client, transaction_id, at, reason).await,
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// `transaction.payment_failed`: the processor declined a card.
+async fn payment_failed_event(
+    client: &impl GenericClient,
+    transaction_id: &str,
+    at: DateTime<Utc>,
+    reason: &str,
+) -> Result<(), StoreError> {
+    let summary = outbox::summary(client, transaction_id).await?;
+    outbox::write_event(client, &events::payment_failed(&summary, reason, at)?).await
 }
 
 /// How many payment attempts on a transaction failed at or after `since`.
@@ -1613,14 +1623,24 @@ impl Store for PgStore {
             let tx = client.transaction().await?;
             lock_transaction(&tx, &transaction_id).await?;
             let (state, reference) = end.row();
-            tx.execute(
-                "UPDATE payment_attempts SET state = $3, finished_at = $4, reference = $5 \
-                 WHERE id = $1 AND transaction_id = $2 AND state = 'IN_FLIGHT'",
-                &[&attempt_id, &transaction_id, &state, &at, &reference],
-            )
-            .await?;
-            if let Some(declined) = end.failure() {
-                add_payment_failure(&tx, &transaction_id, at, declined).await?;
+            let finished = tx
+                .execute(
+                    "UPDATE payment_attempts SET state = $3, finished_at = $4, reference = $5 \
+                     WHERE id = $1 AND transaction_id = $2 AND state = 'IN_FLIGHT'",
+                    &[&attempt_id, &transaction_id, &state, &at, &reference],
+                )
+                .await?
+                > 0;
+            match end.failure() {
+                Some(declined) if finished => {
+                    add_payment_failure(&tx, &transaction_id, at, declined).await?;
+                }
+                // Abandoned meanwhile, and counted as a failure then: one failure an attempt.
+                // A decline is still news to the provider.
+                Some(Some(reason)) => {
+                    payment_failed_event(&tx, &transaction_id, at, reason).await?;
+                }
+                _ => {}
             }
             tx.commit().await?;
             Ok(())

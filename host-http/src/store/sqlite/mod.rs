@@ -516,11 +516,21 @@ fn add_payment_failure(
 ) -> Result<(), StoreError> {
     conn.prepare_cached("INSERT INTO payment_failures (transaction_id, at) VALUES (?1, ?2)")?
         .execute(params![transaction_id, format_instant(at)])?;
-    if let Some(reason) = declined {
-        let summary = outbox::summary(conn, transaction_id)?;
-        outbox::write_event(conn, &events::payment_failed(&summary, reason, at)?)?;
+    match declined {
+        Some(reason) => payment_failed_event(conn, transaction_id, at, reason),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// `transaction.payment_failed`: the processor declined a card.
+fn payment_failed_event(
+    conn: &Connection,
+    transaction_id: &str,
+    at: DateTime<Utc>,
+    reason: &str,
+) -> Result<(), StoreError> {
+    let summary = outbox::summary(conn, transaction_id)?;
+    outbox::write_event(conn, &events::payment_failed(&summary, reason, at)?)
 }
 
 fn count_payment_failures(
@@ -1346,19 +1356,26 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(self.writer.execute(move |conn| {
             let (state, reference) = end.row();
-            conn.prepare_cached(
-                "UPDATE payment_attempts SET state = ?3, finished_at = ?4, reference = ?5 \
-                 WHERE id = ?1 AND transaction_id = ?2 AND state = 'IN_FLIGHT'",
-            )?
-            .execute(params![
-                attempt_id,
-                transaction_id,
-                state,
-                format_instant(at),
-                reference
-            ])?;
-            if let Some(declined) = end.failure() {
-                add_payment_failure(conn, &transaction_id, at, declined)?;
+            let finished =
+                conn.prepare_cached(
+                    "UPDATE payment_attempts SET state = ?3, finished_at = ?4, reference = ?5 \
+                     WHERE id = ?1 AND transaction_id = ?2 AND state = 'IN_FLIGHT'",
+                )?
+                .execute(params![
+                    attempt_id,
+                    transaction_id,
+                    state,
+                    format_instant(at),
+                    reference
+                ])? > 0;
+            match end.failure() {
+                Some(declined) if finished => {
+                    add_payment_failure(conn, &transaction_id, at, declined)?;
+                }
+                // Abandoned meanwhile, and counted as a failure then: one failure an attempt.
+                // A decline is still news to the provider.
+                Some(Some(reason)) => payment_failed_event(conn, &transaction_id, at, reason)?,
+                _ => {}
             }
             Ok(())
         }))
