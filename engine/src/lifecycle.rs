@@ -31,6 +31,15 @@ pub enum NotPayable {
     NoActiveItems,
     /// The stored totals do not add up within the decimal range: the stored data is corrupt.
     Overflow,
+    /// A card was charged `charged`, but the items still active add up to `due` (some were
+    /// voided while it was being charged): a payment records what was charged or nothing
+    /// so the charge is given back instead.
+    AmountChanged {
+        /// What the card was charged.
+        charged: Decimal,
+        /// What the active items add up to now.
+        due: Decimal,
+    },
 }
 
 impl NotPayable {
@@ -42,6 +51,9 @@ impl NotPayable {
             }
             NotPayable::NoActiveItems => "contract has no active items to pay".to_owned(),
             NotPayable::Overflow => "the item totals overflow".to_owned(),
+            NotPayable::AmountChanged { charged, due } => {
+                format!("the amount due changed from {charged} to {due} during the payment")
+            }
         }
     }
 }
@@ -68,6 +80,22 @@ pub fn amount_payable(
     // the engine never accepts.
     let scale = money::minor_units(currency).unwrap_or(2);
     Ok(money::round_to_scale(sum, scale))
+}
+
+/// [`amount_payable`] for a card already charged `charged`: the payment records exactly that,
+/// or nothing ([`NotPayable::AmountChanged`] when items were voided while the card was being
+/// charged); `None` records whatever is payable (the sandbox route, R-3.6).
+pub fn amount_payable_as_charged(
+    status: TransactionStatus,
+    currency: &str,
+    active_totals: impl IntoIterator<Item = Decimal>,
+    charged: Option<Decimal>,
+) -> Result<Decimal, NotPayable> {
+    let due = amount_payable(status, currency, active_totals)?;
+    match charged {
+        Some(charged) if charged != due => Err(NotPayable::AmountChanged { charged, due }),
+        _ => Ok(due),
+    }
 }
 
 /// The totals of the items that are still ACTIVE, for [`amount_payable`].
@@ -285,6 +313,37 @@ mod tests {
         assert_eq!(
             amount_payable(TransactionStatus::Pending, "EUR", [Decimal::MAX, dec!(1)]),
             Err(NotPayable::Overflow)
+        );
+    }
+
+    #[test]
+    fn a_charge_records_what_it_charged_or_nothing_r_3_6() {
+        let pending = TransactionStatus::Pending;
+        assert_eq!(
+            amount_payable_as_charged(pending, "EUR", [dec!(100), dec!(50)], Some(dec!(150.00))),
+            Ok(dec!(150.00))
+        );
+        // An item voided while the card was charged: the charge is not recorded.
+        let changed = amount_payable_as_charged(pending, "EUR", [dec!(100)], Some(dec!(150.00)));
+        assert_eq!(
+            changed,
+            Err(NotPayable::AmountChanged {
+                charged: dec!(150.00),
+                due: dec!(100.00)
+            })
+        );
+        assert_eq!(
+            changed.unwrap_err().message(),
+            "the amount due changed from 150.00 to 100.00 during the payment"
+        );
+        // Without a charge (the sandbox route), whatever is payable; refusals come first.
+        assert_eq!(
+            amount_payable_as_charged(pending, "EUR", [dec!(100)], None),
+            Ok(dec!(100.00))
+        );
+        assert_eq!(
+            amount_payable_as_charged(TransactionStatus::Paid, "EUR", [dec!(1)], Some(dec!(1))),
+            Err(NotPayable::Status(TransactionStatus::Paid))
         );
     }
 

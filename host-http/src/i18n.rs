@@ -379,6 +379,8 @@ pub struct Texts {
     pub too_many_attempts: &'static str,
     /// Another payment of the same page is being processed (another tab, a double click).
     pub attempt_in_progress: &'static str,
+    /// Items were voided while the card was being charged: the charge was given back.
+    pub amount_changed: &'static str,
     /// Cards are not taken on this server.
     pub cards_not_accepted: &'static str,
     /// "The link works until {at}".
@@ -511,6 +513,7 @@ static EN: Texts = Texts {
     form_elsewhere: "This form was not sent from this payment page, so nothing was charged. Fill it in here to pay.",
     too_many_attempts: "Too many failed payment attempts. For your security, try again in an hour.",
     attempt_in_progress: "A payment for this checkout is already being processed. Wait a moment, then reload this page.",
+    amount_changed: "The amount due changed while your card was being charged, so the charge was given back. Check the new total, then pay again.",
     cards_not_accepted: "Card payments are not taken on this page. Contact the provider to pay.",
     link_expires: "This payment link works until {at}.",
     paid_heading: "Payment received",
@@ -627,6 +630,7 @@ static DE: Texts = Texts {
     form_elsewhere: "Dieses Formular wurde nicht von dieser Zahlungsseite gesendet, daher wurde nichts abgebucht. Füllen Sie es hier aus, um zu bezahlen.",
     too_many_attempts: "Zu viele fehlgeschlagene Zahlungsversuche. Zu Ihrer Sicherheit versuchen Sie es in einer Stunde erneut.",
     attempt_in_progress: "Eine Zahlung für diesen Checkout wird bereits verarbeitet. Warten Sie einen Moment und laden Sie die Seite dann neu.",
+    amount_changed: "Der fällige Betrag hat sich geändert, während Ihre Karte belastet wurde, daher wurde die Belastung zurückgegeben. Prüfen Sie den neuen Gesamtbetrag und zahlen Sie dann erneut.",
     cards_not_accepted: "Auf dieser Seite werden keine Kartenzahlungen angenommen. Wenden Sie sich zum Bezahlen an den Anbieter.",
     link_expires: "Dieser Zahlungslink gilt bis {at}.",
     paid_heading: "Zahlung erhalten",

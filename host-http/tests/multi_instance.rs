@@ -253,6 +253,27 @@ async fn an_instance_stalled_past_the_stale_claim_time_is_fenced_out_r_9_1() {
     assert_eq!(replay.body, second.body);
 }
 
+/// The payment page's card form of `page` (its HTML), filled with a card the sandbox processor
+/// approves, as the body of its post.
+fn approved_card_form(page: &str) -> String {
+    let marker = "name=\"form_token\" value=\"";
+    let token = page[page.find(marker).expect("form") + marker.len()..]
+        .split('"')
+        .next()
+        .expect("token")
+        .to_owned();
+    form_urlencoded::Serializer::new(String::new())
+        .append_pair("form_token", &token)
+        .append_pair("name_on_card", "Ada Lovelace")
+        .append_pair("card_number", "4242424242424242")
+        .append_pair("expiry", "12/34")
+        .append_pair("cvc", "123")
+        .append_pair("first_name", "Ada")
+        .append_pair("last_name", "Lovelace")
+        .append_pair("email", "ada@example.com")
+        .finish()
+}
+
 /// R-3.3, R-3.6: a card charge the processor approved for a transaction that was paid another
 /// way meanwhile (here the sandbox route on the other instance, while the charging instance is
 /// paused right after the processor's answer) is given back and reported — the attempt is
@@ -302,22 +323,7 @@ async fn a_charge_for_a_transaction_paid_meanwhile_is_voided_and_reported() {
         .expect("payment URL")
         .to_owned();
     let (_, _, page) = http.browse(charging.addr, &path, None).await.expect("page");
-    let marker = "name=\"form_token\" value=\"";
-    let token = page[page.find(marker).expect("form") + marker.len()..]
-        .split('"')
-        .next()
-        .expect("token")
-        .to_owned();
-    let form = form_urlencoded::Serializer::new(String::new())
-        .append_pair("form_token", &token)
-        .append_pair("name_on_card", "Ada Lovelace")
-        .append_pair("card_number", "4242424242424242")
-        .append_pair("expiry", "12/34")
-        .append_pair("cvc", "123")
-        .append_pair("first_name", "Ada")
-        .append_pair("last_name", "Lovelace")
-        .append_pair("email", "ada@example.com")
-        .finish();
+    let form = approved_card_form(&page);
     let card = {
         let (http, path) = (std::sync::Arc::clone(&http), path.clone());
         let addr = charging.addr;
@@ -371,6 +377,93 @@ async fn a_charge_for_a_transaction_paid_meanwhile_is_voided_and_reported() {
         text.contains("checkout_card_payments_total{outcome=\"voided\"} 1"),
         "{text}"
     );
+}
+
+/// R-3.6: a payment records what the card was charged, or nothing. An item voided on another
+/// instance while the card was being charged (the charging instance paused right after the
+/// processor's answer) leaves a charge that is no longer the amount due: it is given back and
+/// the attempt stored VOIDED, nothing is recorded, and the customer is told (409) and pays the
+/// new total with the next post.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
+async fn a_charge_that_is_no_longer_the_amount_due_is_voided_and_the_new_total_paid() {
+    let pg = TestDatabase::create("amount changed");
+    let pause = format!("{}:1500", host_http::fault::AFTER_CHARGE);
+    let public = support::free_port();
+    let public_url = format!("http://{public}");
+    let charging = spawn(&Launch {
+        db: pg.url(),
+        pause: Some(&pause),
+        args: &["--public-url", &public_url],
+        ..Launch::default()
+    });
+    let other = spawn(&Launch {
+        db: pg.url(),
+        ..Launch::default()
+    });
+    let issued = provider(&Db::Postgres(pg.url().to_owned()), "acme");
+    let http = std::sync::Arc::new(Http::new(&issued.widget_id, &issued.backend_secret));
+    http.wait_ready(charging.addr).await;
+    http.wait_ready(other.addr).await;
+    let created = http
+        .send(
+            charging.addr,
+            Method::POST,
+            "/initialize",
+            Some(json!({"title": "T", "currency": "EUR",
+                "items": [{"price": 100}, {"price": 50}]})),
+        )
+        .await
+        .expect("created");
+    let id = created.1["transactionId"].as_str().expect("id").to_owned();
+    let path = created.1["paymentUrl"]
+        .as_str()
+        .and_then(|url| url.strip_prefix(&public_url))
+        .expect("payment URL")
+        .to_owned();
+    let (_, _, page) = http.browse(charging.addr, &path, None).await.expect("page");
+    let form = approved_card_form(&page);
+    let card = {
+        let (http, path) = (std::sync::Arc::clone(&http), path.clone());
+        let addr = charging.addr;
+        tokio::spawn(async move { http.browse(addr, &path, Some(form)).await })
+    };
+    wait_for(&pg, "SELECT count(*)::text FROM payment_attempts", |n| {
+        n == Some("1")
+    })
+    .await;
+    // Charged 150.00; item 2 is voided before the payment is recorded (R-4.4).
+    let voided = http
+        .send(
+            other.addr,
+            Method::PATCH,
+            &format!("/cancel/{id}"),
+            Some(json!({"itemsOrder": [2]})),
+        )
+        .await
+        .expect("voided");
+    assert_eq!(voided.0, StatusCode::OK, "{}", voided.1);
+
+    let (status, _, body) = card.await.expect("card post").expect("answered");
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(body.contains("The amount due changed"), "{body}");
+    let attempts = pg.query("SELECT state FROM payment_attempts");
+    assert_eq!(attempts, vec![vec![Some("VOIDED".to_owned())]]);
+    let record = http.status(other.addr, &id).await;
+    assert_eq!(record["status"], "PENDING", "{record}");
+    assert_eq!(record["amounts"]["paid"].to_string(), "0.00");
+    assert_eq!(record["items"][1]["status"], "CANCELLED");
+
+    // The page now asks for 100.00, and the next post pays exactly that.
+    let (_, _, page) = http.browse(charging.addr, &path, None).await.expect("page");
+    let (status, _, body) = http
+        .browse(charging.addr, &path, Some(approved_card_form(&page)))
+        .await
+        .expect("second post");
+    assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
+    let record = http.status(other.addr, &id).await;
+    assert_eq!(record["status"], "PAID", "{record}");
+    assert_eq!(record["amounts"]["paid"].to_string(), "100.00");
 }
 
 /// `serve` refuses a stale-claim time that a request waiting on the gateway could outlive

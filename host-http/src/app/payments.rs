@@ -249,6 +249,9 @@ pub enum PayAttempt {
     /// The card's brand is one the provider deactivated for this transaction
     /// (`restrictedMethods`): nothing was charged. The brand.
     BrandRefused(String),
+    /// Items were voided while the card was being charged: the charge, no longer the amount
+    /// due, was given back, and the page is open for the new total.
+    AmountChanged,
 }
 
 impl Services {
@@ -362,7 +365,7 @@ impl Services {
         );
         match self
             .store
-            .record_payment(id.clone(), record.provider_id.clone(), details, now, now)
+            .record_card_payment(id.clone(), record.provider_id.clone(), details, amount, now)
             .await?
         {
             OwnerChecked::Done(PayOutcome::Paid(_)) => {
@@ -371,13 +374,17 @@ impl Services {
                 Ok(PayAttempt::Paid)
             }
             // Paid by another way meanwhile (the sandbox route, an attempt whose instance
-            // stalled past its lease), or cancelled (R-3.3 allows one payment): this charge is
-            // given back and reported, never kept.
+            // stalled past its lease), or cancelled (R-3.3 allows one payment), or items voided
+            // so that the charge is no longer the amount due: this charge is given back and
+            // reported, never kept.
             OwnerChecked::Done(PayOutcome::NotPayable(why)) => {
                 self.give_back(&id, &reference, amount, &record.currency, &why)
                     .await?;
                 finish(AttemptEnd::Voided { reference }).await?;
-                self.page_outcome(token, now).await
+                match self.page_outcome(token, now).await? {
+                    PayAttempt::NotOpen(PageState::Open) => Ok(PayAttempt::AmountChanged),
+                    outcome => Ok(outcome),
+                }
             }
             OwnerChecked::NotFound | OwnerChecked::OtherProvider => {
                 Err(Error::NotFound(Resource::PaymentPage))

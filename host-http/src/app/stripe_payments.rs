@@ -580,11 +580,11 @@ impl Services {
         }
         match self
             .store
-            .record_payment(
+            .record_card_payment(
                 record.id.clone(),
                 record.provider_id.clone(),
                 details,
-                now,
+                expected,
                 now,
             )
             .await?

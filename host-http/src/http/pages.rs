@@ -326,6 +326,14 @@ pub async fn submit(
                 ..Submitted::default()
             },
         ),
+        PayAttempt::AmountChanged => (
+            Some(StatusCode::CONFLICT),
+            Submitted {
+                notice: Some(texts.amount_changed.to_owned()),
+                form: kept,
+                ..Submitted::default()
+            },
+        ),
         PayAttempt::Invalid(problems) => (
             Some(StatusCode::UNPROCESSABLE_ENTITY),
             Submitted {

@@ -798,6 +798,20 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         now: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<OwnerChecked<PayOutcome>, StoreError>>;
 
+    /// Records the payment of a card charged `charged`, at `now`, as
+    /// [`Store::record_payment`] does, but only while the amount payable is exactly what was
+    /// charged (`checkout_engine::lifecycle::amount_payable_as_charged`: items voided while the
+    /// card was being charged make it [`PayOutcome::NotPayable`], and the caller gives the
+    /// charge back; ).
+    fn record_card_payment(
+        &self,
+        id: String,
+        provider_id: String,
+        details: PaymentDetails,
+        charged: Decimal,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<OwnerChecked<PayOutcome>, StoreError>>;
+
     /// The transaction whose payment page has a token of the first form with this SHA-256, if
     /// any (links sent before page tokens carried their transaction's id).
     fn payment_link(

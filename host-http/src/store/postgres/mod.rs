@@ -1313,6 +1313,7 @@ impl PgStore {
         id: &str,
         provider_id: &str,
         details: &PaymentDetails,
+        charged: Option<Decimal>,
         paid_at: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<OwnerChecked<PayOutcome>, StoreError> {
@@ -1325,10 +1326,11 @@ impl PgStore {
         };
         let items = read_items(&tx, id).await?;
         let totals = items.iter().map(|item| (item.status, item.total));
-        let paid = match lifecycle::amount_payable(
+        let paid = match lifecycle::amount_payable_as_charged(
             locked.status,
             &locked.currency,
             lifecycle::active_totals(totals),
+            charged,
         ) {
             Ok(paid) => paid,
             Err(NotPayable::Overflow) => return Err(corrupt("items.total", "sum overflows")),
@@ -1504,7 +1506,24 @@ impl Store for PgStore {
         paid_at: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<OwnerChecked<PayOutcome>, StoreError>> {
-        Box::pin(async move { self.pay(&id, &provider_id, &details, paid_at, now).await })
+        Box::pin(async move {
+            self.pay(&id, &provider_id, &details, None, paid_at, now)
+                .await
+        })
+    }
+
+    fn record_card_payment(
+        &self,
+        id: String,
+        provider_id: String,
+        details: PaymentDetails,
+        charged: Decimal,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<OwnerChecked<PayOutcome>, StoreError>> {
+        Box::pin(async move {
+            self.pay(&id, &provider_id, &details, Some(charged), now, now)
+                .await
+        })
     }
 
     fn payment_link(

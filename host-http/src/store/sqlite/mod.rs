@@ -988,6 +988,7 @@ fn pay(
     id: &str,
     provider_id: &str,
     details: &PaymentDetails,
+    charged: Option<Decimal>,
     paid_at: &str,
     now: &str,
 ) -> Result<OwnerChecked<PayOutcome>, StoreError> {
@@ -1001,10 +1002,11 @@ fn pay(
         .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))?;
     let items = read_items(conn, id)?;
     let totals = items.iter().map(|item| (item.status, item.total));
-    let paid = match lifecycle::amount_payable(
+    let paid = match lifecycle::amount_payable_as_charged(
         transaction_status(&status)?,
         &currency,
         lifecycle::active_totals(totals),
+        charged,
     ) {
         Ok(paid) => paid,
         Err(NotPayable::Overflow) => {
@@ -1260,7 +1262,23 @@ impl Store for SqliteStore {
         let (paid_at, now) = (format_instant(paid_at), format_instant(now));
         Box::pin(
             self.writer
-                .execute(move |conn| pay(conn, &id, &provider_id, &details, &paid_at, &now)),
+                .execute(move |conn| pay(conn, &id, &provider_id, &details, None, &paid_at, &now)),
+        )
+    }
+
+    fn record_card_payment(
+        &self,
+        id: String,
+        provider_id: String,
+        details: PaymentDetails,
+        charged: Decimal,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<OwnerChecked<PayOutcome>, StoreError>> {
+        let now = format_instant(now);
+        Box::pin(
+            self.writer.execute(move |conn| {
+                pay(conn, &id, &provider_id, &details, Some(charged), &now, &now)
+            }),
         )
     }
 
