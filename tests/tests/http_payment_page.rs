@@ -375,6 +375,30 @@ async fn links_sent_before_tokens_carried_the_id_still_open_their_page() {
     }
 }
 
+/// A body stored before a rule it breaks existed (`restrictedMethods` was free text before it
+/// had a format, DECISIONS-stripe.md) still opens its page: its known names still count, the
+/// unknown ones restrict nothing, and its customer can pay with another card.
+#[tokio::test]
+async fn a_body_stored_before_a_newer_rule_still_opens_its_page() {
+    let server = TestServer::start().await;
+    let acme = server.provider("acme");
+    let (id, path) = trip(&server, &acme).await;
+    let mut body: serde_json::Value = serde_json::from_str(BERLIN_TRIP).unwrap();
+    body["restrictedMethods"] = "Bitcoin, amex".into();
+    let literal = body.to_string().replace('\'', "''");
+    server.execute_sql(&format!(
+        "UPDATE transactions SET payload = '{literal}' WHERE id = '{id}'"
+    ));
+    let reply = open(&server, &path, &[]).await;
+    assert_eq!(reply.status, 200, "{}", text(&reply));
+    let page = text(&reply);
+    assert!(page.contains("Berlin trip"), "{page}");
+    assert!(
+        page.contains("name=\"form_token\""),
+        "the card form is shown: {page}"
+    );
+}
+
 #[tokio::test]
 async fn unknown_or_malformed_tokens_are_404_pages_in_words() {
     let server = TestServer::start().await;
