@@ -122,6 +122,7 @@ conformance!(
     idempotency_claim_release_expiry_and_prune_r_9_1,
     a_pending_refunds_key_outlives_a_day_and_its_answer_is_kept_a_day_r_9_1,
     an_abandoned_attempt_that_ends_later_is_one_failure_r_3_6,
+    outbox_never_claims_a_removed_endpoints_delivery,
     a_claim_taken_over_fences_out_its_first_request_r_9_1,
     reserve_then_settle_succeeded_makes_receipts_and_moves_status_r_4_8_r_10_2,
     settle_declined_fails_and_releases_items_r_4_8,
@@ -864,6 +865,50 @@ async fn outbox_stats_count_pending_refunds_and_age_the_oldest_entry(opened: &St
         .unwrap();
     let stats = outbox.outbox_stats(at(100)).await.unwrap();
     assert_eq!((stats.deliveries_queued, stats.oldest_age_secs), (1, 99));
+}
+
+/// A delivery added for an endpoint while it was being removed (on PostgreSQL the event's
+/// insert and the removal's failing of the endpoint's queued deliveries do not wait for each
+/// other) is never claimed: the claim fails it as the removal would have.
+async fn outbox_never_claims_a_removed_endpoints_delivery(opened: &Stores, db: &Db) {
+    let acme = provider(db, "acme");
+    let endpoint = providers::set_webhook(
+        db,
+        &acme.provider_id,
+        "https://127.0.0.1:9/removed",
+        &[],
+        true,
+        None,
+        t0(),
+    )
+    .expect("endpoint");
+    create(opened, &acme.provider_id, &["10.00"]).await;
+    // What the race leaves: the endpoint removed, its delivery still queued.
+    let removed = format!(
+        "UPDATE webhook_endpoints SET removed_at = '{}' WHERE id = '{}'",
+        format_instant(at(1)),
+        endpoint.endpoint_id
+    );
+    execute_sql(db, &removed, &removed).await;
+    let outbox = &opened.outbox;
+    assert_eq!(
+        outbox.outbox_stats(at(5)).await.unwrap().deliveries_queued,
+        1
+    );
+    let lease = Lease {
+        owner: "a".to_owned(),
+        until: at(100),
+    };
+    let claimed = outbox
+        .claim_deliveries(lease, at(10), 10, 10)
+        .await
+        .unwrap();
+    assert!(claimed.is_empty(), "claimed for a removed endpoint");
+    assert_eq!(
+        outbox.outbox_stats(at(10)).await.unwrap().deliveries_queued,
+        0,
+        "failed as the removal fails them"
+    );
 }
 
 /// Runs SQL on the database behind the store's back (to make a statement fail).

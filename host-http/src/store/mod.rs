@@ -21,6 +21,22 @@ macro_rules! carried_by_pending_refund {
     };
 }
 
+/// SQL for both stores, `$now` the placeholder of the claim's instant: fails the due deliveries
+/// of removed endpoints, as the removal does. On PostgreSQL an event written while its endpoint
+/// is being removed can add a delivery the removal's own statement did not see (neither waits
+/// for the other); a claim that ran first would send it to the removed URL.
+macro_rules! fail_removed_endpoints_deliveries {
+    ($now:literal) => {
+        concat!(
+            "UPDATE webhook_deliveries SET status = 'FAILED', \
+             last_result = 'endpoint removed', lease_owner = NULL, lease_until = NULL \
+             WHERE status = 'QUEUED' AND next_attempt_at <= ",
+            $now,
+            " AND endpoint_id IN (SELECT id FROM webhook_endpoints WHERE removed_at IS NOT NULL)"
+        )
+    };
+}
+
 pub mod admin;
 pub mod cancellation;
 pub mod dashboard;

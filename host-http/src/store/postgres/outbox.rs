@@ -267,6 +267,9 @@ impl OutboxStore for PgStore {
                 &[&CLAIM_DELIVERIES_LOCK],
             )
             .await?;
+            // Rows a removal could not see are failed here, before anything is claimed.
+            tx.execute(fail_removed_endpoints_deliveries!("$1"), &[&now])
+                .await?;
             // Due rows being changed right now (a removed endpoint's) are skipped, never
             // waited for.
             let rows = tx

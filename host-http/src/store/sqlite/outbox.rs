@@ -228,6 +228,8 @@ impl OutboxStore for SqliteStore {
     ) -> BoxFuture<'_, Result<Vec<DeliveryJob>, StoreError>> {
         let now = format_instant(now);
         Box::pin(self.writer.execute(move |conn| {
+            conn.prepare_cached(fail_removed_endpoints_deliveries!("?1"))?
+                .execute([&now])?;
             // The writer thread runs one claim at a time, so the leases counted here are every
             // instance's (another process on the file writes under SQLite's own lock).
             let rows = conn
