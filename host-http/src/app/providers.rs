@@ -314,6 +314,9 @@ pub fn set_webhook(
 
 /// Checks a new endpoint as [`set_webhook`] describes and makes it, with its secret: the
 /// command line's and the dashboard's one rule.
+/// Longest webhook URL, as stored and requested (DECISIONS-dashboard.md).
+const MAX_WEBHOOK_URL_CHARS: usize = 2000;
+
 pub fn new_webhook(
     provider_id: &str,
     url: &str,
@@ -346,10 +349,13 @@ pub fn new_webhook(
     if let Err(refusal) = super::webhook_endpoints::check_url(parsed.as_str(), allow_private) {
         return Err(AdminError::Webhook(format!("{url}: {refusal}")));
     }
-    if url.len() > 2000 {
-        return Err(AdminError::Webhook(
-            "URL longer than 2000 characters".to_owned(),
-        ));
+    // The bound holds for the URL as it is stored and requested: percent-encoded, ASCII, where
+    // a character beyond ASCII takes up to twelve (one counted as typed could be stored as more
+    // than 2,000, and a typed one of 2,000 bytes may be far fewer characters).
+    if parsed.as_str().chars().count() > MAX_WEBHOOK_URL_CHARS {
+        return Err(AdminError::Webhook(format!(
+            "URL longer than {MAX_WEBHOOK_URL_CHARS} characters (as sent, percent-encoded)"
+        )));
     }
     for event in events {
         if !crate::store::outbox::types::ALL.contains(&event.as_str()) {
@@ -556,5 +562,21 @@ mod tests {
         let fixed = br#"{"reference":"PAYMENT_DATE","penalties":[{"type":"OFFSET_PENALTY",
             "value":{"amount":1.125,"unit":"FIXED_AMOUNT"},"offset":{"amount":1,"unit":"DAYS"}}]}"#;
         validate_policy(fixed, "test").unwrap();
+    }
+
+    #[test]
+    fn a_webhook_url_is_bounded_as_it_is_sent() {
+        let add = |url: &str| new_webhook("p", url, &[], true, None, Utc::now());
+        let base = "https://example.com/";
+        let at_bound = format!("{base}{}", "a".repeat(MAX_WEBHOOK_URL_CHARS - base.len()));
+        let (webhook, _) = add(&at_bound).expect("2,000 characters");
+        assert_eq!(webhook.url.chars().count(), MAX_WEBHOOK_URL_CHARS);
+        let over = format!("{at_bound}a");
+        assert!(matches!(add(&over), Err(AdminError::Webhook(m)) if m.contains("longer than")));
+        // 1,000 `ü` are fewer than 2,000 bytes' worth of characters as typed, but 6,000 as sent.
+        let wide = format!("{base}{}", "ü".repeat(1000));
+        assert!(matches!(add(&wide), Err(AdminError::Webhook(m)) if m.contains("longer than")));
+        let (webhook, _) = add(&format!("{base}{}", "ü".repeat(300))).expect("1,820 as sent");
+        assert!(webhook.url.starts_with("https://example.com/%C3%BC"));
     }
 }
