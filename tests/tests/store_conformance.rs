@@ -123,6 +123,7 @@ conformance!(
     a_pending_refunds_key_outlives_a_day_and_its_answer_is_kept_a_day_r_9_1,
     an_abandoned_attempt_that_ends_later_is_one_failure_r_3_6,
     outbox_never_claims_a_removed_endpoints_delivery,
+    race_16_sign_ins_at_once_are_checked_at_most_the_limit,
     a_claim_taken_over_fences_out_its_first_request_r_9_1,
     reserve_then_settle_succeeded_makes_receipts_and_moves_status_r_4_8_r_10_2,
     settle_declined_fails_and_releases_items_r_4_8,
@@ -3853,6 +3854,79 @@ async fn a_claim_taken_over_fences_out_its_first_request_r_9_1(opened: &Stores, 
 }
 
 /// 16 concurrent claims of one key: exactly one claims it, the others find it running.
+/// The dashboard's sign-in throttle (DECISIONS-dashboard: 5 failures per account in 15
+/// minutes refuse the next attempts, unchecked) holds for attempts sent together: the count
+/// and the record are one step, so that 16 at once are checked 5 times, not 16. One that
+/// turns out right is forgiven, which leaves room for one more.
+async fn race_16_sign_ins_at_once_are_checked_at_most_the_limit(opened: &Stores, _db: &Db) {
+    use host_http::store::dashboard::SignInHold;
+    let keys = || {
+        vec![
+            ("account:ada@example.com".to_owned(), 5),
+            ("address:127.0.0.1".to_owned(), 20),
+        ]
+    };
+    let results = all_at_once(16, |n| {
+        let dashboard = Arc::clone(&opened.dashboard);
+        let keys = keys();
+        async move {
+            dashboard
+                .hold_sign_in_attempt(keys, at(-900), at(i64::try_from(n).expect("small")))
+                .await
+        }
+    })
+    .await;
+    let held = results
+        .into_iter()
+        .filter(|result| *result.as_ref().expect("no store error") == SignInHold::Held)
+        .count();
+    assert_eq!(held, 5, "as many checked as the account allows");
+    match opened
+        .dashboard
+        .hold_sign_in_attempt(keys(), at(-900), at(20))
+        .await
+        .expect("hold")
+    {
+        SignInHold::Throttled { failures, limit } => assert_eq!((failures.len(), limit), (5, 5)),
+        SignInHold::Held => panic!("a sixth attempt was held"),
+    }
+    // The first attempt held was right after all: forgiven, the next one may be checked.
+    let first = opened
+        .dashboard
+        .sign_in_failures("account:ada@example.com".to_owned(), at(-900))
+        .await
+        .expect("failures")[0];
+    opened
+        .dashboard
+        .forgive_sign_in_attempt(
+            vec![
+                "account:ada@example.com".to_owned(),
+                "address:127.0.0.1".to_owned(),
+            ],
+            first,
+        )
+        .await
+        .expect("forgive");
+    assert_eq!(
+        opened
+            .dashboard
+            .hold_sign_in_attempt(keys(), at(-900), at(21))
+            .await
+            .expect("hold"),
+        SignInHold::Held
+    );
+    assert_eq!(
+        opened
+            .dashboard
+            .sign_in_failures("address:127.0.0.1".to_owned(), at(-900))
+            .await
+            .expect("failures")
+            .len(),
+        5,
+        "the address keeps the five held, less the one forgiven, plus the last"
+    );
+}
+
 async fn race_16_claims_of_one_key_claim_it_once_r_9_1(opened: &Stores, db: &Db) {
     let acme = provider(db, "acme");
     let k = key(

@@ -39,7 +39,7 @@ use crate::store::admin::CredentialListing;
 /// A cancellation's refund at the gateway, and one attempt of a webhook delivery.
 pub use crate::store::dashboard::{AttemptRow, RefundRow};
 use crate::store::dashboard::{
-    AuditRow, Invited, NewAudit, NewSession, NewUser, RecentDelivery, WebhookChange,
+    AuditRow, Invited, NewAudit, NewSession, NewUser, RecentDelivery, SignInHold, WebhookChange,
 };
 /// A transaction's event with one of its webhook deliveries.
 pub use crate::store::dashboard::{DeliveryRow, EventDelivery};
@@ -806,8 +806,7 @@ impl Services {
         let email = email.trim().to_lowercase();
         let account_key = format!("account:{email}");
         let address_key = format!("address:{client}");
-        let since = now - THROTTLE_WINDOW;
-        if let Some(minutes) = self.throttled(&account_key, &address_key, now).await? {
+        if let Some(minutes) = self.hold_attempt(&account_key, &address_key, now).await? {
             return Ok(SignIn::Throttled { minutes });
         }
         let user = if email.len() <= 254 && password.len() <= MAX_PASSWORD_BYTES {
@@ -824,22 +823,22 @@ impl Services {
         match user {
             Some(user) if matches => {
                 if user.totp_secret.is_some() {
-                    // Failures stay counted until the second factor is given too.
+                    // This attempt was right; the failures before it stay counted until the
+                    // second factor is given too.
+                    self.dashboard
+                        .forgive_sign_in_attempt(vec![account_key, address_key], now)
+                        .await?;
                     return Ok(SignIn::SecondFactorDue(
                         self.open_session(&user, None, now).await?,
                     ));
                 }
-                self.dashboard
-                    .clear_sign_in_failures(account_key, since)
-                    .await?;
+                self.signed_in_from(account_key, address_key, now).await?;
                 Ok(SignIn::SignedIn(
                     self.open_session(&user, Some("signed in"), now).await?,
                 ))
             }
             _ => {
-                self.dashboard
-                    .record_sign_in_failure(vec![account_key, address_key], now)
-                    .await?;
+                // The attempt held is the failure recorded.
                 if let Some(user) = &user {
                     tracing::info!(user = %user.id, "dashboard sign-in refused");
                 }
@@ -848,30 +847,53 @@ impl Services {
         }
     }
 
-    /// How long sign-in is refused for `account_key` or `address_key`, in whole minutes
-    /// rounded up; `None` when neither has too many failures within [`THROTTLE_WINDOW`].
-    pub(super) async fn throttled(
+    /// Holds a sign-in attempt (a password, or a code) under `account_key` and `address_key`,
+    /// counted as a failure until it turns out right; or, when either already has too many
+    /// failures within [`THROTTLE_WINDOW`], how long sign-in is refused, in whole minutes
+    /// rounded up, with nothing recorded. The count and the record are one step in the store:
+    /// requests sent together are checked at most [`ACCOUNT_FAILURES`] times a window.
+    pub(super) async fn hold_attempt(
         &self,
         account_key: &str,
         address_key: &str,
         now: DateTime<Utc>,
     ) -> Result<Option<i64>, Error> {
-        let since = now - THROTTLE_WINDOW;
-        for (key, limit) in [
-            (account_key, ACCOUNT_FAILURES),
-            (address_key, ADDRESS_FAILURES),
-        ] {
-            let failures = self
-                .dashboard
-                .sign_in_failures(key.to_owned(), since)
-                .await?;
-            if failures.len() >= limit {
+        let held = self
+            .dashboard
+            .hold_sign_in_attempt(
+                vec![
+                    (account_key.to_owned(), ACCOUNT_FAILURES),
+                    (address_key.to_owned(), ADDRESS_FAILURES),
+                ],
+                now - THROTTLE_WINDOW,
+                now,
+            )
+            .await?;
+        match held {
+            SignInHold::Held => Ok(None),
+            SignInHold::Throttled { failures, limit } => {
                 let oldest = failures[failures.len() - limit];
                 let wait = (oldest + THROTTLE_WINDOW - now).num_seconds().max(1);
-                return Ok(Some((wait + 59) / 60));
+                Ok(Some((wait + 59) / 60))
             }
         }
-        Ok(None)
+    }
+
+    /// A sign-in completed from `address_key`: the account's failures are forgotten, and the
+    /// attempt held under the address too.
+    pub(super) async fn signed_in_from(
+        &self,
+        account_key: String,
+        address_key: String,
+        now: DateTime<Utc>,
+    ) -> Result<(), Error> {
+        self.dashboard
+            .clear_sign_in_failures(account_key, now - THROTTLE_WINDOW)
+            .await?;
+        self.dashboard
+            .forgive_sign_in_attempt(vec![address_key], now)
+            .await?;
+        Ok(())
     }
 
     /// Opens a session for `user`: signed in (`what` goes into the audit log), or, with

@@ -338,19 +338,15 @@ impl Services {
     ) -> Result<SecondFactor, Error> {
         let account_key = format!("account:{}", pending.email);
         let address_key = format!("address:{client}");
-        if let Some(minutes) = self.throttled(&account_key, &address_key, now).await? {
+        if let Some(minutes) = self.hold_attempt(&account_key, &address_key, now).await? {
             return Ok(SecondFactor::Throttled { minutes });
         }
         let user = self.user_of(pending).await?;
         let Some(kind) = self.check_code(&user, code, now).await? else {
-            self.dashboard
-                .record_sign_in_failure(vec![account_key, address_key], now)
-                .await?;
+            // The attempt held is the failure recorded.
             return Ok(SecondFactor::Refused);
         };
-        self.dashboard
-            .clear_sign_in_failures(account_key, now - super::dashboard::THROTTLE_WINDOW)
-            .await?;
+        self.signed_in_from(account_key, address_key, now).await?;
         let what = match kind {
             CodeKind::OneTime => "signed in with a one-time code",
             CodeKind::Recovery => "signed in with a recovery code",

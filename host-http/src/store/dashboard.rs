@@ -14,6 +14,21 @@ use super::StoreError;
 use super::admin::{CredentialListing, NewCredential, NewWebhook};
 use super::outbox::WebhookEndpoint;
 
+/// What [`DashboardStore::hold_sign_in_attempt`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignInHold {
+    /// The attempt is recorded under every key: it may be checked.
+    Held,
+    /// A key has `limit` failures or more since the window's start (`failures`, oldest
+    /// first): nothing was recorded, and the attempt is refused unchecked.
+    Throttled {
+        /// That key's failures in the window, oldest first.
+        failures: Vec<DateTime<Utc>>,
+        /// Its limit.
+        limit: usize,
+    },
+}
+
 /// A dashboard user as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserRow {
@@ -347,6 +362,26 @@ pub trait DashboardStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// The user signing in with this (lower-case) e-mail.
     fn user_by_email(&self, email: String) -> BoxFuture<'_, Result<Option<UserRow>, StoreError>>;
+
+    /// Holds one sign-in attempt at `at` under each of `keys` (an account with its limit, a
+    /// client address with its own), recorded as a failure from now on, unless one of the keys
+    /// has its limit of failures since `since` already: then nothing is recorded, and the
+    /// answer is that key's failures. The count and the record are one step on every instance,
+    /// so that requests sent together cannot all pass a count that none of them has added to
+    /// yet. An attempt that turns out right is forgiven ([`Self::forgive_sign_in_attempt`]).
+    fn hold_sign_in_attempt(
+        &self,
+        keys: Vec<(String, usize)>,
+        since: DateTime<Utc>,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<SignInHold, StoreError>>;
+
+    /// Forgets the attempt held at `at` under each of `keys` (one row each).
+    fn forgive_sign_in_attempt(
+        &self,
+        keys: Vec<String>,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
 
     /// Records a failed sign-in under each of `keys` (an account, a client address).
     fn record_sign_in_failure(

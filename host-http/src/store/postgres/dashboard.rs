@@ -13,7 +13,7 @@ use crate::store::admin::{CredentialListing, NewCredential};
 use crate::store::dashboard::{AttemptRow, OverviewSum, RefundRow, TRIGRAM, overview_bucket};
 use crate::store::dashboard::{
     AuditRow, DashboardStore, DeliveryRow, EventDelivery, Invited, NewAudit, NewSession, NewUser,
-    OverviewRows, ProviderUpdate, RecentDelivery, SessionRow, TransactionFilter,
+    OverviewRows, ProviderUpdate, RecentDelivery, SessionRow, SignInHold, TransactionFilter,
     TransactionSummary, UserChange, UserRow, WebhookChange,
 };
 use crate::store::outbox::WebhookEndpoint;
@@ -254,6 +254,66 @@ impl DashboardStore for PgStore {
         })
     }
 
+    fn hold_sign_in_attempt(
+        &self,
+        keys: Vec<(String, usize)>,
+        since: DateTime<Utc>,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<SignInHold, StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            // Holds of one key take turns over every instance (in the keys' order, so that two
+            // holds never wait for each other); another key's are not held up.
+            let mut names: Vec<&str> = keys.iter().map(|(key, _)| key.as_str()).collect();
+            names.sort_unstable();
+            for name in names {
+                tx.execute(
+                    "SELECT pg_advisory_xact_lock(hashtextextended($1, 7))",
+                    &[&name],
+                )
+                .await?;
+            }
+            for (key, limit) in &keys {
+                let failures = failures_since(&tx, key, since).await?;
+                if failures.len() >= *limit {
+                    return Ok(SignInHold::Throttled {
+                        failures,
+                        limit: *limit,
+                    });
+                }
+            }
+            let names: Vec<&str> = keys.iter().map(|(key, _)| key.as_str()).collect();
+            tx.execute(
+                "INSERT INTO dashboard_sign_in_failures (key, at) SELECT unnest($1::text[]), $2",
+                &[&names, &at],
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(SignInHold::Held)
+        })
+    }
+
+    fn forgive_sign_in_attempt(
+        &self,
+        keys: Vec<String>,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            for key in &keys {
+                client
+                    .execute(
+                        "DELETE FROM dashboard_sign_in_failures WHERE ctid = (SELECT ctid \
+                         FROM dashboard_sign_in_failures WHERE key = $1 AND at = $2 LIMIT 1)",
+                        &[key, &at],
+                    )
+                    .await?;
+            }
+            Ok(())
+        })
+    }
+
     fn record_sign_in_failure(
         &self,
         keys: Vec<String>,
@@ -276,21 +336,7 @@ impl DashboardStore for PgStore {
         key: String,
         since: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<Vec<DateTime<Utc>>, StoreError>> {
-        Box::pin(async move {
-            let client = self.client().await?;
-            let statement = client
-                .prepare_cached(
-                    "SELECT at FROM dashboard_sign_in_failures WHERE key = $1 AND at >= $2 \
-                     ORDER BY at",
-                )
-                .await?;
-            client
-                .query(&statement, &[&key, &since])
-                .await?
-                .iter()
-                .map(|row| Ok(row.try_get(0)?))
-                .collect()
-        })
+        Box::pin(async move { failures_since(&self.client().await?, &key, since).await })
     }
 
     fn clear_sign_in_failures(
@@ -1193,4 +1239,23 @@ pub fn list_statements(provider_id: &str, filter: TransactionFilter) -> Statemen
         )]
     };
     (statements, values)
+}
+
+/// The instants of the failed sign-ins under `key` since `since`, oldest first.
+async fn failures_since(
+    client: &impl GenericClient,
+    key: &str,
+    since: DateTime<Utc>,
+) -> Result<Vec<DateTime<Utc>>, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "SELECT at FROM dashboard_sign_in_failures WHERE key = $1 AND at >= $2 ORDER BY at",
+        )
+        .await?;
+    client
+        .query(&statement, &[&key, &since])
+        .await?
+        .iter()
+        .map(|row| Ok(row.try_get(0)?))
+        .collect()
 }

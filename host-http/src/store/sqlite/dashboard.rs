@@ -11,7 +11,7 @@ use crate::store::admin::{CredentialListing, NewCredential};
 use crate::store::dashboard::{AttemptRow, OverviewSum, RefundRow, TRIGRAM, overview_bucket};
 use crate::store::dashboard::{
     AuditRow, DashboardStore, DeliveryRow, EventDelivery, Invited, NewAudit, NewSession, NewUser,
-    OverviewRows, ProviderUpdate, RecentDelivery, SessionRow, TransactionFilter,
+    OverviewRows, ProviderUpdate, RecentDelivery, SessionRow, SignInHold, TransactionFilter,
     TransactionSummary, UserChange, UserRow, WebhookChange,
 };
 use crate::store::outbox::WebhookEndpoint;
@@ -86,6 +86,23 @@ fn event_delivery(r: &Row<'_>) -> Result<Result<RecentDelivery, StoreError>, rus
             },
         })
     })())
+}
+
+/// The instants of the failed sign-ins under `key` since `since`, oldest first.
+fn failures_since(
+    conn: &Connection,
+    key: &str,
+    since: &str,
+) -> Result<Vec<DateTime<Utc>>, StoreError> {
+    let mut statement = conn.prepare_cached(
+        "SELECT at FROM dashboard_sign_in_failures WHERE key = ?1 AND at >= ?2 ORDER BY at",
+    )?;
+    let rows = statement.query_map(params![key, since], |r| r.get::<_, String>(0))?;
+    let mut failures = Vec::new();
+    for row in rows {
+        failures.push(instant("dashboard_sign_in_failures.at", &row?)?);
+    }
+    Ok(failures)
 }
 
 fn audit(conn: &Connection, entry: &NewAudit) -> Result<(), StoreError> {
@@ -353,6 +370,53 @@ impl DashboardStore for SqliteStore {
         Box::pin(std::future::ready(result))
     }
 
+    fn hold_sign_in_attempt(
+        &self,
+        keys: Vec<(String, usize)>,
+        since: DateTime<Utc>,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<SignInHold, StoreError>> {
+        let (since, at) = (format_instant(since), format_instant(at));
+        // The one writer runs one hold at a time: what it counts cannot change before it
+        // records.
+        Box::pin(self.writer.execute(move |conn| {
+            for (key, limit) in &keys {
+                let failures = failures_since(conn, key, &since)?;
+                if failures.len() >= *limit {
+                    return Ok(SignInHold::Throttled {
+                        failures,
+                        limit: *limit,
+                    });
+                }
+            }
+            let mut insert = conn.prepare_cached(
+                "INSERT INTO dashboard_sign_in_failures (key, at) VALUES (?1, ?2)",
+            )?;
+            for (key, _) in &keys {
+                insert.execute(params![key, at])?;
+            }
+            Ok(SignInHold::Held)
+        }))
+    }
+
+    fn forgive_sign_in_attempt(
+        &self,
+        keys: Vec<String>,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        let at = format_instant(at);
+        Box::pin(self.writer.execute(move |conn| {
+            let mut forgive = conn.prepare_cached(
+                "DELETE FROM dashboard_sign_in_failures WHERE rowid = (SELECT rowid \
+                 FROM dashboard_sign_in_failures WHERE key = ?1 AND at = ?2 LIMIT 1)",
+            )?;
+            for key in &keys {
+                forgive.execute(params![key, at])?;
+            }
+            Ok(())
+        }))
+    }
+
     fn record_sign_in_failure(
         &self,
         keys: Vec<String>,
@@ -375,20 +439,7 @@ impl DashboardStore for SqliteStore {
         key: String,
         since: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<Vec<DateTime<Utc>>, StoreError>> {
-        let result = self.read(|conn| {
-            let mut statement = conn.prepare_cached(
-                "SELECT at FROM dashboard_sign_in_failures WHERE key = ?1 AND at >= ?2 \
-                 ORDER BY at",
-            )?;
-            let rows = statement.query_map(params![key, format_instant(since)], |r| {
-                r.get::<_, String>(0)
-            })?;
-            let mut failures = Vec::new();
-            for row in rows {
-                failures.push(instant("dashboard_sign_in_failures.at", &row?)?);
-            }
-            Ok(failures)
-        });
+        let result = self.read(|conn| failures_since(conn, &key, &format_instant(since)));
         Box::pin(std::future::ready(result))
     }
 
