@@ -875,6 +875,42 @@ async fn an_admin_sees_the_refund_first_then_cancels_once_however_often_the_form
     assert!(log.contains("cancelled items 1 of"), "{log}");
 }
 
+/// "Each cancellation is in the audit log" (DECISIONS-dashboard): one whose refund the gateway
+/// has not answered yet too, though the recovery task, which completes it, names no one.
+#[tokio::test]
+async fn a_cancellation_whose_refund_is_pending_is_in_the_audit_log() {
+    use host_http::processors::testing::{FakeBehavior, FakeGateway};
+    let gateway = FakeGateway::start().await.expect("fake gateway");
+    gateway.set_behavior(FakeBehavior::Fail { status: 503 });
+    let refunds = tests::cancel_support::fast_settings(&gateway.url());
+    let server = TestServer::start_configured(move |config| config.refunds = refunds.clone()).await;
+    let acme = server.provider("Acme Travel");
+    let id = paid(&server, &acme, "Acme trip").await;
+    let mut admin = member(&server, &acme, "ada@example.com", "admin").await;
+    let quote = html(
+        &admin
+            .get(&format!("/dashboard/transactions/{id}/cancel?item=1"))
+            .await,
+    );
+    let fields = confirmation_fields(&quote);
+    let fields: Vec<(&str, &str)> = fields
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    let sent = admin
+        .post(&format!("/dashboard/transactions/{id}/cancel"), &fields)
+        .await;
+    assert_eq!(sent.status, StatusCode::SEE_OTHER, "{}", html(&sent));
+    assert!(
+        location(&sent).contains("outcome=pending"),
+        "{}",
+        location(&sent)
+    );
+    let log = html(&admin.get("/dashboard/audit").await);
+    assert!(log.contains("cancelled items 1 of"), "{log}");
+    assert!(log.contains("pending at the gateway"), "{log}");
+}
+
 #[tokio::test]
 async fn two_agents_cancelling_at_once_cancel_once_and_a_viewer_cannot() {
     let server = TestServer::start().await;

@@ -1153,27 +1153,30 @@ impl Services {
             key,
             key_running,
         };
-        let outcome = self.cancel(&principal, cancellation, now).await?;
-        if let Cancelled::Settled(result) = &outcome {
+        let outcome = self.cancel(&principal, cancellation, now).await;
+        let listed = items
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        // Each cancellation is in the audit log, its refund settled or still pending at the
+        // gateway (the recovery task completes that one later, with no session to name).
+        let detail = match &outcome {
+            Ok(Cancelled::Settled(result)) => Some(format!(
+                "cancelled items {listed} of {id}: refund {} {}, {:?}",
+                result.refund, result.currency, result.status
+            )),
+            Err(Error::RefundPending { refund_id }) => Some(format!(
+                "cancelled items {listed} of {id}: refund {refund_id} pending at the gateway"
+            )),
+            _ => None,
+        };
+        if let Some(detail) = detail {
             self.dashboard
-                .record_audit(session.audit(
-                    "transaction.cancelled",
-                    format!(
-                        "cancelled items {} of {id}: refund {} {}, {:?}",
-                        items
-                            .iter()
-                            .map(u32::to_string)
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                        result.refund,
-                        result.currency,
-                        result.status
-                    ),
-                    now,
-                ))
+                .record_audit(session.audit("transaction.cancelled", detail, now))
                 .await?;
         }
-        Ok(outcome)
+        outcome
     }
 
     /// The users of the session's provider (admins only).
