@@ -470,6 +470,27 @@ async fn the_audit_log_is_for_admins_and_records_who_did_what() {
 }
 
 #[tokio::test]
+async fn a_search_in_capitals_finds_a_greek_title_before_and_after_indexing() {
+    let server = TestServer::start().await;
+    let acme = server.provider("Acme Travel");
+    server.create(&acme, &checkout_body("ΑΘΗΝΑΣ 2026")).await;
+    let browser = member(&server, &acme, "ada@example.com", "viewer").await;
+    let search = "/dashboard/transactions?q=%CE%91%CE%98%CE%97%CE%9D%CE%91%CE%A3";
+    let found = html(&browser.get(search).await);
+    assert!(found.contains("ΑΘΗΝΑΣ 2026"), "{found}");
+    // On SQLite the index takes it within 50 ms; it folds the final capital alike.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let found = html(&browser.get(search).await);
+    assert!(found.contains("ΑΘΗΝΑΣ 2026"), "{found}");
+    let typed = html(
+        &browser
+            .get("/dashboard/transactions?q=%CE%B1%CE%B8%CE%B7%CE%BD%CE%B1%CF%83")
+            .await,
+    );
+    assert!(typed.contains("ΑΘΗΝΑΣ 2026"), "αθηνασ: {typed}");
+}
+
+#[tokio::test]
 async fn the_list_filters_searches_and_pages_newest_first() {
     let server = TestServer::start().await;
     let acme = server.provider("Acme Travel");

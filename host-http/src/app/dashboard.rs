@@ -1007,9 +1007,17 @@ impl Services {
         mut filter: TransactionFilter,
     ) -> Result<Vec<TransactionSummary>, Error> {
         filter.limit = filter.limit.clamp(1, PAGE_SIZE + 1);
+        // Each character lower-cased alone, as the stores fold what they search (PostgreSQL's
+        // `lower()`, SQLite's trigram index): `str::to_lowercase` would write a capital sigma
+        // at a word's end as a final sigma, which neither holds ("ΑΘΗΝΑΣ" is "αθηνασ" there).
         filter.search = filter
             .search
-            .map(|text| text.trim().to_lowercase())
+            .map(|text| {
+                text.trim()
+                    .chars()
+                    .flat_map(char::to_lowercase)
+                    .collect::<String>()
+            })
             .filter(|text| !text.is_empty());
         Ok(self
             .dashboard

@@ -148,14 +148,34 @@ fn register_fold_case(conn: &Connection) -> Result<(), rusqlite::Error> {
     )
 }
 
-/// `text` with every character lower-cased, one character at a time (no rule that looks at
-/// the neighbours, such as a Greek final sigma), as FTS5's trigram tokenizer folds what it
-/// indexes.
+/// `text` case-folded as FTS5's trigram tokenizer folds what it indexes: every character
+/// lower-cased alone (no rule that looks at the neighbours), the few whose Unicode case folding
+/// is not their lower case folded as it folds them (a final sigma to σ, the micro sign to μ,
+/// a long s to s, …), and a capital I with a dot left as it is, as it leaves it.
 pub(crate) fn fold_case(text: &str) -> String {
     if text.is_ascii() {
         return text.to_ascii_lowercase();
     }
-    text.chars().flat_map(char::to_lowercase).collect()
+    let mut folded = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            'İ' => folded.push(c),
+            'ς' => folded.push('σ'),
+            'µ' => folded.push('μ'),
+            'ſ' => folded.push('s'),
+            'ϐ' => folded.push('β'),
+            'ϑ' => folded.push('θ'),
+            'ϕ' => folded.push('φ'),
+            'ϖ' => folded.push('π'),
+            'ϰ' => folded.push('κ'),
+            'ϱ' => folded.push('ρ'),
+            'ϵ' => folded.push('ε'),
+            'ẛ' => folded.push('ṡ'),
+            '\u{1FBE}' => folded.push('ι'),
+            _ => folded.extend(c.to_lowercase()),
+        }
+    }
+    folded
 }
 
 /// Opens (creating if needed) a database file, configured and migrated. Used by the server's

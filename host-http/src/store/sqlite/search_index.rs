@@ -923,6 +923,44 @@ mod tests {
             super::super::fold_case("ΟΔΟΣ Straße ÄÖÜ"),
             "οδοσ straße äöü"
         );
+        assert_eq!(super::super::fold_case("ὁδός µ ſ İ ϑ"), "ὁδόσ μ s İ θ");
+    }
+
+    /// Where Unicode case folding is not lower case (a final sigma, the micro sign, a long s,
+    /// a capital I with a dot, the Greek symbol letters), a text matches the same searches
+    /// before the indexer takes it (rows tested one by one through `fold_case`) and after (the
+    /// trigram index's own folding).
+    #[test]
+    fn a_search_matches_alike_before_and_after_indexing_where_folding_is_not_lower_case() {
+        let (dir, conn) = two_transactions();
+        let path = dir.path().join("checkout.db");
+        attach(&conn, &search_path(&path)).unwrap();
+        prepare(&conn).unwrap();
+        let mut sweep = Sweep::default();
+        let (indexed, _) = index_step(&conn, STEP, &mut sweep).unwrap();
+        forget_indexed(&conn, indexed).unwrap();
+        let cases = [
+            ("2026-01-04", "ΑΘΗΝΑΣ 2026", "αθηνας"),
+            ("2026-01-05", "µ-Bahn tour", "μ-bahn"),
+            ("2026-01-06", "Maſs museum", "mass"),
+            ("2026-01-07", "İzmir coast", "İzmir"),
+            ("2026-01-08", "ϑalassa cruise", "θalassa"),
+        ];
+        for (id, title, _) in cases {
+            create(&conn, id, title);
+        }
+        for (_, title, query) in cases {
+            assert_eq!(
+                searched(&conn, query),
+                vec![title],
+                "{query}, not yet indexed"
+            );
+        }
+        let (indexed, _) = index_step(&conn, STEP, &mut sweep).unwrap();
+        forget_indexed(&conn, indexed).unwrap();
+        for (_, title, query) in cases {
+            assert_eq!(searched(&conn, query), vec![title], "{query}, indexed");
+        }
     }
 
     /// The index merges 8 segments of a level at a time, set when the file is made and on a
