@@ -1957,8 +1957,19 @@ async fn two_step_sign_in_takes_a_one_time_code_once_or_a_recovery_code_once() {
     assert_eq!(throttled.status, StatusCode::TOO_MANY_REQUESTS);
     assert!(html(&throttled).contains("Try again in"));
 
-    // Turning it off takes a code; the audit log has both changes.
+    // Turning it off takes a code, throttled with the sign-in's: while the account is
+    // throttled, even a right code is refused unchecked (a session alone cannot try them all).
     let third_token = third.csrf().await;
+    let off = third
+        .post(
+            "/dashboard/security/totp/off",
+            &[("csrf_token", &third_token), ("code", &codes[2])],
+        )
+        .await;
+    assert_eq!(off.status, StatusCode::TOO_MANY_REQUESTS, "{}", html(&off));
+    assert!(html(&off).contains("Try again in"));
+    // Fifteen minutes later (the failures aged out), a wrong code counts as a failure.
+    server.execute_sql("DELETE FROM dashboard_sign_in_failures");
     let off = third
         .post(
             "/dashboard/security/totp/off",
@@ -1966,6 +1977,13 @@ async fn two_step_sign_in_takes_a_one_time_code_once_or_a_recovery_code_once() {
         )
         .await;
     assert_eq!(off.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        server
+            .scalar("SELECT count(*) FROM dashboard_sign_in_failures WHERE key LIKE 'account:%'")
+            .as_deref(),
+        Some("1")
+    );
+    // The audit log has both changes.
     let off = third
         .post(
             "/dashboard/security/totp/off",

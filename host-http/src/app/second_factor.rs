@@ -73,6 +73,20 @@ pub enum SecondFactor {
     },
 }
 
+/// The outcome of giving a code to turn the second factor off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnedOff {
+    /// Turned off.
+    Off,
+    /// Wrong, used or expired code.
+    Refused,
+    /// Too many failures: refused unchecked for this many more minutes.
+    Throttled {
+        /// Whole minutes, rounded up.
+        minutes: i64,
+    },
+}
+
 /// Which code a user gave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum CodeKind {
@@ -297,25 +311,36 @@ impl Services {
         Ok(Some(codes))
     }
 
-    /// Turns the second factor off when `code` is a current code or a recovery code; `false`
-    /// otherwise.
+    /// Turns the second factor off when `code` is a current code or a recovery code. The code
+    /// is throttled as at sign-in, its failures counted with the sign-in's (the account's and
+    /// `client`'s): a session alone (a cookie taken) cannot try the million codes.
     pub async fn disable_totp(
         &self,
         session: &Session,
         code: &str,
+        client: &str,
         now: DateTime<Utc>,
-    ) -> Result<bool, Error> {
+    ) -> Result<TurnedOff, Error> {
+        let account_key = format!("account:{}", session.email);
+        let address_key = format!("address:{client}");
+        if let Some(minutes) = self.hold_attempt(&account_key, &address_key, now).await? {
+            return Ok(TurnedOff::Throttled { minutes });
+        }
         let user = self.user_of(session).await?;
         if self.check_code(&user, code, now).await?.is_none() {
-            return Ok(false);
+            // The attempt held is the failure recorded.
+            return Ok(TurnedOff::Refused);
         }
+        self.dashboard
+            .forgive_sign_in_attempt(vec![account_key, address_key], now)
+            .await?;
         let audit = session.audit(
             "user.second_factor",
             "turned off two-step sign-in".to_owned(),
             now,
         );
         self.dashboard.disable_totp(user.id, audit).await?;
-        Ok(true)
+        Ok(TurnedOff::Off)
     }
 
     /// The session of a cookie's token whose second factor is due, if it is live.

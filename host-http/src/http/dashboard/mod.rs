@@ -2005,6 +2005,8 @@ impl<'a> Page<'a> {
         step: &str,
         now: DateTime<Utc>,
     ) -> Result<HttpResponse, Error> {
+        use crate::app::second_factor::TurnedOff;
+        let client = client_address(&request);
         let (session, fields) = or_answer!(self, self.changing_form(request, now, false));
         let code = field(&fields, "code");
         let t = self.t();
@@ -2034,13 +2036,20 @@ impl<'a> Page<'a> {
                 }
             },
             _ => {
-                if self.services.disable_totp(&session, &code, now).await? {
-                    Ok(self.redirect("/security?done=off"))
-                } else {
-                    let error = Some(t.wrong_code.to_owned());
-                    self.security_page(&session, StatusCode::BAD_REQUEST, None, error, Vec::new())
-                        .await
-                }
+                let (status, error) = match self
+                    .services
+                    .disable_totp(&session, &code, &client, now)
+                    .await?
+                {
+                    TurnedOff::Off => return Ok(self.redirect("/security?done=off")),
+                    TurnedOff::Refused => (StatusCode::BAD_REQUEST, t.wrong_code.to_owned()),
+                    TurnedOff::Throttled { minutes } => (
+                        StatusCode::TOO_MANY_REQUESTS,
+                        t.throttled.replace("{}", &minutes.to_string()),
+                    ),
+                };
+                self.security_page(&session, status, None, Some(error), Vec::new())
+                    .await
             }
         }
     }
