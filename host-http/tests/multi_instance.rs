@@ -274,15 +274,25 @@ fn approved_card_form(page: &str) -> String {
         .finish()
 }
 
-/// a card charge the processor approved for a transaction that was paid another
-/// way meanwhile (here the sandbox route on the other instance, while the charging instance is
-/// paused right after the processor's answer) is given back and reported — the attempt is
-/// stored VOIDED with the charge's reference, the metrics count it — never kept silently; the
-/// customer is shown the transaction's confirmation, and one payment is recorded.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
-async fn a_charge_for_a_transaction_paid_meanwhile_is_voided_and_reported() {
-    let pg = TestDatabase::create("charge voided");
+/// Two instances on one database, and a card payment posted on the first (`charging`, paused
+/// 1.5 s right after the processor's answer, with `--metrics-listen` at `metrics`) for a new
+/// transaction of `items`: answered once the attempt is stored, the post still running.
+/// What a page's request answered: status, `Location`, body.
+type Page = (StatusCode, Option<String>, String);
+
+struct PausedCharge {
+    pg: TestDatabase,
+    charging: Server,
+    other: Server,
+    http: std::sync::Arc<Http>,
+    id: String,
+    path: String,
+    metrics: std::net::SocketAddr,
+    card: tokio::task::JoinHandle<Result<Page, String>>,
+}
+
+async fn paused_charge(name: &str, items: Value) -> PausedCharge {
+    let pg = TestDatabase::create(name);
     let pause = format!("{}:1500", host_http::fault::AFTER_CHARGE);
     let metrics = support::free_port();
     let metrics_arg = metrics.to_string();
@@ -312,7 +322,7 @@ async fn a_charge_for_a_transaction_paid_meanwhile_is_voided_and_reported() {
             charging.addr,
             Method::POST,
             "/initialize",
-            Some(json!({"title": "T", "currency": "EUR", "items": [{"price": 10}]})),
+            Some(json!({"title": "T", "currency": "EUR", "items": items})),
         )
         .await
         .expect("created");
@@ -333,6 +343,36 @@ async fn a_charge_for_a_transaction_paid_meanwhile_is_voided_and_reported() {
         n == Some("1")
     })
     .await;
+    PausedCharge {
+        pg,
+        charging,
+        other,
+        http,
+        id,
+        path,
+        metrics,
+        card,
+    }
+}
+
+/// a card charge the processor approved for a transaction that was paid another
+/// way meanwhile (here the sandbox route on the other instance, while the charging instance is
+/// paused right after the processor's answer) is given back and reported — the attempt is
+/// stored VOIDED with the charge's reference, the metrics count it — never kept silently; the
+/// customer is shown the transaction's confirmation, and one payment is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
+async fn a_charge_for_a_transaction_paid_meanwhile_is_voided_and_reported() {
+    let PausedCharge {
+        pg,
+        charging: _charging,
+        other,
+        http,
+        id,
+        metrics,
+        card,
+        ..
+    } = paused_charge("charge voided", json!([{"price": 10}])).await;
     let paid = http
         .send(
             other.addr,
@@ -387,51 +427,16 @@ async fn a_charge_for_a_transaction_paid_meanwhile_is_voided_and_reported() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL: set CHECKOUT_TEST_PG_URL, run with -- --include-ignored"]
 async fn a_charge_that_is_no_longer_the_amount_due_is_voided_and_the_new_total_paid() {
-    let pg = TestDatabase::create("amount changed");
-    let pause = format!("{}:1500", host_http::fault::AFTER_CHARGE);
-    let public = support::free_port();
-    let public_url = format!("http://{public}");
-    let charging = spawn(&Launch {
-        db: pg.url(),
-        pause: Some(&pause),
-        args: &["--public-url", &public_url],
-        ..Launch::default()
-    });
-    let other = spawn(&Launch {
-        db: pg.url(),
-        ..Launch::default()
-    });
-    let issued = provider(&Db::Postgres(pg.url().to_owned()), "acme");
-    let http = std::sync::Arc::new(Http::new(&issued.widget_id, &issued.backend_secret));
-    http.wait_ready(charging.addr).await;
-    http.wait_ready(other.addr).await;
-    let created = http
-        .send(
-            charging.addr,
-            Method::POST,
-            "/initialize",
-            Some(json!({"title": "T", "currency": "EUR",
-                "items": [{"price": 100}, {"price": 50}]})),
-        )
-        .await
-        .expect("created");
-    let id = created.1["transactionId"].as_str().expect("id").to_owned();
-    let path = created.1["paymentUrl"]
-        .as_str()
-        .and_then(|url| url.strip_prefix(&public_url))
-        .expect("payment URL")
-        .to_owned();
-    let (_, _, page) = http.browse(charging.addr, &path, None).await.expect("page");
-    let form = approved_card_form(&page);
-    let card = {
-        let (http, path) = (std::sync::Arc::clone(&http), path.clone());
-        let addr = charging.addr;
-        tokio::spawn(async move { http.browse(addr, &path, Some(form)).await })
-    };
-    wait_for(&pg, "SELECT count(*)::text FROM payment_attempts", |n| {
-        n == Some("1")
-    })
-    .await;
+    let PausedCharge {
+        pg,
+        charging,
+        other,
+        http,
+        id,
+        path,
+        card,
+        ..
+    } = paused_charge("amount changed", json!([{"price": 100}, {"price": 50}])).await;
     // Charged 150.00; item 2 is voided before the payment is recorded.
     let voided = http
         .send(

@@ -736,6 +736,22 @@ mod tests {
     /// A migrated file (`checkout.db` in the directory) with two transactions of one provider
     /// at the range's first two keys: the first noted (its title changed after its insert),
     /// the second not.
+    /// One step of the indexer, its notes then deleted, as the search thread runs it.
+    fn catch_up(conn: &Connection, sweep: &mut Sweep) {
+        let (indexed, _) = index_step(conn, STEP, sweep).unwrap();
+        forget_indexed(conn, indexed).unwrap();
+    }
+
+    /// [`two_transactions`] with the search file attached and made, and indexed.
+    fn indexed_pair() -> (tempfile::TempDir, Connection, Sweep) {
+        let (dir, conn) = two_transactions();
+        attach(&conn, &search_path(&dir.path().join("checkout.db"))).unwrap();
+        prepare(&conn).unwrap();
+        let mut sweep = Sweep::default();
+        catch_up(&conn, &mut sweep);
+        (dir, conn, sweep)
+    }
+
     fn two_transactions() -> (tempfile::TempDir, Connection) {
         let dir = tempfile::tempdir().unwrap();
         let conn = open_migrated(&dir.path().join("checkout.db")).unwrap();
@@ -836,8 +852,7 @@ mod tests {
             "past the watermark, noted, indexed"
         );
         let mut sweep = Sweep::default();
-        let (indexed, _) = index_step(&conn, STEP, &mut sweep).unwrap();
-        forget_indexed(&conn, indexed).unwrap();
+        catch_up(&conn, &mut sweep);
         let range = 1_i64 << 40;
         assert_eq!(found(&path, "by night"), vec![range + 3]);
         // The newest deleted, its key given again: the deletion's note stands for it until
@@ -849,8 +864,7 @@ mod tests {
             searched(&conn, "lisbo"),
             vec!["Lisbon at dawn", "Lisbon, Porto", "Lisbon"]
         );
-        let (indexed, _) = index_step(&conn, STEP, &mut sweep).unwrap();
-        forget_indexed(&conn, indexed).unwrap();
+        catch_up(&conn, &mut sweep);
         assert_eq!(notes(&conn), 0);
         assert_eq!(found(&path, "dawn"), vec![range + 3]);
         assert_eq!(found(&path, "by night"), Vec::<i64>::new());
@@ -872,13 +886,8 @@ mod tests {
     /// found "ZÜRICH HB" only once it was indexed.
     #[test]
     fn a_search_folds_case_beyond_ascii_before_and_after_indexing() {
-        let (dir, conn) = two_transactions();
+        let (dir, conn, mut sweep) = indexed_pair();
         let path = dir.path().join("checkout.db");
-        attach(&conn, &search_path(&path)).unwrap();
-        prepare(&conn).unwrap();
-        let mut sweep = Sweep::default();
-        let (indexed, _) = index_step(&conn, STEP, &mut sweep).unwrap();
-        forget_indexed(&conn, indexed).unwrap();
 
         create(&conn, "2026-01-03", "ZÜRICH HB");
         assert_eq!(
@@ -892,8 +901,7 @@ mod tests {
             vec!["ZÜRICH HB"],
             "too short for a trigram"
         );
-        let (indexed, _) = index_step(&conn, STEP, &mut sweep).unwrap();
-        forget_indexed(&conn, indexed).unwrap();
+        catch_up(&conn, &mut sweep);
         assert_eq!(found(&path, "zürich"), vec![(1_i64 << 40) + 3]);
         assert_eq!(searched(&conn, "zürich"), vec!["ZÜRICH HB"], "indexed");
 
@@ -904,8 +912,7 @@ mod tests {
         .unwrap();
         assert_eq!(notes(&conn), 1);
         assert_eq!(searched(&conn, "ZÜRICH"), vec!["Zürich Oerlikon"], "noted");
-        let (indexed, _) = index_step(&conn, STEP, &mut sweep).unwrap();
-        forget_indexed(&conn, indexed).unwrap();
+        catch_up(&conn, &mut sweep);
         assert_eq!(notes(&conn), 0);
         assert_eq!(
             searched(&conn, "ZÜRICH"),
@@ -932,13 +939,7 @@ mod tests {
     /// trigram index's own folding).
     #[test]
     fn a_search_matches_alike_before_and_after_indexing_where_folding_is_not_lower_case() {
-        let (dir, conn) = two_transactions();
-        let path = dir.path().join("checkout.db");
-        attach(&conn, &search_path(&path)).unwrap();
-        prepare(&conn).unwrap();
-        let mut sweep = Sweep::default();
-        let (indexed, _) = index_step(&conn, STEP, &mut sweep).unwrap();
-        forget_indexed(&conn, indexed).unwrap();
+        let (_dir, conn, mut sweep) = indexed_pair();
         let cases = [
             ("2026-01-04", "ΑΘΗΝΑΣ 2026", "αθηνας"),
             ("2026-01-05", "µ-Bahn tour", "μ-bahn"),
@@ -956,8 +957,7 @@ mod tests {
                 "{query}, not yet indexed"
             );
         }
-        let (indexed, _) = index_step(&conn, STEP, &mut sweep).unwrap();
-        forget_indexed(&conn, indexed).unwrap();
+        catch_up(&conn, &mut sweep);
         for (_, title, query) in cases {
             assert_eq!(searched(&conn, query), vec![title], "{query}, indexed");
         }
