@@ -295,11 +295,16 @@ pub fn receipt(
         isolate(provider_name),
         record.reference
     );
+    // The invoice the provider named, in both parts (each text isolated as every provider
+    // text is: DECISIONS-payment-page).
+    let mut invoice_html = String::new();
     if let Some(title) = &view.invoice_title {
         text.push_str(&format!("Invoice: {}\n", isolate(title)));
+        invoice_html.push_str(&format!("<p>Invoice: {}</p>\n", bdi(title)));
     }
     if let Some(invoice) = &view.invoice_number {
         text.push_str(&format!("Invoice number: {}\n", isolate(invoice)));
+        invoice_html.push_str(&format!("<p>Invoice number: {}</p>\n", bdi(invoice)));
     }
     let mut rows = String::new();
     for line in &view.items {
@@ -327,7 +332,7 @@ pub fn receipt(
     ));
     let html = format!(
         "<!doctype html><html lang=\"en\"><body>\n<h2>Cancellation receipt {}</h2>\n\
-         <p>{} — {}, reference {}</p>\n<table>\n<tr><th>#</th><th>Item</th><th>Total</th>\
+         <p>{} — {}, reference {}</p>\n{invoice_html}<table>\n<tr><th>#</th><th>Item</th><th>Total</th>\
          <th>Penalty</th><th>Refunded</th></tr>\n{rows}</table>\n\
          <p><strong>Refund: {}</strong></p>\n<p>Status of the booking: {}</p>\n</body></html>\n",
         escape(&number),
@@ -463,6 +468,55 @@ mod tests {
         }
         // The subject (the title here): controls removed.
         assert_eq!(mail.subject, "Trip gnp.exe to Tel Aviv");
+    }
+
+    /// The invoice the provider named is in the receipt's HTML part as in its text, isolated.
+    #[test]
+    fn a_receipt_names_its_invoice_in_both_parts() {
+        let record = hostile_record();
+        let view = CancellationView {
+            refund_id: "r".to_owned(),
+            transaction_id: record.id.clone(),
+            provider_id: "p".to_owned(),
+            transaction_reference: record.reference.clone(),
+            outcome: "SUCCESS".to_owned(),
+            error_message: None,
+            receipt_number: Some("CR-000001".to_owned()),
+            items: Vec::new(),
+            refund: rust_decimal::Decimal::new(11900, 2),
+            currency: "EUR".to_owned(),
+            payment_reference: None,
+            invoice_title: Some("Storno \u{202E}<b>".to_owned()),
+            invoice_number: Some("INV-17".to_owned()),
+            invoice_file: None,
+            transaction_status: checkout_engine::api::TransactionStatus::Cancelled,
+            gateway_reference: None,
+            requested_at: String::new(),
+            completed_at: None,
+        };
+        let mail = receipt(
+            &record,
+            "Acme",
+            &view,
+            "<m@x>",
+            vec!["a@example.com".to_owned()],
+        );
+        assert!(
+            mail.text.contains("Invoice: \u{2068}Storno <b>\u{2069}"),
+            "{}",
+            mail.text
+        );
+        assert!(mail.text.contains("Invoice number: \u{2068}INV-17\u{2069}"));
+        assert!(
+            mail.html
+                .contains("<p>Invoice: <bdi>Storno &lt;b&gt;</bdi></p>"),
+            "{}",
+            mail.html
+        );
+        assert!(
+            mail.html
+                .contains("<p>Invoice number: <bdi>INV-17</bdi></p>")
+        );
     }
 
     // The transport's pool runs on the runtime, as in the server.
