@@ -260,45 +260,80 @@ pub const MAX_MESSAGES: usize = 100;
 /// could act on different requests.
 fn parse_strict(bytes: &[u8]) -> Result<Value, ValidationErrors> {
     let value: Value = serde_json::from_slice(bytes).map_err(json_error)?;
-    let mut repeated = Vec::new();
+    let mut repeated = Repeated::default();
+    let mut path = String::new();
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     // The bytes parsed above, so this walk meets no syntax error.
     let _ = serde::de::DeserializeSeed::deserialize(
         RepeatedKeys {
-            path: String::new(),
+            path: &mut path,
             found: &mut repeated,
         },
         &mut deserializer,
     );
-    if repeated.is_empty() {
+    if repeated.paths.is_empty() {
         Ok(value)
     } else {
-        Err(ValidationErrors {
-            messages: repeated
-                .into_iter()
-                .map(|path| format!("property {path} must not appear more than once"))
-                .collect(),
-        })
+        let mut messages: Vec<String> = repeated
+            .paths
+            .into_iter()
+            .map(|path| format!("property {path} must not appear more than once"))
+            .collect();
+        if repeated.more > 0 {
+            messages.push(format!("… and {} more", repeated.more));
+        }
+        Err(ValidationErrors { messages })
     }
 }
 
-/// A walk over a JSON text that records the path of every repeated object key.
+/// Longest path a message about a repeated key shows; a longer one is cut, with `…`.
+const MAX_PATH_CHARS: usize = 200;
+
+/// The repeated keys found: the first [`MAX_MESSAGES`] paths, and how many more. A body of
+/// 1 MiB can repeat a key hundreds of thousands of times, under a name of half a megabyte:
+/// what is kept and said stays bounded whatever it holds.
+#[derive(Default)]
+struct Repeated {
+    paths: Vec<String>,
+    more: usize,
+}
+
+impl Repeated {
+    fn note(&mut self, path: &str) {
+        if self.paths.len() < MAX_MESSAGES {
+            let mut shown: String = path.chars().take(MAX_PATH_CHARS).collect();
+            if shown.len() < path.len() {
+                shown.push('…');
+            }
+            self.paths.push(shown);
+        } else {
+            self.more += 1;
+        }
+    }
+}
+
+/// A walk over a JSON text that records the path of every repeated object key. The path is
+/// one buffer, each step pushed on the way down and cut on the way back: a walk costs the
+/// length of the text, not that times the depth of its keys.
 struct RepeatedKeys<'a> {
-    path: String,
-    found: &'a mut Vec<String>,
+    path: &'a mut String,
+    found: &'a mut Repeated,
 }
 
 impl RepeatedKeys<'_> {
-    fn child(&mut self, step: &str) -> RepeatedKeys<'_> {
-        let path = if self.path.is_empty() {
-            step.to_owned()
-        } else {
-            format!("{}.{step}", self.path)
-        };
-        RepeatedKeys {
-            path,
-            found: self.found,
+    /// Runs `walk` with `step` added to the path, then takes it off again.
+    fn within<T>(&mut self, step: &str, walk: impl FnOnce(RepeatedKeys<'_>) -> T) -> T {
+        let length = self.path.len();
+        if length > 0 {
+            self.path.push('.');
         }
+        self.path.push_str(step);
+        let result = walk(RepeatedKeys {
+            path: &mut *self.path,
+            found: &mut *self.found,
+        });
+        self.path.truncate(length);
+        result
     }
 }
 
@@ -338,8 +373,8 @@ impl<'de> serde::de::Visitor<'de> for RepeatedKeys<'_> {
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
         let mut index = 0usize;
-        while seq
-            .next_element_seed(self.child(&index.to_string()))?
+        while self
+            .within(&index.to_string(), |child| seq.next_element_seed(child))?
             .is_some()
         {
             index += 1;
@@ -350,11 +385,16 @@ impl<'de> serde::de::Visitor<'de> for RepeatedKeys<'_> {
     fn visit_map<A: serde::de::MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
         let mut seen = HashSet::new();
         while let Some(key) = map.next_key::<String>()? {
-            let child = self.child(&key);
-            if !seen.insert(key) {
-                child.found.push(child.path.clone());
+            let repeated = seen.contains(&key);
+            self.within(&key, |child| {
+                if repeated {
+                    child.found.note(child.path);
+                }
+                map.next_value_seed(child)
+            })?;
+            if !repeated {
+                seen.insert(key);
             }
-            map.next_value_seed(child)?;
         }
         Ok(())
     }
@@ -419,6 +459,24 @@ mod tests {
                 "property items.0.name must not appear more than once"
             ]
         );
+    }
+
+    /// A body of repeated keys under a long name is answered with at most [`MAX_MESSAGES`]
+    /// messages of bounded length, whatever it repeats; the walk does not copy the long name
+    /// for each of its keys.
+    #[test]
+    fn repeated_keys_are_bounded_in_count_and_length() {
+        let name = "n".repeat(300_000);
+        let mut body = format!("{{\"{name}\":{{");
+        for _ in 0..150_000 {
+            body.push_str("\"b\":0,");
+        }
+        body.push_str("\"b\":0}}");
+        let messages = checkout(body.as_bytes(), "UTC").unwrap_err().messages;
+        assert_eq!(messages.len(), MAX_MESSAGES + 1);
+        assert_eq!(messages[MAX_MESSAGES], "… and 149900 more");
+        assert!(messages[0].starts_with(&format!("property {}…", "n".repeat(MAX_PATH_CHARS))));
+        assert!(messages.iter().all(|m| m.chars().count() < 300));
     }
 
     #[test]

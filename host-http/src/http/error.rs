@@ -112,7 +112,7 @@ impl ApiError {
         let status = self.status();
         let message = match self {
             ApiError::App(app::Error::Invalid(messages)) | ApiError::Validation(messages) => {
-                return ErrorBody::bad_request(messages.clone());
+                return ErrorBody::bad_request(capped(messages));
             }
             ApiError::App(app::Error::Store(store)) if store.is_unavailable() => {
                 "service temporarily unavailable; retry the request".to_owned()
@@ -142,10 +142,45 @@ fn truncate(text: &str, max_chars: usize) -> String {
     text.chars().take(max_chars).collect()
 }
 
+/// A 400's messages as the body shows them: the first [`MAX_MESSAGES`] (the engine's bound), then
+/// one that counts the rest, whichever check made them (a query with thousands of unknown
+/// parameters, a form of thousands of parts), so that an answer never outgrows its bound.
+///
+/// [`MAX_MESSAGES`]: checkout_engine::validate::MAX_MESSAGES
+fn capped(messages: &[String]) -> Vec<String> {
+    use checkout_engine::validate::MAX_MESSAGES;
+    if messages.len() <= MAX_MESSAGES + 1 {
+        return messages.to_vec();
+    }
+    let mut shown = messages[..MAX_MESSAGES].to_vec();
+    shown.push(format!("… and {} more", messages.len() - MAX_MESSAGES));
+    shown
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::app::Resource;
+
+    /// A refusal of thousands of messages (here a query of thousands of unknown parameters)
+    /// shows the first hundred and counts the rest, as the engine's own refusals do.
+    #[test]
+    fn a_400_shows_at_most_a_hundred_messages_and_counts_the_rest() {
+        let query: Vec<String> = (0..5000).map(|n| format!("p{n}")).collect();
+        let refused =
+            super::super::request::check_query(Some(&query.join("&")), &["after"]).unwrap_err();
+        let ErrorMessage::List(messages) = refused.body().message else {
+            panic!("a list");
+        };
+        assert_eq!(messages.len(), 101);
+        assert_eq!(messages[0], "query parameter p0 should not exist");
+        assert_eq!(messages[100], "… and 4900 more");
+        let few = ApiError::Validation(vec!["a".to_owned(), "b".to_owned()]);
+        let ErrorMessage::List(messages) = few.body().message else {
+            panic!("a list");
+        };
+        assert_eq!(messages, ["a", "b"]);
+    }
 
     #[test]
     fn every_body_has_message_error_and_status_code_r_8_1() {
