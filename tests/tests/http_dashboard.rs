@@ -469,6 +469,53 @@ async fn the_audit_log_is_for_admins_and_records_who_did_what() {
     assert!(text.contains("accepted the invitation"));
 }
 
+/// What a form or a query of the dashboard carries never reaches a store that cannot hold it:
+/// a NUL (PostgreSQL's text refuses it) or an address of kilobytes (a B-tree index entry holds
+/// at most 2,704 bytes there) is answered as any wrong input is, alike on both stores.
+#[tokio::test]
+async fn hostile_form_and_query_values_are_refused_as_wrong_input() {
+    let server = TestServer::start().await;
+    let acme = server.provider("Acme Travel");
+    let id = paid(&server, &acme, "Acme trip").await;
+    let mut admin = member(&server, &acme, "ada@example.com", "admin").await;
+    let mut stranger = Browser::new(&server);
+    for email in ["ada\0@example.com", &"a".repeat(10_000)] {
+        let refused = stranger.sign_in(email, PASSWORD).await;
+        assert_eq!(
+            refused.status,
+            StatusCode::UNAUTHORIZED,
+            "{}",
+            html(&refused)
+        );
+    }
+    let listed = admin.get("/dashboard/transactions?currency=%00").await;
+    assert_eq!(listed.status, StatusCode::OK, "{}", html(&listed));
+    assert!(
+        html(&listed).contains("Acme trip"),
+        "no filter: every transaction"
+    );
+    let quote = html(
+        &admin
+            .get(&format!("/dashboard/transactions/{id}/cancel?item=1"))
+            .await,
+    );
+    let fields = confirmation_fields(&quote);
+    let fields: Vec<(&str, &str)> = fields
+        .iter()
+        .map(|(n, v)| (n.as_str(), if n == "key" { "k\0" } else { v.as_str() }))
+        .collect();
+    let refused = admin
+        .post(&format!("/dashboard/transactions/{id}/cancel"), &fields)
+        .await;
+    assert_eq!(
+        refused.status,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        html(&refused)
+    );
+    assert_eq!(status(&server, &acme, &id).await["status"], "PAID");
+}
+
 #[tokio::test]
 async fn a_search_in_capitals_finds_a_greek_title_before_and_after_indexing() {
     let server = TestServer::start().await;

@@ -66,6 +66,16 @@ pub const ABSOLUTE_TIMEOUT: chrono::Duration = chrono::Duration::hours(12);
 pub const MIN_PASSWORD_CHARS: usize = 12;
 /// The longest password accepted, in bytes (hashing is bounded too).
 pub const MAX_PASSWORD_BYTES: usize = 1024;
+/// The key an account's sign-in failures are counted under: the SHA-256 of the (lower-case)
+/// address as typed, so that what is stored is bounded and plain, whatever was typed (a NUL,
+/// which PostgreSQL's text cannot hold, or kilobytes past any address's length).
+pub(super) fn account_key(email: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(email.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("account:{hex}")
+}
+
 /// Failed sign-ins are counted over this window.
 pub const THROTTLE_WINDOW: chrono::Duration = chrono::Duration::minutes(15);
 /// Failed sign-ins of one account within the window after which it is refused.
@@ -804,12 +814,15 @@ impl Services {
         now: DateTime<Utc>,
     ) -> Result<SignIn, Error> {
         let email = email.trim().to_lowercase();
-        let account_key = format!("account:{email}");
+        let account_key = account_key(&email);
         let address_key = format!("address:{client}");
         if let Some(minutes) = self.hold_attempt(&account_key, &address_key, now).await? {
             return Ok(SignIn::Throttled { minutes });
         }
-        let user = if email.len() <= 254 && password.len() <= MAX_PASSWORD_BYTES {
+        // No address holds a control character (a NUL, which PostgreSQL's text cannot hold):
+        // such a one is no user's, answered as an unknown address is.
+        let plausible = email.len() <= 254 && !email.contains(char::is_control);
+        let user = if plausible && password.len() <= MAX_PASSWORD_BYTES {
             self.dashboard.user_by_email(email.clone()).await?
         } else {
             None

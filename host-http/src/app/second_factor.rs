@@ -321,7 +321,7 @@ impl Services {
         client: &str,
         now: DateTime<Utc>,
     ) -> Result<TurnedOff, Error> {
-        let account_key = format!("account:{}", session.email);
+        let account_key = super::dashboard::account_key(&session.email);
         let address_key = format!("address:{client}");
         if let Some(minutes) = self.hold_attempt(&account_key, &address_key, now).await? {
             return Ok(TurnedOff::Throttled { minutes });
@@ -361,7 +361,7 @@ impl Services {
         client: &str,
         now: DateTime<Utc>,
     ) -> Result<SecondFactor, Error> {
-        let account_key = format!("account:{}", pending.email);
+        let account_key = super::dashboard::account_key(&pending.email);
         let address_key = format!("address:{client}");
         if let Some(minutes) = self.hold_attempt(&account_key, &address_key, now).await? {
             return Ok(SecondFactor::Throttled { minutes });

@@ -411,6 +411,16 @@ impl Services {
         {
             return Ok(StripeStep::Forged);
         }
+        // An intent id is Stripe's (`pi_…`: letters, digits, `_`); another text names none of
+        // ours and is not looked up (PostgreSQL's text cannot hold a NUL).
+        let well_formed = !intent_id.is_empty()
+            && intent_id.len() <= 255
+            && intent_id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !well_formed {
+            return Ok(StripeStep::Forged);
+        }
         let Some(row) = self
             .processors
             .store

@@ -213,6 +213,8 @@ fn percent_decode(text: &str) -> String {
         let decoded = (bytes[i] == b'%')
             .then(|| bytes.get(i + 1..i + 3))
             .flatten()
+            // Two hex digits, nothing else (`from_str_radix` would take `+1` as 1).
+            .filter(|hex| hex.iter().all(u8::is_ascii_hexdigit))
             .and_then(|hex| std::str::from_utf8(hex).ok())
             .and_then(|hex| u8::from_str_radix(hex, 16).ok());
         match decoded {
@@ -265,6 +267,11 @@ mod tests {
             Some("+1")
         );
         assert_eq!(query_param(Some("at=1"), "after"), None);
+        // A `%` not followed by two hex digits is itself.
+        assert_eq!(
+            query_param(Some("at=%+1%2"), "at").as_deref(),
+            Some("%+1%2")
+        );
         let messages = |query| match check_query(Some(query), &known) {
             Err(ApiError::Validation(messages)) => messages,
             other => panic!("{query}: {other:?}"),

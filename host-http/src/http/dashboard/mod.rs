@@ -570,7 +570,11 @@ impl<'a> Page<'a> {
         let status = param("status").filter(|s| {
             ["PENDING", "PAID", "PARTIALLY_CANCELLED", "CANCELLED"].contains(&s.as_str())
         });
-        let currency = param("currency").map(|c| c.to_uppercase());
+        // A currency is three letters; anything else filters nothing (and never reaches the
+        // store: PostgreSQL's text cannot hold a NUL).
+        let currency = param("currency")
+            .map(|c| c.to_ascii_uppercase())
+            .filter(|c| c.len() == 3 && c.bytes().all(|b| b.is_ascii_uppercase()));
         let from = param("from");
         let until = param("until");
         let search = param("q");
@@ -950,7 +954,9 @@ impl<'a> Page<'a> {
         let (session, fields) = or_answer!(self, self.changing_form(request, now, true));
         let items = Self::chosen_items(fields.iter().cloned());
         let key = field(&fields, "key");
-        if items.is_empty() || key.is_empty() || key.len() > 64 {
+        // The form's key is ours (`new_form_key`): printable ASCII, as an Idempotency-Key.
+        let printable = key.bytes().all(|b| (0x20..=0x7e).contains(&b));
+        if items.is_empty() || key.is_empty() || key.len() > 64 || !printable {
             return Ok(self.message(
                 StatusCode::BAD_REQUEST,
                 Some(&session),
