@@ -494,6 +494,18 @@ async fn hostile_form_and_query_values_are_refused_as_wrong_input() {
         html(&listed).contains("Acme trip"),
         "no filter: every transaction"
     );
+    // A control character is in no transaction's text: nothing found, on either store.
+    for search in ["%07", "Acme%09trip", "%00"] {
+        let found = html(
+            &admin
+                .get(&format!("/dashboard/transactions?q={search}"))
+                .await,
+        );
+        assert!(
+            found.contains("No transaction matches."),
+            "{search}: {found}"
+        );
+    }
     let quote = html(
         &admin
             .get(&format!("/dashboard/transactions/{id}/cancel?item=1"))
