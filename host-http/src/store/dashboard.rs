@@ -383,13 +383,6 @@ pub trait DashboardStore: Send + Sync + std::fmt::Debug + 'static {
         at: DateTime<Utc>,
     ) -> BoxFuture<'_, Result<(), StoreError>>;
 
-    /// Records a failed sign-in under each of `keys` (an account, a client address).
-    fn record_sign_in_failure(
-        &self,
-        keys: Vec<String>,
-        at: DateTime<Utc>,
-    ) -> BoxFuture<'_, Result<(), StoreError>>;
-
     /// The instants of the failed sign-ins under `key` since `since`, oldest first.
     fn sign_in_failures(
         &self,

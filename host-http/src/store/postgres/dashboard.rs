@@ -267,7 +267,7 @@ impl DashboardStore for PgStore {
             // holds never wait for each other); another key's are not held up.
             let mut names: Vec<&str> = keys.iter().map(|(key, _)| key.as_str()).collect();
             names.sort_unstable();
-            for name in names {
+            for name in &names {
                 tx.execute(
                     "SELECT pg_advisory_xact_lock(hashtextextended($1, 7))",
                     &[&name],
@@ -283,7 +283,6 @@ impl DashboardStore for PgStore {
                     });
                 }
             }
-            let names: Vec<&str> = keys.iter().map(|(key, _)| key.as_str()).collect();
             tx.execute(
                 "INSERT INTO dashboard_sign_in_failures (key, at) SELECT unnest($1::text[]), $2",
                 &[&names, &at],
@@ -310,23 +309,6 @@ impl DashboardStore for PgStore {
                     )
                     .await?;
             }
-            Ok(())
-        })
-    }
-
-    fn record_sign_in_failure(
-        &self,
-        keys: Vec<String>,
-        at: DateTime<Utc>,
-    ) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            let client = self.client().await?;
-            client
-                .execute(
-                    "INSERT INTO dashboard_sign_in_failures (key, at) SELECT unnest($1::text[]), $2",
-                    &[&keys, &at],
-                )
-                .await?;
             Ok(())
         })
     }

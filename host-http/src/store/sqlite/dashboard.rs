@@ -417,23 +417,6 @@ impl DashboardStore for SqliteStore {
         }))
     }
 
-    fn record_sign_in_failure(
-        &self,
-        keys: Vec<String>,
-        at: DateTime<Utc>,
-    ) -> BoxFuture<'_, Result<(), StoreError>> {
-        let at = format_instant(at);
-        Box::pin(self.writer.execute(move |conn| {
-            let mut insert = conn.prepare_cached(
-                "INSERT INTO dashboard_sign_in_failures (key, at) VALUES (?1, ?2)",
-            )?;
-            for key in &keys {
-                insert.execute(params![key, at])?;
-            }
-            Ok(())
-        }))
-    }
-
     fn sign_in_failures(
         &self,
         key: String,
